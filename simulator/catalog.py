@@ -1,0 +1,121 @@
+"""Finds and loads the hardware catalogue (``hardware_profiles/``) and bundled scenarios.
+
+Profiles are searched, later entries winning on a name clash: the catalogue shipped with the
+package, then ``./hardware_profiles`` under the working directory (where ``clustersim calibrate``
+writes), then each folder in ``$CLUSTERSIM_PROFILE_PATH``.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+
+import yaml
+from pydantic import TypeAdapter, ValidationError
+
+from .config.hardware import AnyProfile, _Profile
+from .errors import UserError, closest
+
+PACKAGE_ROOT = Path(__file__).resolve().parent.parent
+_ADAPTER: TypeAdapter[AnyProfile] = TypeAdapter(AnyProfile)
+
+
+def bundled_profiles_dir() -> Path:
+    import hardware_profiles
+
+    return Path(hardware_profiles.__file__).resolve().parent
+
+
+def bundled_scenarios_dir() -> Path:
+    import scenarios
+
+    return Path(scenarios.__file__).resolve().parent
+
+
+def profile_dirs() -> tuple[Path, ...]:
+    dirs = [bundled_profiles_dir()]
+    local = Path.cwd() / "hardware_profiles"
+    if local.is_dir():
+        dirs.append(local.resolve())
+    for extra in os.environ.get("CLUSTERSIM_PROFILE_PATH", "").split(os.pathsep):
+        if extra and Path(extra).is_dir():
+            dirs.append(Path(extra).resolve())
+    seen: list[Path] = []
+    for d in dirs:
+        if d not in seen:
+            seen.append(d)
+    return tuple(seen)
+
+
+@dataclass
+class Catalog:
+    profiles: dict[str, _Profile] = field(default_factory=dict)
+    files: dict[str, Path] = field(default_factory=dict)
+
+    def by_kind(self, *kinds: str) -> dict[str, _Profile]:
+        return {n: p for n, p in self.profiles.items() if getattr(p, "kind", None) in kinds}
+
+    def get(self, name: str, *kinds: str) -> _Profile:
+        pool = self.by_kind(*kinds) if kinds else self.profiles
+        if name in pool:
+            return pool[name]
+        near = closest(name, pool)
+        what = " or ".join(k.replace("_", " ") for k in kinds) if kinds else "hardware"
+        hint = f"did you mean {', '.join(near)}?" if near else "see `clustersim profiles list`"
+        raise UserError(f"unknown {what} profile '{name}'", hint=hint)
+
+
+def load_profile_file(path: Path) -> _Profile:
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        raise UserError(f"not valid YAML: {exc}", file=str(path)) from None
+    try:
+        return _ADAPTER.validate_python(data)  # type: ignore[return-value]
+    except ValidationError as exc:
+        from .config.loading import validation_error
+
+        raise validation_error(exc, str(path)) from None
+
+
+@lru_cache(maxsize=8)
+def _load(dirs: tuple[Path, ...]) -> Catalog:
+    cat = Catalog()
+    for d in dirs:
+        for path in sorted(d.rglob("*.yaml")):
+            prof = load_profile_file(path)
+            if prof.name != path.stem:
+                raise UserError(
+                    f"profile name '{prof.name}' differs from the file name",
+                    file=str(path),
+                    path="name",
+                    hint=f"rename the file to {prof.name}.yaml or set name: {path.stem}",
+                )
+            cat.profiles[prof.name] = prof
+            cat.files[prof.name] = path
+    return cat
+
+
+def load_catalog() -> Catalog:
+    """The catalogue from every profile folder (cached per set of folders)."""
+    return _load(profile_dirs())
+
+
+def find_scenario(name: str) -> Path:
+    """A scenario file: the path as given, or a bundled scenario by file name or stem."""
+    p = Path(name)
+    if p.is_file():
+        return p
+    bundled = bundled_scenarios_dir()
+    for cand in (bundled / p.name, bundled / f"{p.name}.yaml", bundled / f"{p.stem}.yaml"):
+        if cand.is_file():
+            return cand
+    near = closest(p.stem, [q.stem for q in bundled.glob("*.yaml")])
+    hint = f"bundled scenarios that look close: {', '.join(near)}" if near else None
+    raise UserError("no such scenario file", file=name, hint=hint or "check the path")
+
+
+def bundled_scenarios() -> list[Path]:
+    return sorted(bundled_scenarios_dir().glob("*.yaml"))

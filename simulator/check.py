@@ -1,0 +1,143 @@
+"""`clustersim check`: size of the job, memory per GPU, and the levers that make it fit."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from itertools import combinations
+from typing import Any
+
+from .config.loading import resolve_dict
+from .config.scenario import ResolvedScenario
+from .errors import UserError
+from .workload.comm import comm_summary
+from .workload.memory import MemoryReport, memory_report
+from .workload.model import (
+    hardware_flops_per_token,
+    model_flops_per_token,
+    param_count,
+)
+
+
+@dataclass
+class Lever:
+    change: list[str]  # --set expressions
+    peak_gb: float
+    fits: bool
+
+    def describe(self) -> str:
+        return " and ".join(self.change)
+
+
+@dataclass
+class CheckReport:
+    rs: ResolvedScenario
+    memory: MemoryReport
+    params: int
+    model_flops_per_step: float
+    hardware_flops_per_step: float
+    comm_bytes: dict[str, float]
+    levers: list[Lever] = field(default_factory=list)
+
+    @property
+    def fits(self) -> bool:
+        return self.memory.fits
+
+    def as_dict(self) -> dict[str, Any]:
+        rs = self.rs
+        peak = self.memory.peak
+        return {
+            "scenario": rs.name,
+            "file": rs.source_file,
+            "gpus": rs.gpus,
+            "layout": {"dp": rs.dp, "tp": rs.tp, "pp": rs.pp, "cp": rs.cp,
+                       "micro_batches": rs.micro_batches,
+                       "zero_stage": rs.parallelism.zero_stage,
+                       "schedule": rs.parallelism.pp_schedule.kind,
+                       "recompute": rs.parallelism.recompute},
+            "model": rs.model.name,
+            "params": self.params,
+            "tokens_per_step": rs.training.tokens_per_step,
+            "flops_per_step": self.model_flops_per_step,
+            "hardware_flops_per_step": self.hardware_flops_per_step,
+            "memory_gb_per_gpu": {
+                "total": peak.total_gb,
+                "capacity": self.memory.capacity_gb,
+                "peak_stage": peak.stage,
+                "breakdown": {k: v for k, v in peak.as_dict().items()
+                              if k.endswith("_gb") and k != "total_gb"},
+                "stages": [s.as_dict() for s in self.memory.stages],
+            },
+            "fits": self.fits,
+            "comm_bytes_per_step_per_gpu": self.comm_bytes,
+            "levers": [{"set": lv.change, "peak_gb": lv.peak_gb} for lv in self.levers],
+        }
+
+
+def _candidate_changes(rs: ResolvedScenario) -> list[str]:
+    par = rs.parallelism
+    out: list[str] = []
+    if par.recompute == "none":
+        out.append("parallelism.recompute=selective")
+    if par.recompute != "full":
+        out.append("parallelism.recompute=full")
+    if rs.dp > 1:
+        for stage in range(par.zero_stage + 1, 4):
+            out.append(f"parallelism.sharding={{kind: zero, stage: {stage}}}")
+    if rs.training.micro_batch > 1:
+        out.append("training.micro_batch=1")
+    if rs.tp > 1 and not par.sequence_parallel:
+        out.append("parallelism.sequence_parallel=true")
+    m = rs.model
+    tp2 = rs.tp * 2
+    if m.heads % tp2 == 0 and tp2 <= rs.gpus_per_node:
+        out.append(f"parallelism.tp={tp2}")
+    for pp in (rs.pp * 2, rs.pp * 4):
+        if m.layers % pp == 0 and rs.gpus % (pp * rs.tp * rs.cp) == 0:
+            out.append(f"parallelism.pp={pp}")
+            break
+    return out
+
+
+def find_levers(rs: ResolvedScenario, limit: int = 5) -> list[Lever]:
+    """Single changes (then pairs) to the plan that make it fit, cheapest first."""
+    base = dict(rs.raw)
+    if not base:
+        return []
+    extra = []
+    if base.get("parallelism", {}).get("dp") not in (None, "auto"):
+        extra = ["parallelism.dp=auto"]
+    cands = _candidate_changes(rs)
+    found: list[Lever] = []
+    for size in (1, 2):
+        for combo in combinations(cands, size):
+            keys = [c.split("=")[0] for c in combo]
+            if len(set(keys)) < len(keys):
+                continue
+            try:
+                alt = resolve_dict(base, list(combo) + extra)
+            except UserError:
+                continue
+            rep = memory_report(alt)
+            if rep.fits:
+                found.append(Lever(list(combo), rep.peak.total_gb, True))
+        if found:
+            break
+    return found[:limit]
+
+
+def check(rs: ResolvedScenario) -> CheckReport:
+    mem = memory_report(rs)
+    tokens = rs.training.tokens_per_step
+    s = rs.training.seq_len
+    rep = CheckReport(
+        rs=rs,
+        memory=mem,
+        params=param_count(rs.model, s),
+        model_flops_per_step=model_flops_per_token(rs.model, s) * tokens,
+        hardware_flops_per_step=hardware_flops_per_token(rs.model, s, rs.parallelism.recompute)
+        * tokens,
+        comm_bytes=comm_summary(rs),
+    )
+    if not mem.fits:
+        rep.levers = find_levers(rs)
+    return rep

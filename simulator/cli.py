@@ -1,0 +1,164 @@
+"""Command-line interface (typer). Thin: parse, call, print.
+
+Results go to stdout; errors a user can fix print one message to stderr and exit 2.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from enum import Enum
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+
+from .errors import UserError
+
+app = typer.Typer(
+    name="clustersim",
+    help="Capacity planner for multi-GPU training clusters.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+profiles_app = typer.Typer(help="The hardware catalogue.", no_args_is_help=True)
+app.add_typer(profiles_app, name="profiles")
+
+out = Console(soft_wrap=False)
+err = Console(stderr=True)
+
+
+class Fmt(str, Enum):
+    table = "table"
+    json = "json"
+    csv = "csv"
+
+
+def _json(obj: Any) -> None:
+    sys.stdout.write(json.dumps(obj, indent=2, default=str) + "\n")
+
+
+def _key_figures(p: Any) -> str:
+    kind = p.kind
+    if kind == "gpu":
+        bf = p.peak_tflops.get("bf16") or p.peak_tflops.get("fp16")
+        return f"{p.memory_gb.value:g} GB, {p.memory_bandwidth_gbps.value:g} GB/s, " + (
+            f"{bf.value:g} TFLOP/s bf16" if bf else ""
+        )
+    if kind == "fabric":
+        return f"{p.bandwidth_gbps.value:g} GB/s per GPU, {p.latency_us.value:g} us"
+    if kind == "network":
+        return f"{p.port_gbps.value:g} Gb/s per port, {p.latency_us.value:g} us"
+    if kind == "storage":
+        return f"read {p.read_gbps_per_client.value:g} GB/s per node"
+    if kind == "cloud_price":
+        return f"${p.on_demand_usd_per_gpu_hour.value:.2f}/GPU-h on demand ({p.as_of})"
+    if kind == "ownership_price":
+        return f"${p.capex_per_node_usd.value:,.0f} per node, {p.amortisation_years.value:g} y"
+    return ""
+
+
+@profiles_app.command("list")
+def profiles_list(
+    kind: Annotated[str | None, typer.Option(help="only this kind (gpu, fabric, ...)")] = None,
+    fmt: Annotated[Fmt, typer.Option("--format")] = Fmt.table,
+) -> None:
+    """Every GPU, fabric, network, storage and price profile."""
+    from .catalog import load_catalog
+    from .report.tables import profiles_table
+
+    cat = load_catalog()
+    order = ["gpu", "fabric", "network", "storage", "cloud_price", "ownership_price"]
+    items = sorted(cat.profiles.values(), key=lambda p: (order.index(p.kind), p.name))  # type: ignore[attr-defined]
+    if kind:
+        items = [p for p in items if p.kind == kind]  # type: ignore[attr-defined]
+        if not items:
+            raise UserError(f"no profiles of kind '{kind}'", hint=f"kinds: {', '.join(order)}")
+    if fmt == Fmt.json:
+        _json([{"kind": p.kind, "name": p.name, "display_name": p.display_name,  # type: ignore[attr-defined]
+                "file": str(cat.files[p.name])} for p in items])
+        return
+    rows = [(p.kind, p.name, p.display_name, _key_figures(p)) for p in items]  # type: ignore[attr-defined]
+    out.print(profiles_table(rows))
+
+
+@profiles_app.command("show")
+def profiles_show(
+    name: str,
+    fmt: Annotated[Fmt, typer.Option("--format")] = Fmt.table,
+) -> None:
+    """One profile, every number with its source."""
+    from .catalog import load_catalog
+    from .report.tables import profile_table
+
+    cat = load_catalog()
+    prof = cat.get(name)
+    if fmt == Fmt.json:
+        _json(prof.model_dump(mode="json"))
+        return
+    out.print(profile_table(prof, str(cat.files[name])))
+
+
+@app.command()
+def check(
+    scenario: Annotated[str, typer.Argument(help="scenario YAML (path or bundled name)")],
+    fmt: Annotated[Fmt, typer.Option("--format")] = Fmt.table,
+    set_: Annotated[list[str] | None, typer.Option("--set", help="PATH=VALUE override")] = None,
+) -> None:
+    """Validate a scenario: does it fit in memory? Prints the per-GPU memory table."""
+    from .catalog import find_scenario
+    from .check import check as run_check
+    from .config.loading import load_scenario
+    from .report.tables import print_check
+
+    rs = load_scenario(find_scenario(scenario), set_ or [])
+    rep = run_check(rs)
+    if fmt == Fmt.json:
+        _json(rep.as_dict())
+    elif fmt == Fmt.csv:
+        d = rep.as_dict()
+        flat = {"scenario": d["scenario"], "gpus": d["gpus"], "params": d["params"],
+                "flops_per_step": d["flops_per_step"],
+                "memory_gb_per_gpu": d["memory_gb_per_gpu"]["total"], "fits": d["fits"],
+                **{f"memory_{k}": v for k, v in d["memory_gb_per_gpu"]["breakdown"].items()}}
+        sys.stdout.write(",".join(flat) + "\n" + ",".join(str(v) for v in flat.values()) + "\n")
+    else:
+        print_check(rep, out)
+
+
+@app.command()
+def schema() -> None:
+    """JSON Schema of the scenario file (for editor completion)."""
+    from .config.scenario import Scenario
+
+    s = Scenario.model_json_schema()
+    s["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    s["title"] = "clustersim scenario"
+    _json(s)
+
+
+def main() -> None:
+    """Console-script entry point: user errors exit 2 with one message, no traceback."""
+    try:
+        app(standalone_mode=False)
+    except UserError as exc:
+        err.print(f"[red]error:[/red] {escape(exc.render())}", highlight=False)
+        sys.exit(2)
+    except typer.Exit as exc:
+        sys.exit(exc.exit_code)
+    except typer.Abort:
+        err.print("aborted")
+        sys.exit(130)
+    except Exception as exc:  # click usage errors arrive here in non-standalone mode
+        import click
+
+        if isinstance(exc, click.ClickException):
+            exc.show()
+            sys.exit(exc.exit_code)
+        raise
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,208 @@
+"""Hardware profile schema: GPUs, intra-node fabrics, networks, storage and prices.
+
+Every figure is a :class:`Sourced` value: the number and where it comes from (datasheet, paper
+table, or a probe run). A bare number is accepted where a scenario overrides a field inline; it is
+then recorded as an inline override. Spec-sheet peaks and achieved efficiency are separate fields,
+so no peak is ever used raw.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+
+INLINE_SOURCE = "inline override in scenario"
+
+
+class Sourced(BaseModel):
+    """A number with its source."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    value: float
+    source: str = Field(min_length=3, description="datasheet, paper table or probe run")
+    note: str | None = None
+
+    def __float__(self) -> float:
+        return float(self.value)
+
+
+def _coerce_sourced(v: Any) -> Any:
+    if isinstance(v, bool):
+        return v
+    if isinstance(v, int | float):
+        return {"value": float(v), "source": INLINE_SOURCE}
+    return v
+
+
+Num = Annotated[Sourced, BeforeValidator(_coerce_sourced)]
+"""A sourced figure; a bare number becomes an inline override."""
+
+
+class _Profile(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(pattern=r"^[a-z0-9][a-z0-9._-]*$", description="name scenarios refer to")
+    display_name: str
+    description: str | None = None
+
+    @model_validator(mode="after")
+    def _check_signs(self) -> _Profile:
+        for field, value in self:
+            figures = value.values() if isinstance(value, dict) else [value]
+            for fig in figures:
+                if not isinstance(fig, Sourced):
+                    continue
+                if fig.value < 0:
+                    raise ValueError(f"{field} must not be negative (got {fig.value})")
+                if fig.value == 0 and (field.endswith("_gbps") or field in _MUST_BE_POSITIVE):
+                    raise ValueError(f"{field} must be positive (got 0)")
+        return self
+
+
+_MUST_BE_POSITIVE = {"peak_tflops", "memory_gb", "achievable_fraction", "matmul_max"}
+
+
+class TailLatency(BaseModel):
+    """Shape of the per-message latency tail, for straggler modelling.
+
+    A log-normal multiplier on the nominal time: median 1, ``sigma`` its log-space spread.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    distribution: Literal["lognormal"] = "lognormal"
+    sigma: Num
+    p99_over_p50: Num | None = None
+
+
+class GPUEfficiency(BaseModel):
+    """Achieved fractions of peak, separate from the spec sheet.
+
+    Matmul efficiency follows a saturating curve in the operation's FLOPs:
+    ``eff(F) = matmul_max * F / (F + matmul_half_flops)``.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    matmul_max: Num = Field(description="fraction of dense peak reached by large GEMMs")
+    matmul_half_flops: Num = Field(description="GEMM size (FLOPs) at which efficiency is half")
+    attention_max: Num = Field(description="fraction of dense peak reached by fused attention")
+    memory_bandwidth: Num = Field(description="fraction of HBM bandwidth reached by copies")
+    kernel_launch_us: Num = Field(description="fixed overhead per kernel, microseconds")
+
+
+class GPUProfile(_Profile):
+    kind: Literal["gpu"] = "gpu"
+    vendor: Literal["nvidia", "amd", "intel", "other"]
+    memory_gb: Num = Field(description="HBM/GDDR capacity, GB (1e9 bytes)")
+    memory_bandwidth_gbps: Num = Field(description="memory bandwidth, GB/s")
+    tdp_w: Num = Field(description="board power, W")
+    peak_tflops: dict[Literal["fp64", "fp32", "tf32", "bf16", "fp16", "fp8"], Num] = Field(
+        description="dense (no sparsity) peak TFLOP/s per dtype"
+    )
+    efficiency: GPUEfficiency
+    mtbf_hours: Num | None = Field(default=None, description="mean time between GPU failures")
+    speed_cv: Num | None = Field(
+        default=None, description="coefficient of variation of per-GPU speed (stragglers)"
+    )
+
+    def peak_flops(self, dtype: str) -> float:
+        """Dense peak in FLOP/s for a dtype; fp8 falls back to bf16/fp16 where unsupported."""
+        for d in (dtype, "bf16", "fp16"):
+            if d in self.peak_tflops:
+                return self.peak_tflops[d].value * 1e12  # type: ignore[index]
+        raise KeyError(dtype)
+
+
+class FabricProfile(_Profile):
+    """Intra-node GPU interconnect."""
+
+    kind: Literal["fabric"] = "fabric"
+    technology: Literal["nvswitch", "pcie_host", "pcie_switch", "infinity_fabric"]
+    bandwidth_gbps: Num = Field(description="per-GPU unidirectional bandwidth, GB/s")
+    latency_us: Num = Field(description="one-hop latency, microseconds")
+    achievable_fraction: Num = Field(description="fraction of bandwidth collectives reach")
+    max_gpus: int = Field(ge=1, description="largest GPU count the fabric joins")
+    shared_uplink_gbps: Num | None = Field(
+        default=None,
+        description="PCIe: bandwidth of the shared root-complex / switch uplink that "
+        "traffic between GPUs crosses, GB/s",
+    )
+
+
+class NetworkProfile(_Profile):
+    """Inter-node network: one NIC port type and its switches."""
+
+    kind: Literal["network"] = "network"
+    technology: Literal["infiniband", "roce", "ethernet_tcp"]
+    port_gbps: Num = Field(description="per-port line rate, Gb/s (bits)")
+    latency_us: Num = Field(description="end-to-end small-message latency, microseconds")
+    achievable_fraction: Num = Field(description="fraction of line rate collectives reach")
+    switch_ports: int = Field(default=64, ge=2, description="radix of one switch")
+    tail_latency: TailLatency
+
+    @property
+    def port_bytes_per_s(self) -> float:
+        return self.port_gbps.value * 1e9 / 8
+
+
+class StorageProfile(_Profile):
+    kind: Literal["storage"] = "storage"
+    technology: Literal["local_nvme", "parallel_fs", "nfs", "object_store"]
+    read_gbps_per_client: Num = Field(description="sequential read per node, GB/s")
+    write_gbps_per_client: Num = Field(description="sequential write per node, GB/s")
+    aggregate_read_gbps: Num | None = Field(
+        default=None, description="whole-system read ceiling, GB/s (none: scales per node)"
+    )
+    aggregate_write_gbps: Num | None = Field(
+        default=None, description="whole-system write ceiling, GB/s (none: scales per node)"
+    )
+    latency_ms: Num = Field(description="first-byte latency per request, ms")
+
+
+class CloudPrice(_Profile):
+    kind: Literal["cloud_price"] = "cloud_price"
+    provider: str
+    instance: str
+    gpu: str = Field(description="GPU profile name this price is for")
+    as_of: dt.date
+    on_demand_usd_per_gpu_hour: Num
+    reserved_usd_per_gpu_hour: Num | None = None
+    reserved_term_years: float | None = None
+    spot_usd_per_gpu_hour: Num | None = None
+    spot_preemptions_per_day: Num | None = None
+
+
+class OwnershipPrice(_Profile):
+    kind: Literal["ownership_price"] = "ownership_price"
+    gpu: str = Field(description="GPU profile name this price is for")
+    as_of: dt.date
+    capex_per_node_usd: Num = Field(description="server with GPUs, CPUs, memory, local disk")
+    capex_per_network_port_usd: Num = Field(description="NIC + switch port + cable share")
+    power_per_gpu_w: Num = Field(description="average draw per GPU under training load")
+    power_per_node_w: Num = Field(description="non-GPU draw per node: CPUs, fans, NICs")
+    pue: Num
+    usd_per_kwh: Num
+    amortisation_years: Num
+    opex_fraction_per_year: Num | None = Field(
+        default=None, description="maintenance/staff/space per year as a fraction of capex"
+    )
+
+
+PriceProfile = Annotated[CloudPrice | OwnershipPrice, Field(discriminator="kind")]
+AnyProfile = Annotated[
+    GPUProfile | FabricProfile | NetworkProfile | StorageProfile | CloudPrice | OwnershipPrice,
+    Field(discriminator="kind"),
+]
+
+PROFILE_KINDS: dict[str, type[_Profile]] = {
+    "gpu": GPUProfile,
+    "fabric": FabricProfile,
+    "network": NetworkProfile,
+    "storage": StorageProfile,
+    "cloud_price": CloudPrice,
+    "ownership_price": OwnershipPrice,
+}

@@ -1,0 +1,403 @@
+"""YAML loading, ``--set`` overrides, profile resolution and layout checks.
+
+Every problem a user can cause becomes one :class:`~simulator.errors.UserError` naming the file,
+the field path and what to do.
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from ..errors import UserError, closest
+from .hardware import (
+    CloudPrice,
+    FabricProfile,
+    GPUProfile,
+    NetworkProfile,
+    OwnershipPrice,
+    StorageProfile,
+)
+from .scenario import ModelPresetRef, ProfileRef, ResolvedScenario, Scenario
+from .workload import ModelSpec
+
+
+def _loc(loc: tuple[Any, ...]) -> str:
+    parts: list[str] = []
+    for item in loc:
+        if isinstance(item, int):
+            parts.append(f"[{item}]")
+        elif parts:
+            parts.append(f".{item}")
+        else:
+            parts.append(str(item))
+    return "".join(parts)
+
+
+def _clean_loc(loc: tuple[Any, ...]) -> tuple[Any, ...]:
+    # pydantic puts union-member and discriminator tags into the location; users never see those.
+    tags = {"str", "ProfileRef", "ModelPresetRef", "ModelSpec", "int", "function-after[_check()]"}
+    out = []
+    for item in loc:
+        if isinstance(item, str) and (
+            item in tags or item.startswith("function-") or item.startswith("literal[")
+        ):
+            continue
+        out.append(item)
+    return tuple(out)
+
+
+_HINTS = {
+    "extra_forbidden": "remove the field or fix its spelling",
+    "missing": "add the field",
+    "literal_error": "use one of the allowed values",
+    "union_tag_invalid": "set 'kind' to one of the allowed values",
+}
+
+
+def validation_error(exc: ValidationError, file: str | None, prefix: str = "") -> UserError:
+    """One message for a pydantic error (the first problem, and how many more there are)."""
+    errors = exc.errors(include_url=False)
+    # Prefer the most specific error: unions report one error per member.
+    errors.sort(key=lambda e: (e["type"] == "string_type", -len(e["loc"])))
+    err = errors[0]
+    loc = _clean_loc(tuple(err["loc"]))
+    path = _loc(((prefix,) if prefix else ()) + loc)
+    msg = err["msg"]
+    if err["type"] == "extra_forbidden":
+        msg = f"unknown field '{loc[-1] if loc else ''}'"
+    elif err["type"] == "missing":
+        msg = "required field is missing"
+    elif "input" in err and err["type"] not in ("model_type", "dict_type"):
+        msg = f"{msg} (got {err['input']!r})"
+    hint = _HINTS.get(err["type"], "fix the value")
+    if err["type"] == "extra_forbidden" and loc:
+        model_fields = _fields_at(loc)
+        near = closest(str(loc[-1]), model_fields)
+        if near:
+            hint = f"did you mean '{near[0]}'?"
+    more = len({_loc(_clean_loc(tuple(e["loc"]))) for e in errors}) - 1
+    if more > 0:
+        msg += f" (and {more} more problem{'s' if more > 1 else ''})"
+    return UserError(msg, file=file, path=path or None, hint=hint)
+
+
+def _fields_at(loc: tuple[Any, ...]) -> list[str]:
+    """Field names of the model that holds ``loc[-1]`` in the scenario schema (for hints)."""
+    model: Any = Scenario
+    for item in loc[:-1]:
+        if isinstance(item, int):
+            continue
+        fields = getattr(model, "model_fields", {})
+        if item not in fields:
+            return []
+        ann = fields[item].annotation
+        model = _first_model(ann)
+        if model is None:
+            return []
+    return list(getattr(model, "model_fields", {}))
+
+
+def _first_model(ann: Any) -> type[BaseModel] | None:
+    if isinstance(ann, type) and issubclass(ann, BaseModel):
+        return ann
+    for arg in getattr(ann, "__args__", ()) or ():
+        found = _first_model(arg)
+        if found is not None:
+            return found
+    return None
+
+
+def read_yaml(path: Path) -> dict[str, Any]:
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise UserError(f"cannot read file: {exc.strerror}", file=str(path)) from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise UserError(
+            f"not valid YAML{where}: {problem}", file=str(path), hint="fix the YAML syntax"
+        ) from None
+    if not isinstance(data, dict):
+        raise UserError(
+            "a scenario must be a YAML mapping (cluster:, model:, training:, ...)",
+            file=str(path),
+            hint="see scenarios/ for examples, or `clustersim schema`",
+        )
+    return data
+
+
+def apply_sets(data: dict[str, Any], sets: list[str], file: str | None) -> dict[str, Any]:
+    """Apply ``PATH=VALUE`` overrides; VALUE is parsed as YAML (numbers, true, lists...)."""
+    out = copy.deepcopy(data)
+    for item in sets:
+        if "=" not in item:
+            raise UserError(
+                f"--set '{item}' is not PATH=VALUE", hint="e.g. --set parallelism.tp=4"
+            )
+        path, _, raw = item.partition("=")
+        keys = [k for k in path.strip().split(".") if k]
+        if not keys:
+            raise UserError(f"--set '{item}' has an empty path", hint="e.g. --set cluster.nodes=4")
+        try:
+            value = yaml.safe_load(raw)
+        except yaml.YAMLError:
+            value = raw
+        node: Any = out
+        for depth, key in enumerate(keys[:-1]):
+            nxt = node.get(key) if isinstance(node, dict) else None
+            if isinstance(nxt, str):
+                # A profile or preset given by name: turn it into a reference with overrides.
+                ref_key = "preset" if keys[:depth + 1] == ["model"] else "profile"
+                nxt = {ref_key: nxt}
+            elif not isinstance(nxt, dict):
+                nxt = {}
+            node[key] = nxt
+            node = nxt
+        if not isinstance(node, dict):
+            raise UserError(f"--set '{item}': '{path}' is not inside a mapping", file=file)
+        node[keys[-1]] = value
+    return out
+
+
+def parse_scenario(data: dict[str, Any], file: str | None) -> Scenario:
+    try:
+        return Scenario.model_validate(data)
+    except ValidationError as exc:
+        raise validation_error(exc, file) from None
+
+
+def _resolve_profile(ref: Any, cls: type[BaseModel], kinds: tuple[str, ...], file: str | None,
+                     path: str) -> Any:
+    from ..catalog import load_catalog
+
+    if isinstance(ref, str):
+        ref = ProfileRef(profile=ref)
+    overrides = dict(ref.model_extra or {})
+    if ref.profile is None:
+        data = {"kind": kinds[0], **overrides}
+    else:
+        try:
+            base = load_catalog().get(ref.profile, *kinds)
+        except UserError as err:
+            raise err.located(file, f"{path}.profile" if overrides else path) from None
+        if not overrides:
+            return base
+        data = _deep_merge(base.model_dump(mode="json"), overrides)
+        if data.get("kind") not in kinds:
+            data["kind"] = base.kind  # type: ignore[attr-defined]
+    try:
+        return cls.model_validate(data)
+    except ValidationError as exc:
+        raise validation_error(exc, file, path) from None
+
+
+def _deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for k, v in over.items():
+        if isinstance(v, dict) and isinstance(out.get(k), dict) and "value" not in v:
+            out[k] = _deep_merge(out[k], v)
+        else:
+            out[k] = v
+    return out
+
+
+def resolve_model(model: Any, file: str | None) -> ModelSpec:
+    from ..workload.presets import PRESETS
+
+    if isinstance(model, ModelSpec):
+        return model
+    name = model if isinstance(model, str) else model.preset
+    if name not in PRESETS:
+        near = closest(name, PRESETS)
+        raise UserError(
+            f"unknown model preset '{name}'",
+            file=file,
+            path="model" if isinstance(model, str) else "model.preset",
+            hint=(f"did you mean {', '.join(near)}? " if near else "")
+            + "or give the architecture inline (layers, hidden, heads, vocab, ...)",
+        )
+    base = PRESETS[name]
+    if isinstance(model, ModelPresetRef) and model.model_extra:
+        data = {**base.model_dump(), **model.model_extra}
+        try:
+            return ModelSpec.model_validate(data)
+        except ValidationError as exc:
+            raise validation_error(exc, file, "model") from None
+    return base
+
+
+def resolve(sc: Scenario, file: str | None = None, raw: dict[str, Any] | None = None
+            ) -> ResolvedScenario:
+    """Look profiles up, expand the model, derive DP and check the layout."""
+    c = sc.cluster
+    gpu = _resolve_profile(c.gpu, GPUProfile, ("gpu",), file, "cluster.gpu")
+    fabric = _resolve_profile(c.fabric, FabricProfile, ("fabric",), file, "cluster.fabric")
+    network = None
+    nics = 0
+    topology: Any = None
+    if c.network is not None:
+        network = _resolve_profile(
+            c.network.profile, NetworkProfile, ("network",), file, "cluster.network.profile"
+        )
+        nics = c.network.nics_per_node
+        topology = c.network.topology
+    elif c.nodes > 1:
+        raise UserError(
+            f"{c.nodes} nodes need a network", file=file, path="cluster.network",
+            hint="add cluster.network: {profile: ib-ndr-400, nics_per_node: 8}",
+        )
+    from .scenario import SingleSwitch
+
+    storage = _resolve_profile(c.storage, StorageProfile, ("storage",), file, "cluster.storage")
+    price = None
+    tier = "on_demand"
+    if c.pricing is not None:
+        ref = c.pricing.profile
+        ref_kind = None
+        if isinstance(ref, ProfileRef) and ref.profile is None:
+            ref_kind = (ref.model_extra or {}).get("kind")
+        cls: type[BaseModel] = OwnershipPrice if ref_kind == "ownership_price" else CloudPrice
+        if ref_kind is None:
+            from ..catalog import load_catalog
+
+            name = ref if isinstance(ref, str) else ref.profile
+            prof = load_catalog().profiles.get(str(name))
+            if isinstance(prof, OwnershipPrice):
+                cls = OwnershipPrice
+        price = _resolve_profile(
+            ref, cls, ("cloud_price", "ownership_price"), file, "cluster.pricing.profile"
+        )
+        tier = c.pricing.tier
+    model = resolve_model(sc.model, file)
+    par = sc.parallelism
+    gpus = c.gpus_per_node * c.nodes
+    tr = sc.training
+
+    if c.gpus_per_node > fabric.max_gpus:
+        raise UserError(
+            f"{c.gpus_per_node} GPUs per node but fabric '{fabric.name}' joins at most "
+            f"{fabric.max_gpus}", file=file, path="cluster.gpus_per_node",
+            hint="lower gpus_per_node or pick another fabric",
+        )
+    denom = par.tp * par.pp * par.cp
+    if par.dp == "auto":
+        if gpus % denom:
+            raise UserError(
+                f"{gpus} GPUs cannot be split into TP·PP·CP = {par.tp}·{par.pp}·{par.cp} = "
+                f"{denom} per replica", file=file, path="parallelism",
+                hint=f"make TP·PP·CP divide {gpus}, or change cluster.nodes",
+            )
+        dp = gpus // denom
+    else:
+        dp = par.dp
+        if dp * denom != gpus:
+            raise UserError(
+                f"DP·TP·PP·CP = {dp}·{par.tp}·{par.pp}·{par.cp} = {dp * denom} but the cluster "
+                f"has {gpus} GPUs ({c.nodes} nodes × {c.gpus_per_node})", file=file,
+                path="parallelism.dp",
+                hint=f"set dp: auto, or dp: {gpus // denom} if TP·PP·CP divides {gpus}"
+                if gpus % denom == 0 else "make DP·TP·PP·CP equal the GPU count",
+            )
+    if model.heads % par.tp:
+        raise UserError(
+            f"TP={par.tp} does not divide the {model.heads} attention heads of {model.name}",
+            file=file, path="parallelism.tp",
+            hint=f"use a TP that divides {model.heads}: "
+            + ", ".join(str(d) for d in _divisors(model.heads) if d <= 64),
+        )
+    if model.n_kv_heads % par.tp and par.tp % model.n_kv_heads:
+        raise UserError(
+            f"TP={par.tp} and the {model.n_kv_heads} KV heads of {model.name} do not divide "
+            "one another", file=file, path="parallelism.tp",
+            hint="use a TP that divides the KV heads or is a multiple of them",
+        )
+    v = par.virtual_stages
+    if par.stage_layers is not None:
+        sl = par.stage_layers
+        if len(sl) not in (par.pp, par.pp * v) or sum(sl) != model.layers or min(sl) < 1:
+            raise UserError(
+                f"stage_layers must list {par.pp * v} positive counts summing to "
+                f"{model.layers} layers (got {len(sl)} summing to {sum(sl)})",
+                file=file, path="parallelism.stage_layers",
+                hint="fix the list or remove it for even stages",
+            )
+    elif model.layers % (par.pp * v):
+        what = f"PP={par.pp}" + (f" × {v} virtual stages" if v > 1 else "")
+        raise UserError(
+            f"{what} does not divide the {model.layers} layers of {model.name}",
+            file=file, path="parallelism.pp",
+            hint="pick a PP that divides the layers, or give uneven "
+            "parallelism.stage_layers",
+        )
+    if tr.global_batch % (dp * tr.micro_batch):
+        raise UserError(
+            f"global batch {tr.global_batch} is not a multiple of DP·micro_batch = "
+            f"{dp}·{tr.micro_batch} = {dp * tr.micro_batch}",
+            file=file, path="training.global_batch",
+            hint=f"use a global batch that is a multiple of {dp * tr.micro_batch}",
+        )
+    if tr.seq_len % par.cp:
+        raise UserError(
+            f"CP={par.cp} does not divide the sequence length {tr.seq_len}",
+            file=file, path="parallelism.cp", hint="pick a CP that divides seq_len",
+        )
+    if par.sequence_parallel and par.tp == 1:
+        raise UserError(
+            "sequence_parallel needs TP > 1", file=file, path="parallelism.sequence_parallel",
+            hint="set tp above 1 or sequence_parallel: false",
+        )
+    if v > 1 and par.pp == 1:
+        raise UserError(
+            "the interleaved schedule needs PP > 1", file=file, path="parallelism.pp_schedule",
+            hint="use kind: 1f1b, or raise pp",
+        )
+    if par.pp > 1 and v > 1 and (tr.global_batch // (dp * tr.micro_batch)) % par.pp:
+        raise UserError(
+            "the interleaved schedule needs the micro-batch count to be a multiple of PP "
+            f"(got {tr.global_batch // (dp * tr.micro_batch)} micro-batches, PP={par.pp})",
+            file=file, path="training.global_batch",
+            hint="change global_batch or micro_batch, or use the 1f1b schedule",
+        )
+    if price is not None and price.gpu != gpu.name:
+        raise UserError(
+            f"pricing profile '{price.name}' is for GPU '{price.gpu}' but the cluster uses "
+            f"'{gpu.name}'", file=file, path="cluster.pricing.profile",
+            hint=f"pick a price profile for {gpu.name} (`clustersim profiles list`)",
+        )
+    name = sc.name or (Path(file).stem if file else "scenario")
+    return ResolvedScenario(
+        name=name, source_file=file, gpu=gpu, gpus_per_node=c.gpus_per_node, nodes=c.nodes,
+        fabric=fabric, network=network, nics_per_node=nics,
+        topology=topology or SingleSwitch(), storage=storage, price=price,
+        price_tier=tier, model=model, training=tr, parallelism=par, dp=dp, run=sc.run,
+        raw=raw or {},
+    )
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def load_scenario(path: str | Path, sets: list[str] | None = None) -> ResolvedScenario:
+    """Read, override, validate and resolve a scenario file."""
+    p = Path(path)
+    file = str(path)
+    data = apply_sets(read_yaml(p), sets or [], file)
+    sc = parse_scenario(data, file)
+    return resolve(sc, file, data)
+
+
+def resolve_dict(data: dict[str, Any], sets: list[str] | None = None,
+                 file: str | None = None) -> ResolvedScenario:
+    """As :func:`load_scenario`, from a mapping already in memory (sweeps, tests)."""
+    data = apply_sets(data, sets or [], file)
+    return resolve(parse_scenario(data, file), file, data)

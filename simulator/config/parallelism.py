@@ -1,0 +1,87 @@
+"""Parallelism plan schema: DP/TP/PP/CP degrees, sharding, pipeline schedule, recompute, overlap."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class GPipe(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    kind: Literal["gpipe"] = "gpipe"
+
+
+class OneFOneB(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    kind: Literal["1f1b"] = "1f1b"
+
+
+class Interleaved(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    kind: Literal["interleaved"] = "interleaved"
+    virtual_stages: int = Field(default=2, ge=1, description="model chunks per pipeline rank")
+
+
+PipelineSchedule = Annotated[GPipe | OneFOneB | Interleaved, Field(discriminator="kind")]
+
+
+class ZeroSharding(BaseModel):
+    """DeepSpeed ZeRO (Rajbhandari et al. 2020): 1 optimizer state, 2 + gradients, 3 + weights."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    kind: Literal["zero"] = "zero"
+    stage: Literal[0, 1, 2, 3] = 0
+
+
+class FSDPSharding(BaseModel):
+    """PyTorch FSDP. full_shard ~ ZeRO-3, shard_grad_op ~ ZeRO-2, hybrid_shard shards within a
+    group of ``shard_group`` DP ranks (default: the GPUs of one node) and replicates across."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    kind: Literal["fsdp"] = "fsdp"
+    strategy: Literal["full_shard", "shard_grad_op", "hybrid_shard"] = "full_shard"
+    shard_group: int | None = Field(default=None, ge=1)
+
+
+Sharding = Annotated[ZeroSharding | FSDPSharding, Field(discriminator="kind")]
+
+
+class Overlap(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    dp_grad: bool = Field(default=True, description="overlap DP gradient buckets with backward")
+    param_gather: bool = Field(default=True, description="prefetch ZeRO-3/FSDP all-gathers")
+    tp_comm: bool = Field(default=False, description="overlap TP collectives with GEMMs")
+    pp_p2p: bool = Field(default=True, description="pipeline sends run on their own stream")
+
+
+class ParallelismSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    dp: int | Literal["auto"] = Field(default="auto", description="'auto': GPUs / (TP·PP·CP)")
+    tp: int = Field(default=1, ge=1)
+    sequence_parallel: bool = Field(default=False, description="Megatron SP with TP")
+    pp: int = Field(default=1, ge=1)
+    pp_schedule: PipelineSchedule = OneFOneB()
+    stage_layers: list[int] | None = Field(
+        default=None, description="layers per pipeline stage when uneven; sums to the layers"
+    )
+    cp: int = Field(default=1, ge=1, description="context parallelism over the sequence")
+    sharding: Sharding = ZeroSharding()
+    recompute: Literal["none", "selective", "full"] = "none"
+    dp_bucket_mb: float = Field(default=25.0, gt=0, description="DP gradient bucket size, MB")
+    overlap: Overlap = Overlap()
+
+    @property
+    def zero_stage(self) -> int:
+        """Equivalent ZeRO stage of the sharding choice."""
+        if isinstance(self.sharding, ZeroSharding):
+            return self.sharding.stage
+        return 2 if self.sharding.strategy == "shard_grad_op" else 3
+
+    @property
+    def virtual_stages(self) -> int:
+        return (
+            self.pp_schedule.virtual_stages if isinstance(self.pp_schedule, Interleaved) else 1
+        )

@@ -1,0 +1,189 @@
+"""Scenario schema as a user writes it (profile names plus inline overrides) and as resolved.
+
+``Scenario`` is what the YAML file holds. ``ResolvedScenario`` is what the rest of the program
+uses: profiles looked up and overridden, the model preset expanded, DP derived, and the layout
+checked. Resolution lives in :mod:`simulator.config.loading`.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from .hardware import (
+    CloudPrice,
+    FabricProfile,
+    GPUProfile,
+    NetworkProfile,
+    OwnershipPrice,
+    StorageProfile,
+)
+from .parallelism import ParallelismSpec
+from .workload import ModelSpec, TrainingSpec
+
+
+class ProfileRef(BaseModel):
+    """A catalogue profile by name, with any of its fields overridden inline.
+
+    Without ``profile`` the object must be a complete profile of the expected kind.
+    """
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    profile: str | None = Field(default=None, description="name in hardware_profiles/")
+
+
+Ref = str | ProfileRef
+
+
+class SingleSwitch(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    kind: Literal["single_switch"] = "single_switch"
+
+
+class FatTree(BaseModel):
+    """Two-tier leaf/spine fat tree; ``oversubscription`` = leaf down-links : up-links."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    kind: Literal["fat_tree"] = "fat_tree"
+    oversubscription: float = Field(default=1.0, ge=1.0)
+    nodes_per_leaf: int | None = Field(
+        default=None, ge=1, description="none: half the switch radix / NICs per node"
+    )
+
+
+class RailOptimized(BaseModel):
+    """Rail-optimised: NIC i of every node in a group goes to leaf (rail) switch i; same-rail
+    traffic stays on one leaf, cross-rail or cross-group traffic crosses the spine."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    kind: Literal["rail_optimized"] = "rail_optimized"
+    oversubscription: float = Field(default=1.0, ge=1.0)
+    nodes_per_rail_group: int | None = Field(
+        default=None, ge=1, description="none: half the switch radix"
+    )
+
+
+Topology = Annotated[SingleSwitch | FatTree | RailOptimized, Field(discriminator="kind")]
+
+
+class NetworkSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    profile: Ref
+    nics_per_node: int = Field(default=8, ge=1)
+    topology: Topology = FatTree()
+
+
+class PricingSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    profile: Ref
+    tier: Literal["on_demand", "reserved", "spot"] = Field(
+        default="on_demand", description="cloud price tier (ignored for ownership)"
+    )
+
+
+class ClusterSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    gpu: Ref
+    gpus_per_node: int = Field(default=8, ge=1)
+    nodes: int = Field(default=1, ge=1)
+    fabric: Ref
+    network: NetworkSpec | None = Field(default=None, description="required when nodes > 1")
+    storage: Ref = "lustre"
+    pricing: PricingSpec | None = None
+
+
+class ModelPresetRef(BaseModel):
+    """A model preset by name, with any architecture field overridden."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+    preset: str
+
+
+class ReferenceLayout(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    nodes: int = Field(ge=1)
+
+
+class RunSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    tokens: float | None = Field(default=None, gt=0, description="token budget of the run")
+    scaling_reference: ReferenceLayout | None = Field(
+        default=None, description="layout to measure scaling against; none: fewest nodes that fit"
+    )
+
+
+class Scenario(BaseModel):
+    """The YAML file."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str | None = None
+    description: str | None = None
+    question: str | None = Field(default=None, description="what this scenario answers")
+    cluster: ClusterSpec
+    model: str | ModelPresetRef | ModelSpec
+    training: TrainingSpec
+    parallelism: ParallelismSpec = ParallelismSpec()
+    run: RunSpec = RunSpec()
+
+
+class ResolvedScenario(BaseModel):
+    """Everything looked up, checked and ready to simulate."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str
+    source_file: str | None = None
+    gpu: GPUProfile
+    gpus_per_node: int
+    nodes: int
+    fabric: FabricProfile
+    network: NetworkProfile | None
+    nics_per_node: int
+    topology: Topology
+    storage: StorageProfile
+    price: CloudPrice | OwnershipPrice | None
+    price_tier: Literal["on_demand", "reserved", "spot"]
+    model: ModelSpec
+    training: TrainingSpec
+    parallelism: ParallelismSpec
+    dp: int
+    run: RunSpec
+    raw: dict[str, Any] = Field(default_factory=dict, description="the scenario as written")
+
+    @property
+    def gpus(self) -> int:
+        return self.gpus_per_node * self.nodes
+
+    @property
+    def tp(self) -> int:
+        return self.parallelism.tp
+
+    @property
+    def pp(self) -> int:
+        return self.parallelism.pp
+
+    @property
+    def cp(self) -> int:
+        return self.parallelism.cp
+
+    @property
+    def micro_batches(self) -> int:
+        """Micro-batches per step per pipeline (gradient-accumulation steps)."""
+        return self.training.global_batch // (self.dp * self.training.micro_batch)
+
+    def stage_layers(self) -> list[int]:
+        """Transformer layers held by each pipeline rank (all its virtual chunks together)."""
+        if self.parallelism.stage_layers is not None:
+            v = self.parallelism.virtual_stages
+            sl = self.parallelism.stage_layers
+            if len(sl) == self.pp * v and v > 1:
+                return [sum(sl[r + self.pp * c] for c in range(v)) for r in range(self.pp)]
+            return list(sl)
+        return [self.model.layers // self.pp] * self.pp

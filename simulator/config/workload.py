@@ -1,0 +1,107 @@
+"""Workload schema: the model architecture and the training set-up (batch, precision, optimizer)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+class ModelSpec(BaseModel):
+    """A decoder-only transformer.
+
+    ``kv_heads`` below ``heads`` is grouped-query attention; ``mlp`` picks a SwiGLU (three
+    matrices) or GELU (two matrices) feed-forward block. ``ffn_hidden`` defaults to 4·hidden for
+    GELU and to Llama's 8/3·hidden rounded up to a multiple of 256 for SwiGLU.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = "custom"
+    layers: int = Field(ge=1)
+    hidden: int = Field(ge=1)
+    heads: int = Field(ge=1)
+    kv_heads: int | None = Field(default=None, ge=1, description="GQA groups; none = heads")
+    ffn_hidden: int | None = Field(default=None, ge=1)
+    vocab: int = Field(ge=1)
+    mlp: Literal["swiglu", "gelu"] = "swiglu"
+    norm: Literal["rmsnorm", "layernorm"] = "rmsnorm"
+    position: Literal["rope", "learned"] = "rope"
+    max_positions: int | None = Field(
+        default=None, description="learned position table size; none = sequence length"
+    )
+    tied_embeddings: bool = False
+    linear_bias: bool = Field(default=False, description="biases on the linear layers")
+    dropout: bool = Field(default=False, description="dropout masks kept for backward")
+    published_params: float | None = Field(
+        default=None, description="published parameter count, for reference"
+    )
+
+    @model_validator(mode="after")
+    def _check(self) -> ModelSpec:
+        if self.hidden % self.heads:
+            raise ValueError(f"hidden ({self.hidden}) must be divisible by heads ({self.heads})")
+        if self.heads % self.n_kv_heads:
+            raise ValueError(
+                f"heads ({self.heads}) must be divisible by kv_heads ({self.n_kv_heads})"
+            )
+        return self
+
+    @property
+    def n_kv_heads(self) -> int:
+        return self.kv_heads or self.heads
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden // self.heads
+
+    @property
+    def kv_dim(self) -> int:
+        return self.n_kv_heads * self.head_dim
+
+    @property
+    def ffn(self) -> int:
+        if self.ffn_hidden is not None:
+            return self.ffn_hidden
+        if self.mlp == "gelu":
+            return 4 * self.hidden
+        raw = int(8 * self.hidden / 3)
+        return 256 * ((raw + 255) // 256)
+
+
+class OptimizerSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    kind: Literal["adam", "adamw", "sgd", "adafactor"] = "adamw"
+    master_weights_fp32: bool = Field(
+        default=True, description="mixed precision keeps an fp32 copy of the weights"
+    )
+
+
+class TrainingSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    seq_len: int = Field(ge=1, description="tokens per sequence")
+    global_batch: int = Field(ge=1, description="sequences per optimizer step")
+    micro_batch: int = Field(default=1, ge=1, description="sequences per micro-batch per replica")
+    precision: Literal["bf16", "fp16", "fp8"] = "bf16"
+    optimizer: OptimizerSpec = OptimizerSpec()
+    flash_attention: bool = Field(
+        default=True, description="fused attention: no s×s score matrix kept for backward"
+    )
+    grad_reduce_dtype: Literal["bf16", "fp32"] = Field(
+        default="bf16", description="dtype of the DP gradient reduction"
+    )
+    memory_reserve_gb: float = Field(
+        default=2.0,
+        ge=0,
+        description="framework reserve per GPU: CUDA context (~0.5 GB), NCCL buffers and "
+        "allocator fragmentation",
+    )
+    tokens_per_sample_bytes: float = Field(
+        default=4.0, ge=0, description="bytes of input data read per token (e.g. int32 ids)"
+    )
+
+    @property
+    def tokens_per_step(self) -> int:
+        return self.seq_len * self.global_batch

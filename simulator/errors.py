@@ -1,0 +1,55 @@
+"""User-facing errors: what went wrong, where (file and field path), and what to do.
+
+The CLI turns a :class:`UserError` into one message on stderr and exit code 2; anything else is an
+internal error (exit 1).
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable
+
+
+class UserError(Exception):
+    """An error the user can fix: bad input, unknown name, impossible layout."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        file: str | None = None,
+        path: str | None = None,
+        hint: str | None = None,
+    ) -> None:
+        self.message = message
+        self.file = file
+        self.path = path
+        self.hint = hint
+        super().__init__(self.render())
+
+    def render(self) -> str:
+        where = ""
+        if self.file:
+            where = str(self.file)
+        if self.path:
+            where = f"{where}: {self.path}" if where else self.path
+        text = f"{where}: {self.message}" if where else self.message
+        if self.hint:
+            text += f"\n  what to do: {self.hint}"
+        return text
+
+    def located(self, file: str | None = None, prefix: str | None = None) -> UserError:
+        """A copy of this error with a file and/or a field-path prefix filled in."""
+        path = self.path
+        if prefix:
+            path = f"{prefix}.{path}" if path else prefix
+        return UserError(self.message, file=self.file or file, path=path, hint=self.hint)
+
+
+def closest(name: str, candidates: Iterable[str], n: int = 3) -> list[str]:
+    """The candidates closest to ``name`` (for 'did you mean' hints)."""
+    pool = sorted(set(candidates))
+    found = difflib.get_close_matches(name, pool, n=n, cutoff=0.4)
+    if not found:
+        found = [c for c in pool if name.lower() in c.lower() or c.lower() in name.lower()][:n]
+    return found

@@ -1,0 +1,121 @@
+"""Rich tables for the terminal: profiles, the `check` report."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from ..check import CheckReport
+from ..config.hardware import Sourced, _Profile
+
+
+def fmt_num(x: float) -> str:
+    ax = abs(x)
+    if ax >= 1e15:
+        return f"{x:.3e}"
+    if ax >= 1e4:
+        return f"{x:,.0f}"
+    if ax >= 100:
+        return f"{x:.1f}"
+    if ax >= 1:
+        return f"{x:.3g}" if ax < 10 else f"{x:.2f}"
+    return f"{x:.3g}"
+
+
+def _rows(prefix: str, value: Any) -> list[tuple[str, str, str]]:
+    if isinstance(value, Sourced):
+        return [(prefix, fmt_num(value.value), value.source)]
+    if isinstance(value, dict):
+        out: list[tuple[str, str, str]] = []
+        for k, v in value.items():
+            out += _rows(f"{prefix}.{k}", v)
+        return out
+    if hasattr(value, "model_fields"):
+        out = []
+        for k in type(value).model_fields:
+            out += _rows(f"{prefix}.{k}" if prefix else k, getattr(value, k))
+        return out
+    if value is None:
+        return []
+    return [(prefix, str(value), "")]
+
+
+def profile_table(p: _Profile, path: str | None) -> Table:
+    title = f"{p.display_name}  [dim]({p.name}, {getattr(p, 'kind', '')})[/dim]"
+    t = Table(title=title, caption=path, show_lines=False)
+    t.add_column("field", style="cyan", no_wrap=True)
+    t.add_column("value", justify="right")
+    t.add_column("source", overflow="fold")
+    for field, value, source in _rows("", p):
+        if field in ("name", "display_name", "kind"):
+            continue
+        t.add_row(field, value, source)
+    return t
+
+
+def profiles_table(rows: list[tuple[str, str, str, str]]) -> Table:
+    t = Table(title="hardware profiles")
+    for col in ("kind", "name", "description", "key figures"):
+        t.add_column(col, overflow="fold")
+    for r in rows:
+        t.add_row(*r)
+    return t
+
+
+def print_check(rep: CheckReport, console: Console) -> None:
+    rs = rep.rs
+    d = rep.as_dict()
+    lay = d["layout"]
+    console.print(
+        f"[bold]{rs.name}[/bold]: {rs.model.name} ({rep.params / 1e9:.2f} B params) on "
+        f"{rs.gpus} × {rs.gpu.display_name} ({rs.nodes} node{'s' if rs.nodes > 1 else ''})"
+    )
+    console.print(
+        f"layout DP={lay['dp']} TP={lay['tp']} PP={lay['pp']} CP={lay['cp']}, "
+        f"{lay['micro_batches']} micro-batches of {rs.training.micro_batch}, "
+        f"schedule {lay['schedule']}, ZeRO stage {lay['zero_stage']}, "
+        f"recompute {lay['recompute']}"
+    )
+    console.print(
+        f"FLOPs per step: model {rep.model_flops_per_step:.3e}, hardware "
+        f"{rep.hardware_flops_per_step:.3e} ({rs.training.tokens_per_step:,} tokens)"
+    )
+    t = Table(title="memory per GPU (GB)")
+    t.add_column("")
+    stages = rep.memory.stages
+    show = stages if len(stages) <= 4 else [stages[0], stages[1], stages[-2], stages[-1]]
+    for s in show:
+        t.add_column(f"stage {s.stage}" if rs.pp > 1 else "GPU", justify="right")
+    for key, label in [
+        ("weights_gb", "weights"),
+        ("gradients_gb", "gradients"),
+        ("optimizer_gb", "optimizer state"),
+        ("gathered_params_gb", "gathered params (ZeRO-3)"),
+        ("activations_gb", "activations"),
+        ("reserve_gb", "framework reserve"),
+    ]:
+        t.add_row(label, *[f"{getattr(s, key):.2f}" for s in show])
+    t.add_row("[bold]total[/bold]", *[f"[bold]{s.total_gb:.2f}[/bold]" for s in show])
+    t.add_row("capacity", *[f"{rep.memory.capacity_gb:.2f}" for _ in show])
+    t.add_row("micro-batches in flight", *[f"{s.inflight_microbatches:g}" for s in show])
+    console.print(t)
+    if rep.fits:
+        peak = rep.memory.peak
+        console.print(
+            f"[green]fits[/green]: peak {peak.total_gb:.1f} GB of {rep.memory.capacity_gb:.0f} GB"
+            f" (stage {peak.stage})"
+        )
+    else:
+        peak = rep.memory.peak
+        console.print(
+            f"[red bold]does not fit[/red bold]: stage {peak.stage} needs {peak.total_gb:.1f} GB "
+            f"of {rep.memory.capacity_gb:.0f} GB"
+        )
+        if rep.levers:
+            console.print("changes that make it fit:")
+            for lv in rep.levers:
+                console.print(f"  --set {' --set '.join(lv.change)}   (peak {lv.peak_gb:.1f} GB)")
+        else:
+            console.print("no single change to the plan fits: use more GPUs or a larger GPU")

@@ -1,0 +1,2 @@
+"""Workload maths: model presets, parameter and FLOP counts, per-layer operations, collective
+bytes, and memory per GPU under a parallelism plan."""

@@ -1,0 +1,116 @@
+"""Bytes of every collective and point-to-point transfer one training step needs under a plan.
+
+Sizes follow nccl-tests' convention: ``bytes`` is the full buffer S of the operation (for an
+all-gather, the gathered output; for a reduce-scatter, the input). ``calls`` is per rank per step.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from ..config.scenario import ResolvedScenario
+from .memory import shard_group, stage_params
+from .ops import ACT_BYTES, embedding_ops, head_ops, layer_ops, tokens_per_rank
+
+
+@dataclass(frozen=True)
+class CommItem:
+    group: str  # tp, cp, pp, dp
+    op: str  # all_reduce, all_gather, reduce_scatter, p2p
+    bytes: float  # per call
+    calls: float  # per rank per step
+    group_size: int
+    phase: str  # forward, backward, recompute, step
+
+    @property
+    def total_bytes(self) -> float:
+        return self.bytes * self.calls
+
+
+def grad_bytes_per_param(rs: ResolvedScenario) -> float:
+    return 4.0 if rs.training.grad_reduce_dtype == "fp32" else 2.0
+
+
+def pp_message_bytes(rs: ResolvedScenario) -> float:
+    """Activation (or its gradient) sent between pipeline stages per micro-batch, per rank.
+
+    With SP the tensor is already split over TP ranks; without it, each TP rank sends a 1/t
+    slice and the receiver all-gathers it over the fast fabric (Megatron's scatter/gather)."""
+    return tokens_per_rank(rs) * rs.model.hidden * ACT_BYTES / rs.tp
+
+
+def dp_buckets(rs: ResolvedScenario, stage: int = 0) -> list[float]:
+    """Gradient bucket sizes (bytes) of one rank's DP reduction, in backward order."""
+    total = stage_params(rs, stage) * grad_bytes_per_param(rs)
+    bucket = rs.parallelism.dp_bucket_mb * 1e6
+    n = max(1, math.ceil(total / bucket))
+    return [total / n] * n
+
+
+def step_comm(rs: ResolvedScenario, stage: int = 0) -> list[CommItem]:
+    """Communication of one rank of a pipeline stage during one step."""
+    items: list[CommItem] = []
+    m = rs.micro_batches
+    layers = rs.stage_layers()[stage]
+    recompute_full = rs.parallelism.recompute == "full"
+
+    def add_ops(ops: list, count: float) -> None:
+        for op in ops:
+            if op.kind != "collective" or op.group is None:
+                continue
+            size = rs.tp if op.group == "tp" else rs.cp
+            items.append(CommItem(op.group, op.collective, op.msg_bytes, count * m, size,
+                                  "forward"))
+            back = {"all_gather": "reduce_scatter", "reduce_scatter": "all_gather"}
+            items.append(CommItem(op.group, back.get(op.collective, op.collective),
+                                  op.msg_bytes, count * m, size, "backward"))
+            if recompute_full and op.name.startswith(("tp_", "cp_")):
+                items.append(CommItem(op.group, op.collective, op.msg_bytes, count * m, size,
+                                      "recompute"))
+
+    add_ops(layer_ops(rs), layers)
+    if stage == 0:
+        add_ops(embedding_ops(rs), 1)
+    if stage == rs.pp - 1:
+        add_ops(head_ops(rs), 1)
+
+    if rs.pp > 1:
+        v = rs.parallelism.virtual_stages
+        # Each micro-batch crosses each of this rank's chunk boundaries once forward and once
+        # backward; the first and last stage have one neighbour when v = 1.
+        sends = m * v * (2 if 0 < stage < rs.pp - 1 or v > 1 else 1)
+        items.append(CommItem("pp", "p2p", pp_message_bytes(rs), sends, 2, "forward+backward"))
+
+    if rs.dp > 1:
+        z = rs.parallelism.zero_stage
+        g = grad_bytes_per_param(rs)
+        params = stage_params(rs, stage)
+        n = shard_group(rs)
+        if z == 0:
+            for b in dp_buckets(rs, stage):
+                items.append(CommItem("dp", "all_reduce", b, 1, rs.dp, "backward"))
+        else:
+            for b in dp_buckets(rs, stage):
+                items.append(CommItem("dp", "reduce_scatter", b, 1, n, "backward"))
+            if n < rs.dp:  # hybrid sharding: then all-reduce the shard across replicas
+                items.append(CommItem("dp", "all_reduce", params * g / n, 1, rs.dp // n,
+                                      "backward"))
+            gathers = 1.0 if z < 3 else 2.0 * m  # ZeRO-3: before forward and before backward
+            items.append(CommItem("dp", "all_gather", params * 2.0, gathers, n,
+                                  "step" if z < 3 else "forward+backward"))
+    return items
+
+
+def comm_summary(rs: ResolvedScenario) -> dict[str, float]:
+    """Bytes each rank of the busiest stage moves per step, by group."""
+    out: dict[str, float] = {}
+    best: dict[str, float] = {}
+    for stage in range(rs.pp):
+        per: dict[str, float] = {}
+        for it in step_comm(rs, stage):
+            per[it.group] = per.get(it.group, 0.0) + it.total_bytes
+        for k, v in per.items():
+            best[k] = max(best.get(k, 0.0), v)
+    out.update(best)
+    return out

@@ -1,0 +1,219 @@
+"""Memory per GPU under a parallelism plan.
+
+Model state follows Rajbhandari et al., "ZeRO" (SC20), §3.1 and §5: with mixed-precision Adam a
+parameter costs 2 bytes (16-bit weight) + 2 (16-bit gradient) + K=12 (fp32 master weight,
+momentum, variance) = 16 bytes; ZeRO-1 shards the K bytes over DP, ZeRO-2 the gradients too,
+ZeRO-3 everything. Activations follow Korthikanti et al., "Reducing Activation Recomputation in
+Large Transformer Models" (2022), §4, generalised to grouped-query attention, SwiGLU and fused
+attention; the first pipeline stage holds the most micro-batches in flight.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from ..config.scenario import ResolvedScenario
+from .model import param_breakdown
+
+GB = 1e9
+
+
+@dataclass(frozen=True)
+class StageMemory:
+    stage: int
+    params: float  # parameters held by one rank of this stage (before ZeRO sharding)
+    weights_gb: float
+    gradients_gb: float
+    optimizer_gb: float
+    activations_gb: float
+    gathered_params_gb: float  # ZeRO-3/FSDP: full layers all-gathered for compute
+    reserve_gb: float
+    inflight_microbatches: float
+
+    @property
+    def total_gb(self) -> float:
+        return (
+            self.weights_gb + self.gradients_gb + self.optimizer_gb + self.activations_gb
+            + self.gathered_params_gb + self.reserve_gb
+        )
+
+    def as_dict(self) -> dict[str, float]:
+        d = asdict(self)
+        d["total_gb"] = self.total_gb
+        return d
+
+
+@dataclass(frozen=True)
+class MemoryReport:
+    stages: list[StageMemory]
+    capacity_gb: float
+
+    @property
+    def peak(self) -> StageMemory:
+        return max(self.stages, key=lambda s: s.total_gb)
+
+    @property
+    def fits(self) -> bool:
+        return self.peak.total_gb <= self.capacity_gb
+
+
+def stage_params(rs: ResolvedScenario, stage: int) -> float:
+    """Parameters held by one rank of a pipeline stage: its layers' TP shard, plus the
+    vocabulary-parallel embedding on the first stage and the output layer on the last (a tied
+    embedding is held by both when PP > 1, as in Megatron)."""
+    m = rs.model
+    pb = param_breakdown(m, rs.training.seq_len)
+    t = rs.tp
+    layers = rs.stage_layers()[stage]
+    # Norm weights (and row-parallel biases) are replicated across TP ranks.
+    p = layers * ((pb.attention_per_layer + pb.mlp_per_layer) / t + pb.norms_per_layer)
+    if stage == 0:
+        p += pb.embedding / t + pb.positions
+    if stage == rs.pp - 1:
+        p += pb.final_norm
+        if pb.lm_head:
+            p += pb.lm_head / t
+        elif rs.pp > 1:
+            p += pb.embedding / t
+    return p
+
+
+def _bytes_per_param(rs: ResolvedScenario) -> tuple[float, float, float]:
+    """(weights, gradients, optimizer) bytes per parameter before sharding."""
+    tr = rs.training
+    w = 2.0  # 16-bit working weights (fp8 training keeps 16-bit weights and casts per GEMM)
+    g = 4.0 if tr.grad_reduce_dtype == "fp32" else 2.0
+    master = 4.0 if tr.optimizer.master_weights_fp32 else 0.0
+    states = {"adam": 8.0, "adamw": 8.0, "sgd": 4.0, "adafactor": 0.5}[tr.optimizer.kind]
+    return w, g, master + states
+
+
+def shard_group(rs: ResolvedScenario) -> int:
+    """DP ranks over which ZeRO/FSDP shards state (hybrid sharding: within a node's worth)."""
+    sh = rs.parallelism.sharding
+    if getattr(sh, "strategy", None) == "hybrid_shard":
+        group = sh.shard_group or max(1, rs.gpus_per_node // (rs.tp * rs.cp))  # type: ignore[union-attr]
+        return max(1, min(rs.dp, group))
+    return rs.dp
+
+
+def activation_bytes_per_layer(rs: ResolvedScenario) -> float:
+    """Bytes one rank keeps for backward per layer per micro-batch, with no recomputation."""
+    m = rs.model
+    t, cp = rs.tp, rs.cp
+    sp = rs.parallelism.sequence_parallel
+    b = rs.training.micro_batch
+    s = rs.training.seq_len // cp
+    h, kv, f = m.hidden, m.kv_dim, m.ffn
+    sbh = s * b * h
+    # Tensors outside the TP regions: norm inputs and the matmul inputs they feed (2 bytes each),
+    # plus dropout masks (1 byte). SP shards them over TP; otherwise every TP rank holds them.
+    outside = 4 * 2 * sbh + (2 * sbh if m.dropout else 0)
+    outside /= t if sp else 1
+    # Inside the attention region: Q (h) and K, V (kv each), the output-projection input (h).
+    inside = 2 * s * b * (2 * h + 2 * kv)
+    if rs.training.flash_attention:
+        inside += 4 * b * m.heads * s  # fp32 log-sum-exp per head and query
+    else:
+        scores = b * m.heads * s * rs.training.seq_len
+        inside += scores * (2 + 2 + (1 if m.dropout else 0))  # softmax out, dropout out, mask
+    # Inside the MLP region: activation inputs and the down-projection input.
+    inside += 2 * s * b * (3 * f if m.mlp == "swiglu" else 2 * f)
+    return outside + inside / t
+
+
+def _full_recompute_bytes_per_layer(rs: ResolvedScenario) -> float:
+    """Full recomputation keeps only each layer's input (sharded over TP with SP)."""
+    s = rs.training.seq_len // rs.cp
+    x = 2 * s * rs.training.micro_batch * rs.model.hidden
+    return x / rs.tp if rs.parallelism.sequence_parallel else x
+
+
+def _selective_saving_per_layer(rs: ResolvedScenario) -> float:
+    """Selective recomputation drops the attention core's s×s tensors (or, with fused attention,
+    which already drops them, nothing further)."""
+    if rs.training.flash_attention:
+        return 0.0
+    m = rs.model
+    s = rs.training.seq_len // rs.cp
+    scores = rs.training.micro_batch * m.heads * s * rs.training.seq_len
+    return scores * (2 + 2 + (1 if m.dropout else 0)) / rs.tp
+
+
+def inflight_microbatches(rs: ResolvedScenario, stage: int) -> float:
+    """Micro-batches whose activations a stage holds at its peak (Korthikanti et al. §4.2.3)."""
+    m = rs.micro_batches
+    p = rs.pp
+    kind = rs.parallelism.pp_schedule.kind
+    if p == 1:
+        return 1.0
+    if kind == "gpipe":
+        return float(m)
+    held = float(min(p - stage, m))
+    if kind == "interleaved":
+        v = rs.parallelism.virtual_stages
+        held *= 1 + (p - 1) / (p * v)
+    return held
+
+
+def stage_memory(rs: ResolvedScenario, stage: int) -> StageMemory:
+    params = stage_params(rs, stage)
+    w_b, g_b, o_b = _bytes_per_param(rs)
+    z = rs.parallelism.zero_stage
+    n = shard_group(rs)
+    weights = params * w_b / (n if z >= 3 else 1)
+    grads = params * g_b / (n if z >= 2 else 1)
+    optim = params * o_b / (n if z >= 1 else 1)
+    gathered = 0.0
+    layers = rs.stage_layers()[stage]
+    if z >= 3 and layers:
+        # Two layers' full TP shard live at once: the one computing and the one prefetched.
+        pb = param_breakdown(rs.model, rs.training.seq_len)
+        per_layer = (pb.attention_per_layer + pb.mlp_per_layer) / rs.tp + pb.norms_per_layer
+        gathered = min(2, layers) * per_layer * w_b
+    rc = rs.parallelism.recompute
+    per_layer_act = activation_bytes_per_layer(rs)
+    inflight = inflight_microbatches(rs, stage)
+    if rc == "full":
+        # Layer inputs of every in-flight micro-batch, plus one layer's full activations while
+        # its backward pass runs.
+        act = _full_recompute_bytes_per_layer(rs) * layers * inflight + per_layer_act
+    else:
+        if rc == "selective":
+            per_layer_act -= _selective_saving_per_layer(rs)
+        act = per_layer_act * layers * inflight
+    T = rs.training.micro_batch * rs.training.seq_len // rs.cp
+    if stage == rs.pp - 1:
+        # fp32 logits and their gradient for one micro-batch over the vocabulary shard.
+        act += T * rs.model.vocab / rs.tp * (4 + 4)
+    if stage == 0:
+        act += 2 * T * rs.model.hidden / (rs.tp if rs.parallelism.sequence_parallel else 1)
+    return StageMemory(
+        stage=stage,
+        params=params,
+        weights_gb=weights / GB,
+        gradients_gb=grads / GB,
+        optimizer_gb=optim / GB,
+        activations_gb=act / GB,
+        gathered_params_gb=gathered / GB,
+        reserve_gb=rs.training.memory_reserve_gb,
+        inflight_microbatches=inflight,
+    )
+
+
+def memory_report(rs: ResolvedScenario) -> MemoryReport:
+    return MemoryReport(
+        stages=[stage_memory(rs, i) for i in range(rs.pp)], capacity_gb=rs.gpu.memory_gb.value
+    )
+
+
+def zero_model_state_bytes(psi: float, nd: int, stage: int, k: float = 12.0) -> float:
+    """Model-state bytes per GPU from the ZeRO paper's formulas (Fig. 1): (2+2+K)Ψ baseline,
+    2Ψ+2Ψ+KΨ/Nd for stage 1, 2Ψ+(2+K)Ψ/Nd for stage 2, (2+2+K)Ψ/Nd for stage 3."""
+    if stage == 0:
+        return (4 + k) * psi
+    if stage == 1:
+        return 4 * psi + k * psi / nd
+    if stage == 2:
+        return 2 * psi + (2 + k) * psi / nd
+    return (4 + k) * psi / nd

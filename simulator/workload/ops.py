@@ -1,0 +1,141 @@
+"""Per-layer operation list of one micro-batch on one rank, sharded by TP, SP and CP.
+
+Each :class:`Op` carries the FLOPs and memory bytes the engine times, or, for a collective, the
+message size and the group it runs in. The list is the forward pass; the engine derives the
+backward pass (GEMMs and attention twice the FLOPs, memory-bound ops twice the bytes, and the
+mirrored TP/CP collectives).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from ..config.scenario import ResolvedScenario
+from .model import attention_core_flops_per_token
+
+OpKind = Literal["gemm", "attention", "memory", "collective"]
+CollKind = Literal["all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "p2p"]
+
+ACT_BYTES = 2  # activations are 16-bit under bf16, fp16 and fp8 (fp8 GEMM inputs are cast)
+
+
+@dataclass(frozen=True)
+class Op:
+    name: str
+    kind: OpKind
+    flops: float = 0.0
+    bytes: float = 0.0
+    collective: CollKind | None = None
+    group: Literal["tp", "cp", "dp", "pp"] | None = None
+    msg_bytes: float = 0.0  # collective: the full buffer S of nccl-tests' definition
+
+
+def tokens_per_rank(rs: ResolvedScenario) -> int:
+    """Tokens of one micro-batch held by one rank before TP sharding (CP splits the sequence)."""
+    return rs.training.micro_batch * rs.training.seq_len // rs.cp
+
+
+def _tp_comm(rs: ResolvedScenario, name: str, nbytes: float, closing: bool) -> list[Op]:
+    """The collective that ends (g) or starts (f) a TP region in the forward pass."""
+    if rs.tp == 1:
+        return []
+    if rs.parallelism.sequence_parallel:
+        kind: CollKind = "reduce_scatter" if closing else "all_gather"
+        return [Op(name, "collective", collective=kind, group="tp", msg_bytes=nbytes)]
+    if closing:
+        return [Op(name, "collective", collective="all_reduce", group="tp", msg_bytes=nbytes)]
+    return []
+
+
+def layer_ops(rs: ResolvedScenario) -> list[Op]:
+    """Forward operations of one transformer layer for one micro-batch on one rank."""
+    m = rs.model
+    t = rs.tp
+    sp = rs.parallelism.sequence_parallel
+    T = tokens_per_rank(rs)
+    s = rs.training.seq_len
+    h, kv, f = m.hidden, m.kv_dim, m.ffn
+    a = ACT_BYTES
+    act = T * h * a  # one hidden-state tensor of the micro-batch
+    norm_tokens = T // t if sp else T  # SP shards the norm/dropout regions over the sequence
+    n_in = 2 if m.mlp == "swiglu" else 1
+    ops: list[Op] = [
+        Op("attn_norm", "memory", bytes=2 * norm_tokens * h * a),
+        *_tp_comm(rs, "tp_attn_in", act, closing=False),
+        Op("qkv_proj", "gemm", flops=2.0 * T * h * (h + 2 * kv) / t),
+    ]
+    if rs.cp > 1:
+        kv_bytes = 2 * T * kv * a / t
+        ops.append(Op("cp_kv_gather", "collective", collective="all_gather", group="cp",
+                      msg_bytes=kv_bytes * rs.cp))
+    core = attention_core_flops_per_token(m, s) * T / t
+    qkvo_bytes = T * (2 * h + 2 * kv) * a / t
+    if rs.training.flash_attention:
+        ops.append(Op("attention", "attention", flops=core, bytes=qkvo_bytes))
+    else:
+        heads = m.heads // t
+        scores = rs.training.micro_batch * heads * (s // rs.cp) * s * a
+        ops += [
+            Op("attn_scores", "gemm", flops=core / 2),
+            Op("softmax_dropout", "memory", bytes=4 * scores),
+            Op("attn_values", "gemm", flops=core / 2),
+        ]
+    ops += [
+        Op("out_proj", "gemm", flops=2.0 * T * h * h / t),
+        *_tp_comm(rs, "tp_attn_out", act, closing=True),
+        Op("residual_add", "memory", bytes=3 * norm_tokens * h * a),
+        Op("mlp_norm", "memory", bytes=2 * norm_tokens * h * a),
+        *_tp_comm(rs, "tp_mlp_in", act, closing=False),
+        Op("mlp_up", "gemm", flops=2.0 * T * h * f * n_in / t),
+        Op("activation", "memory", bytes=(n_in + 1) * T * f * a / t),
+        Op("mlp_down", "gemm", flops=2.0 * T * f * h / t),
+        *_tp_comm(rs, "tp_mlp_out", act, closing=True),
+        Op("residual_add", "memory", bytes=3 * norm_tokens * h * a),
+    ]
+    return ops
+
+
+def embedding_ops(rs: ResolvedScenario) -> list[Op]:
+    """First pipeline stage: vocabulary-parallel embedding lookup (and its TP reduction)."""
+    T = tokens_per_rank(rs)
+    h = rs.model.hidden
+    ops = [Op("embedding", "memory", bytes=2 * T * h * ACT_BYTES)]
+    ops += _tp_comm(rs, "tp_embedding", T * h * ACT_BYTES, closing=True)
+    return ops
+
+
+def head_ops(rs: ResolvedScenario) -> list[Op]:
+    """Last pipeline stage: final norm, vocabulary-parallel logits and cross-entropy."""
+    m = rs.model
+    T = tokens_per_rank(rs)
+    t = rs.tp
+    norm_tokens = T // t if rs.parallelism.sequence_parallel else T
+    ops = [
+        Op("final_norm", "memory", bytes=2 * norm_tokens * m.hidden * ACT_BYTES),
+        *_tp_comm(rs, "tp_head_in", T * m.hidden * ACT_BYTES, closing=False),
+        Op("logits", "gemm", flops=2.0 * T * m.hidden * m.vocab / t),
+        # fp32 softmax over the vocabulary shard: read logits, write probabilities, read back.
+        Op("cross_entropy", "memory", bytes=T * m.vocab / t * (ACT_BYTES + 4 + 4)),
+    ]
+    if t > 1:
+        ops.append(Op("tp_loss_stats", "collective", collective="all_reduce", group="tp",
+                      msg_bytes=T * 4 * 2))
+    return ops
+
+
+def backward_op(op: Op) -> Op:
+    """The backward counterpart of a forward operation."""
+    if op.kind == "collective":
+        mirror: dict[str, CollKind] = {"all_gather": "reduce_scatter",
+                                       "reduce_scatter": "all_gather"}
+        coll = mirror.get(op.collective or "", op.collective)
+        return Op(op.name + "_bwd", "collective", collective=coll, group=op.group,
+                  msg_bytes=op.msg_bytes)
+    return Op(op.name + "_bwd", op.kind, flops=2 * op.flops, bytes=2 * op.bytes)
+
+
+def backward_ops(forward: list[Op]) -> list[Op]:
+    """Backward pass in reverse order. A TP all-reduce closing a region in the forward pass
+    becomes an all-reduce at the region's start in the backward pass; the count is the same."""
+    return [backward_op(op) for op in reversed(forward)]
