@@ -15,7 +15,7 @@ from pathlib import Path
 import yaml
 from pydantic import TypeAdapter, ValidationError
 
-from .config.hardware import AnyProfile, _Profile
+from .config.hardware import PROFILE_KINDS, AnyProfile, _Profile
 from .errors import UserError, closest
 
 PACKAGE_ROOT = Path(__file__).resolve().parent.parent
@@ -72,12 +72,18 @@ def load_profile_file(path: Path) -> _Profile:
         data = yaml.safe_load(path.read_text())
     except yaml.YAMLError as exc:
         raise UserError(f"not valid YAML: {exc}", file=str(path)) from None
+    # Validate against the kind's own class where the kind is known, so that error paths and
+    # 'did you mean' hints are the profile's fields (not prefixed by the union's tag).
+    kind = data.get("kind") if isinstance(data, dict) else None
+    cls = PROFILE_KINDS.get(kind) if isinstance(kind, str) else None
     try:
+        if cls is not None:
+            return cls.model_validate(data)
         return _ADAPTER.validate_python(data)  # type: ignore[return-value]
     except ValidationError as exc:
         from .config.loading import validation_error
 
-        raise validation_error(exc, str(path)) from None
+        raise validation_error(exc, str(path), root=cls or _Profile) from None
 
 
 @lru_cache(maxsize=8)

@@ -27,7 +27,7 @@ profiles_app = typer.Typer(help="The hardware catalogue.", no_args_is_help=True)
 app.add_typer(profiles_app, name="profiles")
 
 out = Console(soft_wrap=False)
-err = Console(stderr=True)
+err = Console(stderr=True, soft_wrap=True)
 
 
 class Fmt(str, Enum):

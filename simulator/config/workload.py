@@ -98,7 +98,7 @@ class TrainingSpec(BaseModel):
         description="framework reserve per GPU: CUDA context (~0.5 GB), NCCL buffers and "
         "allocator fragmentation",
     )
-    tokens_per_sample_bytes: float = Field(
+    input_bytes_per_token: float = Field(
         default=4.0, ge=0, description="bytes of input data read per token (e.g. int32 ids)"
     )
 

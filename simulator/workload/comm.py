@@ -55,7 +55,7 @@ def step_comm(rs: ResolvedScenario, stage: int = 0) -> list[CommItem]:
     layers = rs.stage_layers()[stage]
     recompute_full = rs.parallelism.recompute == "full"
 
-    def add_ops(ops: list, count: float) -> None:
+    def add_ops(ops: list, count: float, recomputed: bool = False) -> None:
         for op in ops:
             if op.kind != "collective" or op.group is None:
                 continue
@@ -65,11 +65,13 @@ def step_comm(rs: ResolvedScenario, stage: int = 0) -> list[CommItem]:
             back = {"all_gather": "reduce_scatter", "reduce_scatter": "all_gather"}
             items.append(CommItem(op.group, back.get(op.collective, op.collective),
                                   op.msg_bytes, count * m, size, "backward"))
-            if recompute_full and op.name.startswith(("tp_", "cp_")):
+            if recomputed and recompute_full and op.name.startswith(("tp_", "cp_")):
                 items.append(CommItem(op.group, op.collective, op.msg_bytes, count * m, size,
                                       "recompute"))
 
-    add_ops(layer_ops(rs), layers)
+    # Full recomputation re-runs the transformer layers' forward pass only (as in
+    # model.recompute_flops_per_token); the embedding and the logits/loss are not recomputed.
+    add_ops(layer_ops(rs), layers, recomputed=True)
     if stage == 0:
         add_ops(embedding_ops(rs), 1)
     if stage == rs.pp - 1:

@@ -1,0 +1,285 @@
+"""Dollars from a simulated step and the scenario's pricing profile.
+
+Two pricing models, chosen by the kind of ``cluster.pricing.profile``:
+
+* **Cloud** (:class:`~simulator.config.hardware.CloudPrice`): every GPU is rented for the whole
+  wall time, busy or idle, at the $/GPU-hour of the chosen tier (``on_demand``, ``reserved`` or
+  ``spot``). On spot, preemptions cost re-done work and restarts; see
+  :data:`SPOT_CHECKPOINT_INTERVAL_MIN` and :data:`SPOT_RESTART_MIN` for the model.
+* **Ownership** (:class:`~simulator.config.hardware.OwnershipPrice`): the run is charged the
+  capital cost (nodes plus network ports) amortised linearly over the hardware's life, the
+  energy it draws (scaled by GPU utilisation and the facility's PUE) and, where given, a yearly
+  operating cost as a fraction of capex.
+
+Everything here is a pure function of a resolved scenario and a few figures from the simulation
+(step time, idle fraction, GPU utilisation), cheap enough to call once per point of a sweep.
+
+Definitions used throughout:
+
+* ``usd_per_hour`` is the whole cluster's cost per hour of wall time.
+* ``usd_per_step = usd_per_hour · step_time_s / 3600 / goodput``, where ``goodput`` is the
+  fraction of wall time that makes progress (1 except on spot with a preemption rate), so the
+  per-step and per-token figures are what a *useful* step costs.
+* ``usd_per_million_tokens = usd_per_step / tokens_per_step · 1e6``.
+* With a token budget (``run.tokens``): ``steps = tokens / tokens_per_step``,
+  ``time_to_train = steps · step_time / goodput`` and ``usd_total = steps · usd_per_step``.
+* ``usd_idle = idle_fraction · usd_total``: the dollars spent while GPUs sat idle (the GPUs are
+  paid for whether or not they compute).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from .config.hardware import CloudPrice, OwnershipPrice
+from .config.scenario import ResolvedScenario
+from .errors import UserError
+
+HOURS_PER_YEAR = 8766.0
+"""Hours in an average (Julian) year, 365.25 · 24: amortisation and yearly opex use it."""
+
+IDLE_POWER_FRACTION = 0.3
+"""Draw of an idle GPU as a fraction of ``power_per_gpu_w`` (its draw under training load).
+
+An idle H100/A100 with its memory clocks up sits at roughly 60-100 W of a 400-700 W board power,
+and a GPU waiting inside a training step (on a collective, a pipeline bubble) is not fully idle:
+clocks stay high and communication kernels run. 0.3 sits between those; the per-GPU draw is
+``idle + (busy - idle) · utilisation``.
+"""
+
+SPOT_CHECKPOINT_INTERVAL_MIN = 30.0
+"""Assumed minutes between checkpoints on spot instances.
+
+A preemption strikes at a uniformly random moment between two checkpoints, so on average it loses
+half an interval of work. 30 minutes is a common setting for large jobs on preemptible capacity
+(frequent enough to bound the loss, rare enough that checkpoint writes stay a small overhead).
+"""
+
+SPOT_RESTART_MIN = 10.0
+"""Assumed minutes from a preemption to training again: get replacement capacity, start the
+processes, initialise the communicators and load the last checkpoint."""
+
+Tier = Literal["on_demand", "reserved", "spot"]
+
+
+@dataclass(frozen=True)
+class CostReport:
+    """What a training run costs; every $ figure is in US dollars.
+
+    ``steps``, ``time_to_train_days``, ``usd_total`` and ``usd_idle`` are None when the scenario
+    gives no token budget (``run.tokens``).
+    """
+
+    model: str
+    """``cloud:on_demand``, ``cloud:reserved``, ``cloud:spot`` or ``ownership``."""
+    usd_per_gpu_hour: float
+    """Effective all-in $ per GPU per hour of wall time."""
+    usd_per_hour: float
+    """Whole cluster, $ per hour of wall time."""
+    usd_per_step: float
+    """$ per useful optimizer step (includes spot preemption losses)."""
+    usd_per_million_tokens: float
+    steps: float | None
+    time_to_train_days: float | None
+    usd_total: float | None
+    usd_idle: float | None
+    """$ spent while GPUs were idle over the run: ``idle_fraction · usd_total``."""
+    usd_idle_per_step: float
+    breakdown: dict[str, float] = field(default_factory=dict)
+    """$ per hour by component: ``gpu_rental``, or ``capex``, ``energy`` and ``opex``."""
+    assumptions: list[str] = field(default_factory=list)
+    """Plain-English lines: the tier, amortisation, PUE, $/kWh, preemption handling..."""
+
+    def as_dict(self) -> dict[str, Any]:
+        """Every field, as plain JSON-serialisable values."""
+        return dataclasses.asdict(self)
+
+
+def compute_cost(
+    rs: ResolvedScenario,
+    step_time_s: float,
+    idle_fraction: float,
+    gpu_utilisation: float | None = None,
+) -> CostReport | None:
+    """The cost of ``rs`` given a simulated step time and the GPUs' idle fraction.
+
+    ``idle_fraction`` is the share of GPU wall time not spent computing (0..1). For ownership
+    pricing ``gpu_utilisation`` (0..1) scales the GPUs' power draw; None means
+    ``1 - idle_fraction``. Cloud prices ignore it.
+
+    Returns None when the scenario has no pricing profile. Raises :class:`UserError` when the
+    chosen cloud tier is missing from the profile, or when the profile's figures make the cost
+    undefined (zero amortisation period, spot preemptions too frequent for any progress).
+    """
+    if rs.price is None:
+        return None
+    if not step_time_s > 0:
+        raise ValueError(f"step_time_s must be positive (got {step_time_s})")
+    if not 0.0 <= idle_fraction <= 1.0:
+        raise ValueError(f"idle_fraction must be within 0..1 (got {idle_fraction})")
+    if gpu_utilisation is not None and not 0.0 <= gpu_utilisation <= 1.0:
+        raise ValueError(f"gpu_utilisation must be within 0..1 (got {gpu_utilisation})")
+
+    if isinstance(rs.price, CloudPrice):
+        model, usd_per_hour, goodput, breakdown, assumptions = _cloud(rs, rs.price)
+    else:
+        util = gpu_utilisation if gpu_utilisation is not None else 1.0 - idle_fraction
+        model, usd_per_hour, goodput, breakdown, assumptions = _ownership(rs, rs.price, util)
+
+    tokens_per_step = rs.training.tokens_per_step
+    usd_per_step = usd_per_hour * step_time_s / 3600.0 / goodput
+    usd_per_million_tokens = usd_per_step / tokens_per_step * 1e6
+
+    steps: float | None = None
+    days: float | None = None
+    total: float | None = None
+    idle: float | None = None
+    if rs.run.tokens is not None:
+        steps = rs.run.tokens / tokens_per_step
+        days = steps * step_time_s / goodput / 86400.0
+        total = steps * usd_per_step
+        idle = idle_fraction * total
+    assumptions.append(
+        f"idle cost: {idle_fraction:.1%} of GPU time is idle, so that share of the spend buys "
+        "no computation"
+    )
+
+    return CostReport(
+        model=model,
+        usd_per_gpu_hour=usd_per_hour / rs.gpus,
+        usd_per_hour=usd_per_hour,
+        usd_per_step=usd_per_step,
+        usd_per_million_tokens=usd_per_million_tokens,
+        steps=steps,
+        time_to_train_days=days,
+        usd_total=total,
+        usd_idle=idle,
+        usd_idle_per_step=idle_fraction * usd_per_step,
+        breakdown=breakdown,
+        assumptions=assumptions,
+    )
+
+
+_Parts = tuple[str, float, float, dict[str, float], list[str]]
+"""model name, $ per cluster-hour, goodput, breakdown, assumption lines."""
+
+
+def _tier_rate(price: CloudPrice, tier: Tier) -> float:
+    rates = {
+        "on_demand": price.on_demand_usd_per_gpu_hour,
+        "reserved": price.reserved_usd_per_gpu_hour,
+        "spot": price.spot_usd_per_gpu_hour,
+    }
+    rate = rates[tier]
+    if rate is None:
+        available = [t for t, r in rates.items() if r is not None]
+        raise UserError(
+            f"pricing profile '{price.name}' has no {tier} price",
+            path="cluster.pricing.tier",
+            hint=f"use a tier the profile has ({', '.join(available)}), or add "
+            f"{tier}_usd_per_gpu_hour to the profile",
+        )
+    return rate.value
+
+
+def _cloud(rs: ResolvedScenario, price: CloudPrice) -> _Parts:
+    tier: Tier = rs.price_tier
+    rate = _tier_rate(price, tier)
+    usd_per_hour = rate * rs.gpus
+    assumptions = [
+        f"cloud rental: {price.provider} {price.instance} ({price.name}), {tier} tier at "
+        f"${rate:.2f} per GPU-hour, price as of {price.as_of.isoformat()}",
+        f"all {rs.gpus} GPUs are billed for the whole wall time, busy or idle",
+    ]
+    if tier == "reserved" and price.reserved_term_years is not None:
+        assumptions.append(
+            f"reserved price assumes a {price.reserved_term_years:g}-year commitment; the run "
+            "is charged only its own hours of it"
+        )
+    goodput = 1.0
+    if tier == "spot":
+        goodput = _spot_goodput(price, assumptions)
+    return f"cloud:{tier}", usd_per_hour, goodput, {"gpu_rental": usd_per_hour}, assumptions
+
+
+def _spot_goodput(price: CloudPrice, assumptions: list[str]) -> float:
+    """Fraction of wall time that makes progress on spot, and the lines that explain it.
+
+    Each preemption loses half a checkpoint interval of work (on average) plus a restart. The
+    preemption rate is per wall-clock day, so the lost share of wall time is
+    ``rate · loss / 24 h`` and the run takes ``1 / (1 - that)`` times as long as without
+    preemptions.
+    """
+    per_day = price.spot_preemptions_per_day
+    if per_day is None:
+        assumptions.append(
+            "spot: the profile gives no preemption rate, so preemptions are not modelled "
+            "(time and cost are a lower bound)"
+        )
+        return 1.0
+    loss_h = (SPOT_CHECKPOINT_INTERVAL_MIN / 2.0 + SPOT_RESTART_MIN) / 60.0
+    lost = per_day.value * loss_h / 24.0
+    if lost >= 1.0:
+        raise UserError(
+            f"{per_day.value:g} spot preemptions a day, each losing {loss_h * 60:.0f} minutes, "
+            "leave no time to make progress",
+            path="cluster.pricing.profile.spot_preemptions_per_day",
+            hint="check the preemption rate, or use the on_demand or reserved tier",
+        )
+    goodput = 1.0 - lost
+    assumptions.append(
+        f"spot: {per_day.value:g} preemptions per day; each loses on average half a "
+        f"{SPOT_CHECKPOINT_INTERVAL_MIN:g}-minute checkpoint interval of work plus a "
+        f"{SPOT_RESTART_MIN:g}-minute restart ({loss_h * 60:.0f} min), so {lost:.1%} of wall "
+        f"time is lost and time to train and $ per useful step are {1.0 / goodput:.3f}× the "
+        "uninterrupted figures"
+    )
+    return goodput
+
+
+def _ownership(rs: ResolvedScenario, price: OwnershipPrice, util: float) -> _Parts:
+    years = price.amortisation_years.value
+    if years <= 0:
+        raise UserError(
+            f"amortisation_years must be positive (got {years:g})",
+            path="cluster.pricing.profile.amortisation_years",
+            hint="set the hardware's depreciation period in years, e.g. 4",
+        )
+    ports = rs.nodes * rs.nics_per_node if rs.network is not None else 0
+    capex_nodes = rs.nodes * price.capex_per_node_usd.value
+    capex_net = ports * price.capex_per_network_port_usd.value
+    capex = capex_nodes + capex_net
+    capex_h = capex / (years * HOURS_PER_YEAR)
+
+    busy_w = price.power_per_gpu_w.value
+    idle_w = IDLE_POWER_FRACTION * busy_w
+    gpu_w = idle_w + (busy_w - idle_w) * util
+    it_w = rs.gpus * gpu_w + rs.nodes * price.power_per_node_w.value
+    pue = price.pue.value
+    kwh_price = price.usd_per_kwh.value
+    energy_h = it_w * pue / 1000.0 * kwh_price
+
+    breakdown = {"capex": capex_h, "energy": energy_h}
+    assumptions = [
+        f"ownership ({price.name}, prices as of {price.as_of.isoformat()}): capex "
+        f"${capex:,.0f} = {rs.nodes} nodes × ${price.capex_per_node_usd.value:,.0f} + "
+        f"{ports} network ports × ${price.capex_per_network_port_usd.value:,.0f}",
+        f"capex amortised linearly over {years:g} years ({HOURS_PER_YEAR:g} h a year): the run "
+        "is charged for the hours it uses, as if the cluster is kept busy the rest of its life",
+        f"energy: GPUs draw {idle_w:.0f} W idle ({IDLE_POWER_FRACTION:g} of "
+        f"{busy_w:.0f} W busy), {gpu_w:.0f} W on average at {util:.1%} utilisation, plus "
+        f"{price.power_per_node_w.value:.0f} W per node; {it_w / 1000:.2f} kW IT load × PUE "
+        f"{pue:g} at ${kwh_price:g}/kWh",
+    ]
+    if price.opex_fraction_per_year is not None:
+        frac = price.opex_fraction_per_year.value
+        breakdown["opex"] = frac * capex / HOURS_PER_YEAR
+        assumptions.append(
+            f"opex (maintenance, staff, space): {frac:.1%} of capex per year"
+        )
+    else:
+        assumptions.append("no opex figure given: maintenance, staff and space are not included")
+    usd_per_hour = sum(breakdown.values())
+    return "ownership", usd_per_hour, 1.0, breakdown, assumptions

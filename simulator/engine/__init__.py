@@ -1,0 +1,1 @@
+"""SimPy engine: one training step on the cluster (compute, communication, pipeline, I/O)."""

@@ -1,0 +1,134 @@
+"""Time of each operation on a GPU, and the per-layer "programs" the engine runs.
+
+Compute time comes from the GPU profile: GEMMs at FLOPs / (peak · achieved efficiency), the
+efficiency rising with operation size as ``matmul_max · F / (F + matmul_half_flops)``; fused
+attention at ``attention_max`` of peak; memory-bound operations at bytes / (bandwidth · achieved
+fraction); each kernel pays a launch overhead.
+
+A *program* is the list of items a pass over one layer runs on the compute stream: compute
+spans and collectives. Collectives whose links no other traffic uses are timed analytically and
+folded into the program (exact: nothing can contend with them); the others go through the flow
+network at run time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..config.hardware import GPUProfile
+from ..workload.ops import Op
+
+
+@dataclass
+class Item:
+    """One step of a program: a span of known length, or a collective to run through flows."""
+
+    kind: str  # "span" or "coll"
+    name: str
+    dur: float = 0.0
+    cat: str = "compute"  # accounting category of a span
+    group: str | None = None
+    coll: str | None = None
+    size: float = 0.0
+
+
+@dataclass
+class Program:
+    items: list[Item] = field(default_factory=list)
+
+    @property
+    def analytic(self) -> bool:
+        return all(i.kind == "span" for i in self.items)
+
+    @property
+    def duration(self) -> float:
+        return sum(i.dur for i in self.items)
+
+    def categories(self) -> dict[str, float]:
+        out: dict[str, float] = {}
+        for i in self.items:
+            if i.kind == "span":
+                out[i.cat] = out.get(i.cat, 0.0) + i.dur
+        return out
+
+    def extend(self, other: Program) -> None:
+        self.items.extend(other.items)
+
+
+class OpTimer:
+    def __init__(self, gpu: GPUProfile, precision: str) -> None:
+        e = gpu.efficiency
+        self.gemm_peak = gpu.peak_flops(precision)
+        self.attn_peak = gpu.peak_flops("bf16" if precision == "fp8" else precision)
+        self.mm_max = e.matmul_max.value
+        self.mm_half = e.matmul_half_flops.value
+        self.attn_eff = e.attention_max.value
+        self.mem_bw = gpu.memory_bandwidth_gbps.value * 1e9 * e.memory_bandwidth.value
+        self.launch = e.kernel_launch_us.value * 1e-6
+
+    def gemm_efficiency(self, flops: float) -> float:
+        return self.mm_max * flops / (flops + self.mm_half)
+
+    def time(self, op: Op) -> float:
+        if op.kind == "gemm":
+            if op.flops <= 0:
+                return 0.0
+            return op.flops / (self.gemm_peak * self.gemm_efficiency(op.flops)) + self.launch
+        if op.kind == "attention":
+            return max(op.flops / (self.attn_peak * self.attn_eff), op.bytes / self.mem_bw) + (
+                self.launch
+            )
+        if op.kind == "memory":
+            return op.bytes / self.mem_bw + self.launch
+        raise ValueError(op.kind)
+
+    def memory_time(self, nbytes: float) -> float:
+        return nbytes / self.mem_bw + self.launch
+
+
+def build_program(
+    ops: list[Op],
+    timer: OpTimer,
+    coll_time: dict[str, float | None],
+    cat: str = "compute",
+    overlap_tp: bool = False,
+) -> Program:
+    """Compute spans merged where adjacent; a collective becomes a span when ``coll_time`` gives
+    its analytic time for the group (key ``"group:coll:size"``), else a flow-network item.
+
+    With ``overlap_tp`` an analytic TP collective hides behind the GEMM next to it (as in
+    Megatron's TP communication overlap); only what the GEMM cannot cover stays exposed."""
+    prog = Program()
+    pending = 0.0
+    pending_name: list[str] = []
+    last_gemm = 0.0
+
+    def flush() -> None:
+        nonlocal pending, pending_name
+        if pending > 0:
+            prog.items.append(Item("span", "+".join(pending_name[:3]) + (
+                "…" if len(pending_name) > 3 else ""), pending, cat))
+        pending, pending_name = 0.0, []
+
+    for op in ops:
+        if op.kind == "collective":
+            assert op.group is not None and op.collective is not None
+            t = coll_time.get(f"{op.group}:{op.collective}:{op.msg_bytes}")
+            if t is None:
+                flush()
+                prog.items.append(Item("coll", op.name, group=op.group, coll=op.collective,
+                                       size=op.msg_bytes))
+                continue
+            if overlap_tp and op.group == "tp":
+                t = max(0.0, t - last_gemm)
+            if t > 0:
+                flush()
+                prog.items.append(Item("span", op.name, t, f"comm_{op.group}"))
+            continue
+        dt = timer.time(op)
+        if op.kind == "gemm":
+            last_gemm = dt
+        pending += dt
+        pending_name.append(op.name)
+    flush()
+    return prog

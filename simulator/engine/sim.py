@@ -1,0 +1,637 @@
+"""The SimPy model of one training step.
+
+Per simulated rank: a compute stream (the rank's main process, running its pipeline schedule)
+and communication streams (DP, PP forward, PP backward) that run one job at a time, like CUDA
+streams. Links are shared through :class:`~simulator.network.flows.FlowNetwork`; storage reads
+for the data loader go through the same mechanism.
+
+Symmetric mode simulates one rank per pipeline stage (the rank class) and weights its flows by
+the number of class members that share each link; full mode simulates every rank, with
+collectives that start when all members have arrived and end when all members are done.
+
+Every moment of each rank's step is attributed to exactly one category, so busy + idle
+categories = wall time.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Generator
+from dataclasses import dataclass, field
+from typing import Any
+
+import simpy
+
+from ..config.scenario import ResolvedScenario
+from ..network.collectives import choose
+from ..network.flows import FlowNetwork
+from ..network.topology import Topology
+from ..workload.comm import grad_bytes_per_param, pp_message_bytes
+from ..workload.memory import shard_group
+from ..workload.model import param_breakdown
+from ..workload.ops import backward_ops, embedding_ops, head_ops, layer_ops
+from .compute import Item, OpTimer, Program, build_program
+from .schedule import schedule
+
+CATEGORIES = (
+    "compute",
+    "optimizer",
+    "comm_tp",
+    "comm_cp",
+    "comm_dp",
+    "comm_pp",
+    "pp_bubble",
+    "data_stall",
+    "imbalance",
+)
+BUSY = ("compute", "optimizer")
+
+STREAMS = ("compute", "tp", "cp", "dp", "pp-fwd", "pp-bwd", "io")
+
+
+@dataclass
+class RankResult:
+    rank: int
+    stage: int
+    finish: float = 0.0
+    acc: dict[str, float] = field(default_factory=lambda: dict.fromkeys(CATEGORIES, 0.0))
+
+
+@dataclass
+class EngineResult:
+    step_time: float
+    ranks: dict[int, RankResult]
+    classes: dict[int, RankResult]  # stage -> the class's representative
+    mode: str
+    events: int
+    trace: list[dict[str, Any]] | None
+    loader_done: float
+
+
+class _Coll:
+    __slots__ = ("n", "arrived", "go", "finished", "done")
+
+    def __init__(self, env: simpy.Environment, n: int) -> None:
+        self.n = n
+        self.arrived = 0
+        self.finished = 0
+        self.go = env.event()
+        self.done = env.event()
+
+
+class Simulation:
+    def __init__(self, rs: ResolvedScenario, full: bool = False, trace: bool = False) -> None:
+        self.rs = rs
+        self.full = full
+        self.env = simpy.Environment()
+        self.topo = Topology(rs)
+        self.lay = self.topo.layout
+        self.net = FlowNetwork(self.env, self._capacity)
+        self.timer = OpTimer(rs.gpu, rs.training.precision)
+        self.p = rs.pp
+        self.v = rs.parallelism.virtual_stages
+        self.m = rs.micro_batches
+        self.z = rs.parallelism.zero_stage
+        self.ov = rs.parallelism.overlap
+        self.tracing = trace
+        self.trace: list[dict[str, Any]] = []
+        self.events = 0
+        self.fabric_tier = self.topo.fabric_tier()
+        self.network_tier = self.topo.network_tier()
+        if full:
+            self.ranks = list(range(self.lay.world))
+        else:
+            self.ranks = [self.lay.rank(0, 0, 0, s) for s in range(self.p)]
+        self.results = {r: RankResult(r, self.lay.coords(r)[3]) for r in self.ranks}
+        self._colls: dict[tuple, _Coll] = {}
+        self._seq: dict[tuple[int, str], int] = {}
+        self._tails: dict[tuple[int, str], simpy.Event | None] = {}
+        self._recv: dict[tuple, simpy.Event] = {}
+        self._sent_at: dict[tuple, float] = {}
+        self._weights = self._symmetric_weights()
+        self._analytic = self._analytic_groups()
+        self._build_programs()
+        self._chunk_layers = self._split_chunks()
+        pb = param_breakdown(rs.model, rs.training.seq_len)
+        self.layer_params = (pb.attention_per_layer + pb.mlp_per_layer) / rs.tp + (
+            pb.norms_per_layer
+        )
+        self.extra_params = {
+            s: (pb.embedding / rs.tp + pb.positions if s == 0 else 0.0)
+            + ((pb.lm_head or (pb.embedding if rs.pp > 1 else 0)) / rs.tp + pb.final_norm
+               if s == rs.pp - 1 else 0.0)
+            for s in range(rs.pp)
+        }
+        self.shard_n = shard_group(rs)
+
+    # -- links ---------------------------------------------------------------------------------
+    def _capacity(self, key: tuple) -> float:
+        st = self.rs.storage
+        if key[0] == "storage_client":
+            return st.read_gbps_per_client.value * 1e9
+        if key[0] == "storage_agg":
+            assert st.aggregate_read_gbps is not None
+            return st.aggregate_read_gbps.value * 1e9
+        return self.topo.capacity(key)
+
+    def _symmetric_weights(self) -> dict[tuple[int, str], float]:
+        """For each stage representative: class members sharing its node / NIC / leaf."""
+        w: dict[tuple[int, str], float] = {}
+        gpn = self.rs.gpus_per_node
+        for s in range(self.p):
+            members = self.lay.stage_members(s)
+            rep = members[0]
+            node = self.lay.node(rep)
+            nic = self.topo.nic_of(rep)
+            leaf = self.topo.leaf(node)
+            on_node = [r for r in range(node * gpn, (node + 1) * gpn) if r in members]
+            w[(s, "node")] = len(on_node)
+            w[(s, "nic")] = sum(1 for r in on_node if self.topo.nic_of(r) == nic)
+            lo = leaf * self.topo.nodes_per_leaf * gpn
+            hi = lo + self.topo.nodes_per_leaf * gpn
+            w[(s, "leaf")] = max(0, min(hi, members.stop) - max(lo, members.start))
+        return w
+
+    def _link_weights(self, rank: int, links: list[tuple[tuple, float]]) -> list[tuple[tuple,
+                                                                                     float]]:
+        if self.full:
+            return links
+        stage = self.lay.coords(rank)[3]
+        out = []
+        for key, frac in links:
+            kind = key[0]
+            if kind == "nic":
+                mult = self._weights[(stage, "nic")]
+            elif kind == "uplink":
+                mult = self._weights[(stage, "leaf")]
+            elif kind == "pcie_root":
+                mult = self._weights[(stage, "node")]
+            else:
+                mult = 1.0
+            out.append((key, frac * mult))
+        return out
+
+    def _group_kind(self, kind: str) -> str:
+        return kind
+
+    def _uses_fabric(self, kind: str) -> bool:
+        rep = self.ranks[0]
+        if kind == "pp":
+            return any(
+                self.lay.node(r) == self.lay.node(r + len(self.lay.stage_members(0)))
+                for r in (self.lay.stage_members(s)[0] for s in range(self.p - 1))
+            )
+        size = {"tp": self.rs.tp, "cp": self.rs.cp, "dp": self.rs.dp}[kind]
+        return size > 1 and self.topo.shape(rep, kind).per_node > 1
+
+    def _analytic_groups(self) -> set[str]:
+        """Group kinds whose traffic stays on links nothing else uses: timed analytically."""
+        out = set()
+        active = [k for k, n in (("tp", self.rs.tp), ("cp", self.rs.cp), ("dp", self.rs.dp),
+                                 ("pp", self.rs.pp)) if n > 1]
+        for kind in ("tp", "cp"):
+            if kind not in active:
+                continue
+            shape = self.topo.shape(self.ranks[0], kind)
+            if shape.nodes > 1:
+                continue
+            others = [k for k in active if k != kind and self._uses_fabric(k)]
+            if not others:
+                out.add(kind)
+        return out
+
+    # -- programs -----------------------------------------------------------------------------
+    def _coll_times(self, ops: list) -> dict[str, float | None]:
+        out: dict[str, float | None] = {}
+        rep = self.ranks[0]
+        for op in ops:
+            if op.kind != "collective" or op.group not in self._analytic:
+                continue
+            shape = self.topo.shape(rep, op.group)
+            out[f"{op.group}:{op.collective}:{op.msg_bytes}"] = choose(
+                op.collective, shape, op.msg_bytes, self.fabric_tier, self.network_tier)[2]
+        return out
+
+    def _prog(self, ops: list) -> Program:
+        return build_program(ops, self.timer, self._coll_times(ops),
+                             overlap_tp=self.ov.tp_comm)
+
+    def _build_programs(self) -> None:
+        rs = self.rs
+        fwd = layer_ops(rs)
+        bwd = backward_ops(fwd)
+        self.p_fwd = self._prog(fwd)
+        rc = rs.parallelism.recompute
+        self.p_bwd = Program()
+        if rc == "full":
+            self.p_bwd.extend(self._prog(fwd))
+        elif rc == "selective":
+            attn = [o for o in fwd if o.kind == "attention" or o.name in ("attn_scores",
+                                                                         "softmax_dropout",
+                                                                         "attn_values")]
+            self.p_bwd.extend(self._prog(attn))
+        self.p_bwd.extend(self._prog(bwd))
+        emb = embedding_ops(rs)
+        head = head_ops(rs)
+        self.p_emb_f, self.p_emb_b = self._prog(emb), self._prog(backward_ops(emb))
+        self.p_head_f, self.p_head_b = self._prog(head), self._prog(backward_ops(head))
+
+    def _split_chunks(self) -> dict[int, list[int]]:
+        rs = self.rs
+        p, v = self.p, self.v
+        sl = rs.parallelism.stage_layers
+        if sl is not None and len(sl) == p * v:
+            return {s: [sl[c * p + s] for c in range(v)] for s in range(p)}
+        per_stage = rs.stage_layers()
+        out = {}
+        for s in range(p):
+            base, extra = divmod(per_stage[s], v)
+            out[s] = [base + (1 if c < extra else 0) for c in range(v)]
+        return out
+
+    # -- helpers ------------------------------------------------------------------------------
+    def _emit(self, rank: int, stream: str, name: str, start: float, dur: float,
+              args: dict[str, Any] | None = None) -> None:
+        if not self.tracing or dur <= 0:
+            return
+        pid = self.lay.node(rank) if self.full else self.lay.coords(rank)[3]
+        ev = {"name": name, "ph": "X", "ts": start * 1e6, "dur": dur * 1e6, "pid": pid,
+              "tid": STREAMS.index(stream) + (0 if not self.full else 10 * (rank % self.rs.
+                                                                             gpus_per_node)),
+              }
+        if self.full:
+            ev["args"] = {"rank": rank}
+        if args:
+            ev.setdefault("args", {}).update(args)
+        self.trace.append(ev)
+
+    def _stream_job(self, rank: int, stream: str, gen_fn: Any, name: str) -> simpy.Event:
+        """Queue a job on a rank's communication stream; returns its completion event."""
+        key = (rank, stream)
+        prev = self._tails.get(key)
+
+        def job() -> Generator:
+            if prev is not None and not prev.processed:
+                yield prev
+            t0 = self.env.now
+            yield from gen_fn()
+            self._emit(rank, stream.split(":")[0], name, t0, self.env.now - t0)
+
+        proc = self.env.process(job())
+        self._tails[key] = proc
+        return proc
+
+    def collective(self, rank: int, kind: str, coll: str, size: float) -> Generator:
+        """Run one collective for ``rank`` through the flow network."""
+        if size <= 0:
+            return
+        shape = self.topo.shape(rank, kind)
+        if shape.n <= 1:
+            return
+        inst = None
+        if self.full:
+            seq = self._seq.get((rank, kind), 0)
+            self._seq[(rank, kind)] = seq + 1
+            leader = min(self.lay.group(rank, kind)) if kind in ("tp", "cp", "dp", "pp") else rank
+            key = (kind, leader, seq)
+            inst = self._colls.get(key)
+            if inst is None:
+                inst = self._colls[key] = _Coll(self.env, shape.n)
+            inst.arrived += 1
+            if inst.arrived == inst.n:
+                inst.go.succeed()
+            yield inst.go
+        _algo, phases, _t = choose(coll, shape, size, self.fabric_tier,  # type: ignore[arg-type]
+                                   self.network_tier)
+        for ph in phases:
+            if ph.latency > 0:
+                yield self.env.timeout(ph.latency)
+            if ph.tier == "fabric":
+                links = [(k, 1.0) for k in self.topo.fabric_links(rank)]
+            else:
+                links = self.topo.network_links(rank, kind)
+            yield self.net.transfer(self._link_weights(rank, links), ph.wire_bytes)
+        if inst is not None:
+            inst.finished += 1
+            if inst.finished == inst.n:
+                self._colls.pop((kind, min(self.lay.group(rank, kind)), self._seq[(rank, kind)]
+                                 - 1), None)
+                inst.done.succeed()
+            yield inst.done
+
+    def p2p(self, src: int, dst: int, size: float) -> Generator:
+        alpha = self.topo.fabric_alpha
+        if self.lay.node(src) == self.lay.node(dst):
+            links = [(k, 1.0) for k in self.topo.fabric_links(src)]
+        else:
+            alpha = self.topo.net_alpha
+            links = self.topo.network_links(src, "pp", peer=dst)
+        yield self.env.timeout(alpha)
+        yield self.net.transfer(self._link_weights(src, links), size)
+
+    # -- the rank process ---------------------------------------------------------------------
+    def run_rank(self, rank: int) -> Generator:
+        rs = self.rs
+        res = self.results[rank]
+        acc = res.acc
+        env = self.env
+        t, c, d, stage = self.lay.coords(rank)
+        order = schedule(rs.parallelism.pp_schedule.kind, stage, self.p, self.m, self.v)
+        block = len(self.lay.stage_members(0))
+        msg = pp_message_bytes(rs)
+        dp_on = rs.dp > 1
+        grad_b = grad_bytes_per_param(rs)
+        bucket_target = rs.parallelism.dp_bucket_mb * 1e6
+        pending_grads = 0.0
+        dp_jobs: list[simpy.Event] = []
+        last_b = {ch: None for ch in range(self.v)}
+        for kind, mb, ch in order:
+            if kind == "B":
+                last_b[ch] = mb  # type: ignore[assignment]
+        first_f_done: set[int] = set()
+        grads_every_mb = self.z >= 3
+        gather_kind = "dp"
+
+        def mark(cat: str, t0: float) -> None:
+            acc[cat] += env.now - t0
+
+        def launch_dp(nbytes: float) -> None:
+            coll = "all_reduce" if self.z == 0 else "reduce_scatter"
+            dp_jobs.append(self._stream_job(
+                rank, "dp", lambda: self.collective(rank, gather_kind, coll, nbytes),
+                f"{coll} {nbytes / 1e6:.0f} MB"))
+
+        def gather(nbytes: float, label: str) -> simpy.Event:
+            return self._stream_job(
+                rank, "dp", lambda: self.collective(rank, gather_kind, "all_gather", nbytes),
+                label)
+
+        def run_items(prog: Program, reps: int, name: str) -> Generator:
+            """Run a program ``reps`` times; analytic programs are one timeout."""
+            if reps <= 0:
+                return
+            if prog.analytic:
+                t0 = env.now
+                total = prog.duration * reps
+                if total > 0:
+                    yield env.timeout(total)
+                for cat, dt in prog.categories().items():
+                    acc[cat] += dt * reps
+                if self.tracing:
+                    self._trace_program(rank, prog, reps, t0)
+                return
+            for _ in range(reps):
+                for it in prog.items:
+                    t0 = env.now
+                    if it.kind == "span":
+                        yield env.timeout(it.dur)
+                        acc[it.cat] += it.dur
+                        self._emit(rank, "compute" if it.cat == "compute" else it.cat[5:],
+                                   it.name, t0, it.dur)
+                    else:
+                        yield from self.collective(rank, it.group or "tp", it.coll or "",
+                                                   it.size)
+                        mark(f"comm_{it.group}", t0)
+                        self._emit(rank, it.group or "tp", it.name, t0, env.now - t0)
+
+        def layer_pass(prog: Program, layers: int, hook_before: Any, hook_after: Any,
+                       name: str) -> Generator:
+            if hook_before is None and hook_after is None:
+                yield from run_items(prog, layers, name)
+                return
+            for i in range(layers):
+                if hook_before is not None:
+                    yield from hook_before(i)
+                yield from run_items(prog, 1, name)
+                if hook_after is not None:
+                    hook_after(i)
+
+        for kind, mb, ch in order:
+            t_pass = env.now
+            # 1. wait for the input of this pass
+            if kind == "F":
+                src_stage, src_chunk = (stage - 1, ch) if stage > 0 else (self.p - 1, ch - 1)
+                needs = not (stage == 0 and ch == 0)
+            else:
+                src_stage, src_chunk = (stage + 1, ch) if stage < self.p - 1 else (0, ch + 1)
+                needs = not (stage == self.p - 1 and ch == self.v - 1)
+            if needs:
+                key = self._recv_key(kind, mb, ch, rank)
+                ev = self._recv.get(key)
+                if ev is None:
+                    ev = self._recv[key] = env.event()
+                if not ev.processed:
+                    t0 = env.now
+                    yield ev
+                    sent = self._sent_at.get(key, t0)
+                    split = min(max(sent, t0), env.now)
+                    acc["pp_bubble"] += split - t0
+                    acc["comm_pp"] += env.now - split
+            del src_stage, src_chunk
+            layers = self._chunk_layers[stage][ch]
+            t_compute = env.now
+            # 2. the pass itself
+            if kind == "F":
+                if stage == 0 and ch == 0:
+                    yield from run_items(self.p_emb_f, 1, "embedding")
+                before = None
+                if dp_on and (self.z >= 3 or (self.z in (1, 2) and self.ov.param_gather
+                                               and ch not in first_f_done)):
+                    before = self._gather_hook(rank, acc, gather, layers)
+                first_f_done.add(ch)
+                yield from layer_pass(self.p_fwd, layers, before, None, "fwd")
+                if stage == self.p - 1 and ch == self.v - 1:
+                    yield from run_items(self.p_head_f, 1, "head")
+            else:
+                if stage == self.p - 1 and ch == self.v - 1:
+                    yield from run_items(self.p_head_b, 1, "head_bwd")
+                before = None
+                after = None
+                if dp_on and self.z >= 3:
+                    before = self._gather_hook(rank, acc, gather, layers)
+                if dp_on and self.ov.dp_grad and (grads_every_mb or mb == last_b[ch]):
+                    def after(i: int) -> None:
+                        nonlocal pending_grads
+                        pending_grads += self.layer_params * grad_b
+                        if pending_grads >= bucket_target:
+                            launch_dp(pending_grads)
+                            pending_grads = 0.0
+                yield from layer_pass(self.p_bwd, layers, before, after, "bwd")
+                if stage == 0 and ch == 0:
+                    yield from run_items(self.p_emb_b, 1, "embedding_bwd")
+            self._emit(rank, "compute", f"{kind}{mb}" + (f".{ch}" if self.v > 1 else ""),
+                       t_compute, env.now - t_compute)
+            del t_pass
+            # 3. send the output onward
+            if kind == "F" and not (stage == self.p - 1 and ch == self.v - 1):
+                dst_stage, dst_chunk = (stage + 1, ch) if stage < self.p - 1 else (0, ch + 1)
+                self._send(rank, "F", mb, dst_chunk, dst_stage, block, msg)
+            elif kind == "B" and not (stage == 0 and ch == 0):
+                dst_stage, dst_chunk = (stage - 1, ch) if stage > 0 else (self.p - 1, ch - 1)
+                self._send(rank, "B", mb, dst_chunk, dst_stage, block, msg)
+
+        # 4. gradients: the rest of the buckets (or all of them without overlap), then wait
+        if dp_on:
+            own = self.extra_params.get(stage, 0.0) * grad_b
+            if self.ov.dp_grad:
+                pending_grads += own
+                if pending_grads > 0:
+                    launch_dp(pending_grads)
+            else:
+                total = sum(self._chunk_layers[stage]) * self.layer_params * grad_b + own
+                n = max(1, math.ceil(total / bucket_target))
+                for _ in range(n):
+                    launch_dp(total / n)
+            if self.shard_n < rs.dp and self.z >= 1:
+                total = (sum(self._chunk_layers[stage]) * self.layer_params
+                         + self.extra_params.get(stage, 0.0)) * grad_b / self.shard_n
+                dp_jobs.append(self._stream_job(
+                    rank, "dp", lambda: self.collective(rank, "dp_rep", "all_reduce", total),
+                    "replica all_reduce"))
+            t0 = env.now
+            for job in dp_jobs:
+                if not job.processed:
+                    yield job
+            mark("comm_dp", t0)
+        # 5. optimizer step over this rank's shard, then (ZeRO-1/2 without overlap) the gather
+        params = sum(self._chunk_layers[stage]) * self.layer_params + self.extra_params.get(
+            stage, 0.0)
+        shard = params / (self.shard_n if self.z >= 1 else 1)
+        t_opt = self._optimizer_time(shard)
+        t0 = env.now
+        yield env.timeout(t_opt)
+        acc["optimizer"] += t_opt
+        self._emit(rank, "compute", "optimizer", t0, t_opt)
+        if dp_on and self.z in (1, 2) and not self.ov.param_gather:
+            t0 = env.now
+            yield gather(params * 2.0, "param all_gather")
+            mark("comm_dp", t0)
+        res.finish = env.now
+
+    def _gather_hook(self, rank: int, acc: dict[str, float], gather: Any, layers: int) -> Any:
+        """Before each layer: wait for its parameters (prefetched one layer ahead)."""
+        size = self.layer_params * 2.0
+        pending: dict[int, simpy.Event] = {}
+
+        def hook(i: int) -> Generator:
+            if i == 0:
+                pending[0] = gather(size, "layer all_gather")
+            if i + 1 < layers:
+                pending[i + 1] = gather(size, "layer all_gather")
+            ev = pending.pop(i)
+            if not ev.processed:
+                t0 = self.env.now
+                yield ev
+                acc["comm_dp"] += self.env.now - t0
+
+        return hook
+
+    def _optimizer_time(self, shard_params: float) -> float:
+        tr = self.rs.training
+        states = {"adam": 8.0, "adamw": 8.0, "sgd": 4.0, "adafactor": 0.5}[tr.optimizer.kind]
+        master = 4.0 if tr.optimizer.master_weights_fp32 else 0.0
+        # read gradient; read+write master weights and states; write 16-bit weights
+        nbytes = shard_params * (grad_bytes_per_param(self.rs) + 2 * (states + master) + 2)
+        return self.timer.memory_time(nbytes)
+
+    def _recv_key(self, kind: str, mb: int, chunk: int, rank: int) -> tuple:
+        if self.full:
+            return (kind, mb, chunk, rank)
+        return (kind, mb, chunk, self.lay.coords(rank)[3])
+
+    def _send(self, rank: int, kind: str, mb: int, chunk: int, dst_stage: int, block: int,
+              size: float) -> None:
+        t, c, d, _ = self.lay.coords(rank)
+        dst = self.lay.rank(t, c, d, dst_stage)
+        key = self._recv_key(kind, mb, chunk, dst)
+        ev = self._recv.get(key)
+        if ev is None:
+            ev = self._recv[key] = self.env.event()
+        stream = "pp-fwd" if kind == "F" else "pp-bwd"
+        sent_at = self._sent_at
+
+        def job() -> Generator:
+            sent_at[key] = self.env.now
+            yield from self.p2p(rank, dst, size)
+            ev.succeed()
+
+        self._stream_job(rank, stream, job, f"send {kind}{mb} → stage {dst_stage}")
+
+    # -- data loader --------------------------------------------------------------------------
+    def loader(self) -> Generator:
+        """Reads the next step's input while this step runs (one step of prefetch)."""
+        rs = self.rs
+        st = rs.storage
+        total = rs.training.tokens_per_step * rs.training.input_bytes_per_token
+        per_node = total / rs.nodes
+        t0 = self.env.now
+        yield self.env.timeout(st.latency_ms.value * 1e-3 * self.m)
+        nodes = range(rs.nodes) if self.full else [0]
+        jobs = []
+        for node in nodes:
+            links: list[tuple[tuple, float]] = [(("storage_client", node), 1.0)]
+            if st.aggregate_read_gbps is not None:
+                links.append((("storage_agg",), 1.0 if self.full else float(rs.nodes)))
+            jobs.append(self.net.transfer(links, per_node))
+        for j in jobs:
+            yield j
+        self.loader_done = self.env.now
+        if self.tracing:
+            for r in self.ranks if not self.full else [n * rs.gpus_per_node
+                                                       for n in range(rs.nodes)]:
+                self._emit(r, "io", "read next batch", t0, self.env.now - t0)
+
+    def _trace_program(self, rank: int, prog: Program, reps: int, t0: float) -> None:
+        t = t0
+        for _ in range(reps):
+            for it in prog.items:
+                stream = "compute" if it.cat == "compute" else it.cat[5:]
+                self._emit(rank, stream, it.name, t, it.dur)
+                t += it.dur
+
+    # -- run ------------------------------------------------------------------------------------
+    def run(self) -> EngineResult:
+        self.loader_done = 0.0
+        procs = [self.env.process(self.run_rank(r)) for r in self.ranks]
+        self.env.process(self.loader())
+        self.env.run()
+        for p in procs:
+            if not p.processed:
+                raise RuntimeError("simulation deadlocked: a rank never finished")
+        finish = max(r.finish for r in self.results.values())
+        step = max(finish, self.loader_done)
+        for r in self.results.values():
+            r.acc["imbalance"] += finish - r.finish
+            r.acc["data_stall"] += step - finish
+        classes = {s: self.results[self.lay.stage_members(s)[0]] for s in range(self.p)}
+        if self.tracing:
+            self._trace_meta()
+        return EngineResult(step, self.results, classes, "full" if self.full else "symmetric",
+                            self.net.events + self._count_events(), self.trace
+                            if self.tracing else None, self.loader_done)
+
+    def _count_events(self) -> int:
+        # SimPy keeps a running event id; it counts every event scheduled.
+        return int(getattr(self.env, "_eid", 0).__next__()) if hasattr(self.env, "_eid") else 0
+
+    def _trace_meta(self) -> None:
+        meta = []
+        pids = sorted({e["pid"] for e in self.trace} | ({0} if not self.trace else set()))
+        for pid in pids:
+            label = f"node {pid}" if self.full else f"stage {pid} (rank class)"
+            meta.append({"name": "process_name", "ph": "M", "pid": pid, "args": {"name": label}})
+            tids = sorted({e["tid"] for e in self.trace if e["pid"] == pid})
+            for tid in tids:
+                local, stream = divmod(tid, 10) if self.full else (0, tid)
+                name = STREAMS[stream] + (f" (gpu {local})" if self.full else "")
+                meta.append({"name": "thread_name", "ph": "M", "pid": pid, "tid": tid,
+                             "args": {"name": name}})
+        self.trace = meta + sorted(self.trace, key=lambda e: (e["pid"], e["tid"], e["ts"],
+                                                              -e["dur"]))
+
+
+def run_engine(rs: ResolvedScenario, full: bool = False, trace: bool = False) -> EngineResult:
+    return Simulation(rs, full=full, trace=trace).run()
+
+
+__all__ = ["BUSY", "CATEGORIES", "EngineResult", "Item", "RankResult", "run_engine"]

@@ -1,0 +1,81 @@
+"""What a simulated run yields: step time, throughput, TFLOP/s, MFU, idle breakdown, memory.
+
+The idle breakdown is per rank class (pipeline stage); the cluster-wide figures are the mean over
+classes, which all have the same number of GPUs, so busy + Σ idle = step time holds for both.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from .config.scenario import ResolvedScenario
+from .engine.sim import BUSY, CATEGORIES, EngineResult
+from .workload.memory import memory_report
+from .workload.model import hardware_flops_per_token, model_flops_per_token, param_count
+
+
+@dataclass
+class Metrics:
+    step_time_s: float
+    tokens_per_s: float
+    samples_per_s: float
+    model_tflops_per_gpu: float
+    hardware_tflops_per_gpu: float
+    mfu: float
+    hfu: float
+    memory_gb_per_gpu: float
+    fits: bool
+    busy_s: float
+    idle_s: dict[str, float]
+    breakdown_s: dict[str, float]
+    per_class: dict[str, dict[str, float]]
+    gpus: int
+    mode: str
+    events: int
+    params: int
+    scaling_efficiency: float | None = None
+    scaling_reference: dict[str, Any] | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def idle_fraction(self) -> float:
+        return sum(self.idle_s.values()) / self.step_time_s if self.step_time_s else 0.0
+
+
+def compute_metrics(rs: ResolvedScenario, res: EngineResult) -> Metrics:
+    step = res.step_time
+    tokens = rs.training.tokens_per_step
+    s = rs.training.seq_len
+    gpus = rs.gpus
+    mflops = model_flops_per_token(rs.model, s) * tokens
+    hflops = hardware_flops_per_token(rs.model, s, rs.parallelism.recompute) * tokens
+    peak = rs.gpu.peak_flops(rs.training.precision)
+    per_class: dict[str, dict[str, float]] = {}
+    mean = dict.fromkeys(CATEGORIES, 0.0)
+    for stage, rr in res.classes.items():
+        per_class[f"stage{stage}"] = dict(rr.acc)
+        for k, v in rr.acc.items():
+            mean[k] += v / len(res.classes)
+    busy = sum(mean[k] for k in BUSY)
+    idle = {k: v for k, v in mean.items() if k not in BUSY}
+    mem = memory_report(rs)
+    return Metrics(
+        step_time_s=step,
+        tokens_per_s=tokens / step,
+        samples_per_s=rs.training.global_batch / step,
+        model_tflops_per_gpu=mflops / step / gpus / 1e12,
+        hardware_tflops_per_gpu=hflops / step / gpus / 1e12,
+        mfu=mflops / step / gpus / peak,
+        hfu=hflops / step / gpus / peak,
+        memory_gb_per_gpu=mem.peak.total_gb,
+        fits=mem.fits,
+        busy_s=busy,
+        idle_s=idle,
+        breakdown_s=mean,
+        per_class=per_class,
+        gpus=gpus,
+        mode=res.mode,
+        events=res.events,
+        params=param_count(rs.model, s),
+    )

@@ -1,0 +1,1 @@
+"""Network model: topology, collective algorithms, bandwidth sharing between flows."""

@@ -1,0 +1,112 @@
+"""Bandwidth sharing: flows that cross the same link at the same time share its capacity.
+
+Each link divides its capacity equally among the flows on it, counting a flow of weight w as w
+flows (in symmetric mode one simulated flow stands for w identical ones, and its bytes are those
+of one of them). A flow moves at the smallest share among the links it crosses: capacity / total
+weight on the link. Whenever a flow starts or ends, the rates of the
+flows sharing a link with it are recomputed and their completions rescheduled; stale completion
+events are recognised by a version number and ignored.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable, Iterable
+
+import simpy
+
+
+class Link:
+    __slots__ = ("key", "capacity", "flows", "weight", "busy_bytes")
+
+    def __init__(self, key: Hashable, capacity: float) -> None:
+        self.key = key
+        self.capacity = capacity
+        self.flows: set[Flow] = set()
+        self.weight = 0.0
+        self.busy_bytes = 0.0
+
+
+class Flow:
+    __slots__ = ("links", "remaining", "weight", "rate", "t_last", "done", "version")
+
+    def __init__(self, links: list[tuple[Link, float]], nbytes: float, done: simpy.Event) -> None:
+        self.links = links
+        self.remaining = nbytes
+        self.rate = 0.0
+        self.t_last = 0.0
+        self.done = done
+        self.version = 0
+
+
+class FlowNetwork:
+    def __init__(self, env: simpy.Environment, capacity: Callable[[Hashable], float]) -> None:
+        self.env = env
+        self._capacity = capacity
+        self.links: dict[Hashable, Link] = {}
+        self.events = 0
+
+    def link(self, key: Hashable) -> Link:
+        ln = self.links.get(key)
+        if ln is None:
+            ln = Link(key, self._capacity(key))
+            self.links[key] = ln
+        return ln
+
+    def transfer(self, links: Iterable[tuple[Hashable, float]], nbytes: float) -> simpy.Event:
+        """Move ``nbytes`` across the given links (key, weight); the event fires when done."""
+        done = self.env.event()
+        if nbytes <= 0:
+            done.succeed()
+            return done
+        lk = [(self.link(k), w) for k, w in links]
+        if not lk:
+            done.succeed()
+            return done
+        flow = Flow(lk, nbytes, done)
+        flow.t_last = self.env.now
+        affected: set[Flow] = set()
+        for ln, w in lk:
+            affected |= ln.flows
+        self._advance(affected)
+        for ln, w in lk:
+            ln.flows.add(flow)
+            ln.weight += w
+        affected.add(flow)
+        self._rerate(affected)
+        return done
+
+    def _advance(self, flows: Iterable[Flow]) -> None:
+        now = self.env.now
+        for f in flows:
+            if f.rate > 0:
+                f.remaining -= f.rate * (now - f.t_last)
+            f.t_last = now
+
+    def _rerate(self, flows: Iterable[Flow]) -> None:
+        now = self.env.now
+        for f in flows:
+            rate = min(ln.capacity / ln.weight for ln, _w in f.links)
+            f.version += 1
+            f.rate = rate
+            f.t_last = now
+            delay = max(0.0, f.remaining) / rate
+            ev = self.env.timeout(delay)
+            self.events += 1
+            version = f.version
+            ev.callbacks.append(lambda _e, f=f, v=version: self._finish(f, v))
+
+    def _finish(self, flow: Flow, version: int) -> None:
+        if version != flow.version or flow.done.triggered:
+            return
+        affected: set[Flow] = set()
+        for ln, w in flow.links:
+            ln.flows.discard(flow)
+            ln.weight -= w
+            if ln.weight < 1e-12:
+                ln.weight = 0.0
+            affected |= ln.flows
+        self._advance(affected)
+        flow.remaining = 0.0
+        flow.done.succeed()
+        if affected:
+            self._rerate(affected)

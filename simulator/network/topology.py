@@ -1,0 +1,175 @@
+"""Cluster topology built from a scenario: rank placement, links and their capacities.
+
+Ranks are placed as Megatron-LM does by default: TP fastest, then CP, then DP, then PP; rank r
+sits on node r // gpus_per_node. Links a transfer can cross:
+
+- ``("gpu", rank)``: the GPU's port into the intra-node fabric (NVLink, PCIe, Infinity Fabric);
+- ``("pcie_root", node)``: for PCIe through the host, the root complex every GPU-to-GPU transfer
+  shares;
+- ``("nic", node, i)``: NIC i of a node (GPU j uses NIC j·nics // gpus_per_node);
+- ``("uplink", leaf)``: a leaf (or rail-group) switch's up-links to the spine, with the
+  topology's oversubscription. A single switch has none.
+
+Bandwidths are effective: the profile's figure times its achievable fraction.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..config.scenario import FatTree, RailOptimized, ResolvedScenario
+from .collectives import GroupShape, TierLink
+
+LinkKey = tuple
+
+GROUP_KINDS = ("tp", "cp", "dp", "pp")
+
+
+@dataclass(frozen=True)
+class Layout:
+    tp: int
+    cp: int
+    dp: int
+    pp: int
+    gpus_per_node: int
+
+    @property
+    def world(self) -> int:
+        return self.tp * self.cp * self.dp * self.pp
+
+    def coords(self, rank: int) -> tuple[int, int, int, int]:
+        t = rank % self.tp
+        c = (rank // self.tp) % self.cp
+        d = (rank // (self.tp * self.cp)) % self.dp
+        p = rank // (self.tp * self.cp * self.dp)
+        return t, c, d, p
+
+    def rank(self, t: int, c: int, d: int, p: int) -> int:
+        return t + self.tp * (c + self.cp * (d + self.dp * p))
+
+    def node(self, rank: int) -> int:
+        return rank // self.gpus_per_node
+
+    def group(self, rank: int, kind: str) -> list[int]:
+        t, c, d, p = self.coords(rank)
+        if kind == "tp":
+            return [self.rank(i, c, d, p) for i in range(self.tp)]
+        if kind == "cp":
+            return [self.rank(t, i, d, p) for i in range(self.cp)]
+        if kind == "dp":
+            return [self.rank(t, c, i, p) for i in range(self.dp)]
+        return [self.rank(t, c, d, i) for i in range(self.pp)]
+
+    def stage_members(self, stage: int) -> range:
+        block = self.tp * self.cp * self.dp
+        return range(stage * block, (stage + 1) * block)
+
+
+class Topology:
+    def __init__(self, rs: ResolvedScenario) -> None:
+        self.rs = rs
+        self.layout = Layout(rs.tp, rs.cp, rs.dp, rs.pp, rs.gpus_per_node)
+        f = rs.fabric
+        self.fabric_bw = f.bandwidth_gbps.value * 1e9 * f.achievable_fraction.value
+        self.fabric_alpha = f.latency_us.value * 1e-6
+        self.pcie_root_bw: float | None = None
+        if f.technology == "pcie_host" and f.shared_uplink_gbps is not None:
+            self.pcie_root_bw = f.shared_uplink_gbps.value * 1e9 * f.achievable_fraction.value
+        self.nics = max(1, rs.nics_per_node)
+        net = rs.network
+        if net is not None:
+            self.nic_bw = net.port_bytes_per_s * net.achievable_fraction.value
+            self.net_alpha = net.latency_us.value * 1e-6
+            radix = net.switch_ports
+        else:
+            self.nic_bw = 0.0
+            self.net_alpha = 0.0
+            radix = 64
+        topo = rs.topology
+        self.oversubscription = 1.0
+        self.nodes_per_leaf = rs.nodes  # single switch: everything under one
+        if isinstance(topo, FatTree):
+            self.oversubscription = topo.oversubscription
+            self.nodes_per_leaf = topo.nodes_per_leaf or max(1, radix // (2 * self.nics))
+        elif isinstance(topo, RailOptimized):
+            self.oversubscription = topo.oversubscription
+            self.nodes_per_leaf = topo.nodes_per_rail_group or max(1, radix // 2)
+        self.leaves = -(-rs.nodes // self.nodes_per_leaf)
+        self._shapes: dict[tuple[str, int], GroupShape] = {}
+        self.uplink_bw = self.nodes_per_leaf * self.nics * self.nic_bw / self.oversubscription
+
+    # -- placement ---------------------------------------------------------------------------
+    def leaf(self, node: int) -> int:
+        return node // self.nodes_per_leaf
+
+    def nic_of(self, rank: int) -> int:
+        local = rank % self.rs.gpus_per_node
+        return local * self.nics // self.rs.gpus_per_node
+
+    def gpus_per_nic(self) -> float:
+        return max(1.0, self.rs.gpus_per_node / self.nics)
+
+    def shape(self, rank: int, kind: str) -> GroupShape:
+        key = (kind, rank)
+        cached = self._shapes.get(key)
+        if cached is None:
+            members = self.layout.group(rank, kind)
+            nodes = len({self.layout.node(r) for r in members})
+            cached = GroupShape(len(members), nodes)
+            self._shapes[key] = cached
+        return cached
+
+    def leaves_spanned(self, rank: int, kind: str) -> int:
+        members = self.layout.group(rank, kind)
+        return len({self.leaf(self.layout.node(r)) for r in members})
+
+    # -- contention-free per-rank view (for algorithm choice) --------------------------------
+    def fabric_tier(self) -> TierLink:
+        bw = self.fabric_bw
+        if self.pcie_root_bw is not None:
+            bw = min(bw, self.pcie_root_bw / self.rs.gpus_per_node)
+        return TierLink(bw, self.fabric_alpha)
+
+    def network_tier(self) -> TierLink | None:
+        if self.rs.network is None:
+            return None
+        return TierLink(self.nic_bw / self.gpus_per_nic(), self.net_alpha)
+
+    # -- links a transfer crosses ------------------------------------------------------------
+    def capacity(self, key: LinkKey) -> float:
+        kind = key[0]
+        if kind == "gpu":
+            return self.fabric_bw
+        if kind == "pcie_root":
+            assert self.pcie_root_bw is not None
+            return self.pcie_root_bw
+        if kind == "nic":
+            return self.nic_bw
+        if kind == "uplink":
+            return self.uplink_bw
+        raise KeyError(key)
+
+    def fabric_links(self, rank: int) -> list[LinkKey]:
+        links: list[LinkKey] = [("gpu", rank)]
+        if self.pcie_root_bw is not None:
+            links.append(("pcie_root", self.layout.node(rank)))
+        return links
+
+    def network_links(self, rank: int, kind: str, peer: int | None = None) -> list[
+            tuple[LinkKey, float]]:
+        """NIC and (if the traffic leaves the leaf) up-link of ``rank``, each with the fraction
+        of this rank's flows on that link that are concurrent copies (see symmetric weights)."""
+        node = self.layout.node(rank)
+        out: list[tuple[LinkKey, float]] = [(("nic", node, self.nic_of(rank)), 1.0)]
+        if self.leaves <= 1 or self.oversubscription <= 0:
+            return out
+        if peer is not None:
+            if self.leaf(self.layout.node(peer)) != self.leaf(node):
+                out.append((("uplink", self.leaf(node)), 1.0))
+            return out
+        spanned = self.leaves_spanned(rank, kind)
+        if spanned > 1:
+            shape = self.shape(rank, kind)
+            # A ring over k nodes in L leaves leaves each leaf on L of its k edges.
+            out.append((("uplink", self.leaf(node)), spanned / shape.nodes))
+        return out

@@ -1,0 +1,127 @@
+"""`simulate`: a pure function from a resolved scenario to metrics and cost.
+
+No global state: sweeps may call it thousands of times, in any process.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from .config.loading import resolve_dict
+from .config.scenario import ResolvedScenario
+from .cost import CostReport, compute_cost
+from .engine.sim import EngineResult, run_engine
+from .errors import UserError
+from .metrics import Metrics, compute_metrics
+from .workload.memory import memory_report
+
+FULL_MODE_LIMIT = 4096
+
+
+@dataclass
+class SimResult:
+    rs: ResolvedScenario
+    metrics: Metrics
+    cost: CostReport | None
+    engine: EngineResult
+
+    def as_dict(self) -> dict[str, Any]:
+        m = self.metrics
+        rs = self.rs
+        return {
+            "scenario": rs.name,
+            "file": rs.source_file,
+            "gpus": m.gpus,
+            "nodes": rs.nodes,
+            "mode": m.mode,
+            "layout": {"dp": rs.dp, "tp": rs.tp, "pp": rs.pp, "cp": rs.cp,
+                       "micro_batches": rs.micro_batches,
+                       "schedule": rs.parallelism.pp_schedule.kind,
+                       "zero_stage": rs.parallelism.zero_stage,
+                       "recompute": rs.parallelism.recompute},
+            "step_time_s": m.step_time_s,
+            "tokens_per_s": m.tokens_per_s,
+            "samples_per_s": m.samples_per_s,
+            "model_tflops_per_gpu": m.model_tflops_per_gpu,
+            "hardware_tflops_per_gpu": m.hardware_tflops_per_gpu,
+            "mfu": m.mfu,
+            "hfu": m.hfu,
+            "scaling_efficiency": m.scaling_efficiency,
+            "scaling_reference": m.scaling_reference,
+            "memory_gb_per_gpu": m.memory_gb_per_gpu,
+            "fits": m.fits,
+            "busy_s": m.busy_s,
+            "idle_s": m.idle_s,
+            "breakdown_s": m.breakdown_s,
+            "per_class": m.per_class,
+            "params": m.params,
+            "events": m.events,
+            "cost": self.cost.as_dict() if self.cost else None,
+        }
+
+
+def simulate(rs: ResolvedScenario, full: bool = False, trace: bool = False,
+             scaling: bool = True) -> SimResult:
+    if full and rs.gpus > FULL_MODE_LIMIT:
+        raise UserError(
+            f"--full simulates every rank; {rs.gpus} GPUs is above the limit of "
+            f"{FULL_MODE_LIMIT}", hint="drop --full (symmetric mode is exact for uniform "
+            "clusters)")
+    eng = run_engine(rs, full=full, trace=trace)
+    met = compute_metrics(rs, eng)
+    if scaling:
+        _scaling(rs, met)
+    cost = compute_cost(rs, met.step_time_s, min(1.0, max(0.0, met.idle_fraction)))
+    return SimResult(rs, met, cost, eng)
+
+
+def reference_layout(rs: ResolvedScenario) -> ResolvedScenario | None:
+    """The same model and plan on the scenario's reference node count, or on the fewest nodes
+    on which it divides and fits. The global batch stays (strong scaling) where it divides."""
+    base = dict(rs.raw)
+    if not base:
+        return None
+    par = dict(base.get("parallelism") or {})
+    par["dp"] = "auto"
+    base["parallelism"] = par
+    if rs.run.scaling_reference is not None:
+        candidates = [rs.run.scaling_reference.nodes]
+    else:
+        candidates = list(range(1, rs.nodes + 1))
+    for nodes in candidates:
+        data = {**base, "cluster": {**base["cluster"], "nodes": nodes}}
+        if nodes > 1 and not data["cluster"].get("network") and rs.network is not None:
+            data["cluster"]["network"] = {"profile": rs.network.name}
+        for sets in ([], _weak_batch(rs, nodes)):
+            try:
+                ref = resolve_dict(data, sets, rs.source_file)
+            except UserError:
+                continue
+            if memory_report(ref).fits or rs.run.scaling_reference is not None:
+                return ref
+    return None
+
+
+def _weak_batch(rs: ResolvedScenario, nodes: int) -> list[str]:
+    gb = max(1, rs.training.global_batch * nodes // rs.nodes)
+    return [f"training.global_batch={gb}"]
+
+
+def _scaling(rs: ResolvedScenario, met: Metrics) -> None:
+    ref = reference_layout(rs)
+    if ref is None:
+        return
+    if ref.nodes == rs.nodes and ref.training.global_batch == rs.training.global_batch:
+        met.scaling_efficiency = 1.0
+        met.scaling_reference = {"nodes": ref.nodes, "gpus": ref.gpus,
+                                 "tokens_per_s_per_gpu": met.tokens_per_s / met.gpus}
+        return
+    rm = compute_metrics(ref, run_engine(ref))
+    per_gpu = met.tokens_per_s / met.gpus
+    ref_per_gpu = rm.tokens_per_s / rm.gpus
+    met.scaling_efficiency = per_gpu / ref_per_gpu
+    met.scaling_reference = {"nodes": ref.nodes, "gpus": ref.gpus, "dp": ref.dp,
+                             "global_batch": ref.training.global_batch,
+                             "step_time_s": rm.step_time_s,
+                             "tokens_per_s_per_gpu": ref_per_gpu}

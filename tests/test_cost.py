@@ -1,0 +1,299 @@
+"""Cost model: cloud tiers, spot preemptions, ownership (capex, energy, opex), idle dollars.
+
+Scenarios are real resolved scenarios with inline profiles (no catalogue needed); the expected
+figures are worked out by hand in the comments.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from typing import Any
+
+import pytest
+from conftest import fig, inline_scenario
+
+from simulator.config.loading import resolve_dict
+from simulator.config.scenario import ResolvedScenario
+from simulator.cost import (
+    HOURS_PER_YEAR,
+    IDLE_POWER_FRACTION,
+    SPOT_CHECKPOINT_INTERVAL_MIN,
+    SPOT_RESTART_MIN,
+    CostReport,
+    compute_cost,
+)
+from simulator.errors import UserError
+
+GPU_NAME = "test-gpu-80gb"  # the inline GPU in conftest.py
+
+CLOUD: dict[str, Any] = {
+    "kind": "cloud_price",
+    "name": "test-cloud",
+    "display_name": "Test cloud 8-GPU instance",
+    "provider": "testcloud",
+    "instance": "gpu8.test",
+    "gpu": GPU_NAME,
+    "as_of": "2025-01-01",
+    "on_demand_usd_per_gpu_hour": fig(2.0),
+    "reserved_usd_per_gpu_hour": fig(1.5),
+    "reserved_term_years": 1,
+    "spot_usd_per_gpu_hour": fig(0.8),
+}
+
+OWNED: dict[str, Any] = {
+    "kind": "ownership_price",
+    "name": "test-owned",
+    "display_name": "Test owned cluster",
+    "gpu": GPU_NAME,
+    "as_of": "2025-01-01",
+    "capex_per_node_usd": fig(300_000),
+    "capex_per_network_port_usd": fig(2_000),
+    "power_per_gpu_w": fig(700),
+    "power_per_node_w": fig(1_500),
+    "pue": fig(1.25),
+    "usd_per_kwh": fig(0.10),
+    "amortisation_years": fig(4),
+    "opex_fraction_per_year": fig(0.05),
+}
+
+
+def priced(
+    price: dict[str, Any] | None,
+    *,
+    tier: str | None = None,
+    tokens: float | None = 1e9,
+    nodes: int = 1,
+    seq_len: int = 1000,
+    global_batch: int = 1000,
+    **price_fields: Any,
+) -> ResolvedScenario:
+    """A resolved 8-GPU-per-node scenario with an inline price profile (1M tokens per step)."""
+    data = inline_scenario(nodes=nodes, seq_len=seq_len, global_batch=global_batch)
+    if price is not None:
+        profile = {**copy.deepcopy(price), **price_fields}
+        pricing: dict[str, Any] = {"profile": profile}
+        if tier is not None:
+            pricing["tier"] = tier
+        data["cluster"]["pricing"] = pricing
+    if tokens is not None:
+        data["run"] = {"tokens": tokens}
+    return resolve_dict(data)
+
+
+def cost(rs: ResolvedScenario, step: float = 10.0, idle: float = 0.25, **kw: Any) -> CostReport:
+    report = compute_cost(rs, step, idle, **kw)
+    assert report is not None
+    return report
+
+
+# --- cloud -----------------------------------------------------------------------------------
+
+
+def test_cloud_on_demand_hand_computed() -> None:
+    rs = priced(CLOUD)
+    assert rs.gpus == 8 and rs.training.tokens_per_step == 1_000_000
+    r = cost(rs, step=10.0, idle=0.25)
+    # 8 GPUs × $2/GPU-h = $16/h; a 10 s step costs 16 · 10 / 3600 = $0.0444.
+    assert r.model == "cloud:on_demand"
+    assert r.usd_per_gpu_hour == pytest.approx(2.0)
+    assert r.usd_per_hour == pytest.approx(16.0)
+    assert r.breakdown == pytest.approx({"gpu_rental": 16.0})
+    assert r.usd_per_step == pytest.approx(0.044444, rel=1e-4)
+    # 1M tokens per step, so $ per million tokens equals $ per step.
+    assert r.usd_per_million_tokens == pytest.approx(0.044444, rel=1e-4)
+    # 1e9 tokens / 1e6 per step = 1000 steps × 10 s = 10 000 s = 0.1157 days; $44.44 in all.
+    assert r.steps == pytest.approx(1000)
+    assert r.time_to_train_days == pytest.approx(10_000 / 86_400)
+    assert r.usd_total == pytest.approx(44.444, rel=1e-4)
+    # A quarter of the GPU time idle: $11.11 of it, $0.0111 a step.
+    assert r.usd_idle == pytest.approx(11.111, rel=1e-4)
+    assert r.usd_idle_per_step == pytest.approx(0.011111, rel=1e-4)
+    assert any("on_demand" in line and "$2.00" in line for line in r.assumptions)
+
+
+def test_doubling_step_time_doubles_cost_per_step() -> None:
+    rs = priced(CLOUD)
+    a, b = cost(rs, step=7.0), cost(rs, step=14.0)
+    assert b.usd_per_hour == pytest.approx(a.usd_per_hour)
+    assert b.usd_per_step == pytest.approx(2 * a.usd_per_step)
+    assert b.usd_per_million_tokens == pytest.approx(2 * a.usd_per_million_tokens)
+    assert b.usd_total == pytest.approx(2 * a.usd_total)  # type: ignore[operator]
+    assert b.time_to_train_days == pytest.approx(2 * a.time_to_train_days)  # type: ignore[operator]
+    assert b.steps == a.steps
+
+
+@pytest.mark.parametrize("idle", [0.0, 0.1, 0.5, 1.0])
+@pytest.mark.parametrize("price", [CLOUD, OWNED], ids=["cloud", "ownership"])
+def test_idle_dollars_are_idle_fraction_of_total(idle: float, price: dict[str, Any]) -> None:
+    r = cost(priced(price), step=3.0, idle=idle)
+    assert r.usd_total is not None and r.usd_idle is not None
+    assert r.usd_idle == pytest.approx(idle * r.usd_total)
+    assert r.usd_idle_per_step == pytest.approx(idle * r.usd_per_step)
+
+
+@pytest.mark.parametrize(("tier", "rate"), [("on_demand", 2.0), ("reserved", 1.5), ("spot", 0.8)])
+def test_cloud_tier_picks_its_rate(tier: str, rate: float) -> None:
+    r = cost(priced(CLOUD, tier=tier))
+    assert r.model == f"cloud:{tier}"
+    assert r.usd_per_gpu_hour == pytest.approx(rate)
+    assert r.usd_per_hour == pytest.approx(8 * rate)
+
+
+def test_tier_chosen_with_set_override() -> None:
+    data = inline_scenario(seq_len=1000, global_batch=1000)
+    data["cluster"]["pricing"] = {"profile": copy.deepcopy(CLOUD)}
+    rs = resolve_dict(data, sets=["cluster.pricing.tier=reserved"])
+    assert cost(rs).usd_per_gpu_hour == pytest.approx(1.5)
+
+
+def test_missing_tier_is_a_user_error_naming_the_tiers() -> None:
+    rs = priced(CLOUD, tier="reserved", reserved_usd_per_gpu_hour=None)
+    with pytest.raises(UserError) as exc:
+        compute_cost(rs, 10.0, 0.2)
+    err = exc.value
+    assert err.path == "cluster.pricing.tier"
+    assert "reserved" in err.message
+    assert err.hint is not None and "on_demand" in err.hint and "spot" in err.hint
+
+
+def test_spot_preemptions_cost_at_least_as_much_as_none() -> None:
+    calm = cost(priced(CLOUD, tier="spot"))
+    stormy = cost(priced(CLOUD, tier="spot", spot_preemptions_per_day=fig(4)))
+    assert calm.usd_per_hour == pytest.approx(stormy.usd_per_hour)  # same rental rate
+    assert stormy.usd_total >= calm.usd_total  # type: ignore[operator]
+    assert stormy.usd_per_step >= calm.usd_per_step
+    assert stormy.time_to_train_days >= calm.time_to_train_days  # type: ignore[operator]
+    # Each preemption loses half a 30-min checkpoint interval plus a 10-min restart = 25 min;
+    # 4 a day lose 100 of 1440 minutes, so the run takes 1440 / 1340 as long.
+    assert SPOT_CHECKPOINT_INTERVAL_MIN / 2 + SPOT_RESTART_MIN == 25
+    factor = 1440 / 1340
+    assert stormy.time_to_train_days == pytest.approx(calm.time_to_train_days * factor)  # type: ignore[operator]
+    assert stormy.usd_total == pytest.approx(calm.usd_total * factor)  # type: ignore[operator]
+    assert any("preemption" in line for line in stormy.assumptions)
+    assert any("not modelled" in line for line in calm.assumptions)
+
+
+def test_spot_preemption_rate_ignored_on_other_tiers() -> None:
+    r = cost(priced(CLOUD, tier="on_demand", spot_preemptions_per_day=fig(4)))
+    assert r.time_to_train_days == pytest.approx(10_000 / 86_400)
+
+
+def test_spot_preempted_too_often_to_progress_is_a_user_error() -> None:
+    rs = priced(CLOUD, tier="spot", spot_preemptions_per_day=fig(100))  # 100 × 25 min > 1 day
+    with pytest.raises(UserError) as exc:
+        compute_cost(rs, 10.0, 0.2)
+    assert exc.value.path == "cluster.pricing.profile.spot_preemptions_per_day"
+
+
+# --- ownership -------------------------------------------------------------------------------
+
+
+def test_ownership_hand_computed() -> None:
+    # 2 nodes × 8 GPUs, 8 NICs a node.
+    rs = priced(OWNED, nodes=2, global_batch=2000)
+    assert rs.gpus == 16 and rs.nics_per_node == 8
+    r = cost(rs, step=10.0, idle=0.2)  # utilisation defaults to 1 - 0.2 = 0.8
+    assert r.model == "ownership"
+    # capex = 2 × $300 000 + 16 ports × $2 000 = $632 000, over 4 years of 8766 h: $18.024/h.
+    capex_h = 632_000 / (4 * 8766)
+    # GPU draw: idle 0.3 × 700 = 210 W; 210 + (700 - 210) × 0.8 = 602 W; 16 GPUs = 9632 W,
+    # + 2 nodes × 1500 W = 12 632 W; × PUE 1.25 = 15.79 kW; × $0.10/kWh = $1.579/h.
+    energy_h = 1.579
+    # opex 5 % of capex a year: 0.05 × 632 000 / 8766 = $3.605/h.
+    opex_h = 0.05 * 632_000 / 8766
+    assert r.breakdown["capex"] == pytest.approx(capex_h)
+    assert r.breakdown["capex"] == pytest.approx(18.0242, rel=1e-5)
+    assert r.breakdown["energy"] == pytest.approx(energy_h)
+    assert r.breakdown["opex"] == pytest.approx(opex_h)
+    assert r.breakdown["opex"] == pytest.approx(3.60484, rel=1e-5)
+    total_h = capex_h + energy_h + opex_h  # ≈ $23.208/h
+    assert r.usd_per_hour == pytest.approx(total_h)
+    assert r.usd_per_gpu_hour == pytest.approx(total_h / 16)
+    assert r.usd_per_step == pytest.approx(total_h * 10 / 3600)
+    # 2M tokens per step.
+    assert r.usd_per_million_tokens == pytest.approx(total_h * 10 / 3600 / 2)
+    assert r.steps == pytest.approx(500)
+    assert r.usd_total == pytest.approx(500 * total_h * 10 / 3600)
+    text = " ".join(r.assumptions)
+    assert "PUE 1.25" in text and "4 years" in text and "$0.1/kWh" in text
+
+
+def test_ownership_single_node_without_network_has_no_port_capex() -> None:
+    rs = priced(OWNED, opex_fraction_per_year=None)
+    assert rs.network is None
+    r = cost(rs, idle=0.0)
+    assert r.breakdown["capex"] == pytest.approx(300_000 / (4 * HOURS_PER_YEAR))
+    assert set(r.breakdown) == {"capex", "energy"}  # no opex figure, no opex line
+    # Fully busy: 8 × 700 W + 1500 W = 7.1 kW × 1.25 × $0.10.
+    assert r.breakdown["energy"] == pytest.approx(7.1 * 1.25 * 0.10)
+    assert any("opex" in line and "not included" in line for line in r.assumptions)
+
+
+def test_ownership_energy_follows_utilisation() -> None:
+    rs = priced(OWNED)
+    busy = cost(rs, gpu_utilisation=1.0)
+    idle = cost(rs, gpu_utilisation=0.0)
+    default = cost(rs, idle=0.4)
+    explicit = cost(rs, idle=0.4, gpu_utilisation=0.6)
+    assert default.breakdown["energy"] == pytest.approx(explicit.breakdown["energy"])
+    assert idle.breakdown["energy"] < default.breakdown["energy"] < busy.breakdown["energy"]
+    # Idle GPUs draw 0.3 of the busy figure; nodes draw the same either way.
+    gpu_busy = 8 * 700 * 1.25 / 1000 * 0.10
+    node = 1500 * 1.25 / 1000 * 0.10
+    assert busy.breakdown["energy"] == pytest.approx(gpu_busy + node)
+    assert idle.breakdown["energy"] == pytest.approx(IDLE_POWER_FRACTION * gpu_busy + node)
+    assert busy.breakdown["capex"] == pytest.approx(idle.breakdown["capex"])
+
+
+def test_ownership_ignores_cloud_tier() -> None:
+    a = cost(priced(OWNED))
+    b = cost(priced(OWNED, tier="spot"))
+    assert a.usd_per_hour == pytest.approx(b.usd_per_hour) and b.model == "ownership"
+
+
+def test_ownership_zero_amortisation_is_a_user_error() -> None:
+    rs = priced(OWNED, amortisation_years=fig(0))
+    with pytest.raises(UserError) as exc:
+        compute_cost(rs, 10.0, 0.1)
+    assert exc.value.path == "cluster.pricing.profile.amortisation_years"
+
+
+# --- general ---------------------------------------------------------------------------------
+
+
+def test_no_price_gives_none() -> None:
+    rs = priced(None)
+    assert rs.price is None
+    assert compute_cost(rs, 10.0, 0.2) is None
+
+
+def test_without_token_budget_run_totals_are_none() -> None:
+    r = cost(priced(CLOUD, tokens=None))
+    assert r.steps is None and r.time_to_train_days is None
+    assert r.usd_total is None and r.usd_idle is None
+    assert r.usd_per_step == pytest.approx(16 * 10 / 3600)
+    assert r.usd_idle_per_step == pytest.approx(0.25 * 16 * 10 / 3600)
+
+
+@pytest.mark.parametrize("price", [CLOUD, OWNED], ids=["cloud", "ownership"])
+def test_as_dict_is_json_and_complete(price: dict[str, Any]) -> None:
+    r = cost(priced(price))
+    d = r.as_dict()
+    assert set(d) == {
+        "model", "usd_per_gpu_hour", "usd_per_hour", "usd_per_step", "usd_per_million_tokens",
+        "steps", "time_to_train_days", "usd_total", "usd_idle", "usd_idle_per_step",
+        "breakdown", "assumptions",
+    }
+    assert json.loads(json.dumps(d)) == d
+    assert sum(d["breakdown"].values()) == pytest.approx(d["usd_per_hour"])
+    assert all(isinstance(line, str) and line for line in d["assumptions"])
+
+
+@pytest.mark.parametrize(
+    ("step", "idle", "util"), [(0.0, 0.1, None), (-1.0, 0.1, None), (1.0, 1.5, None),
+                               (1.0, -0.1, None), (1.0, 0.1, 1.2)]
+)
+def test_bad_simulation_figures_are_rejected(step: float, idle: float, util: float | None) -> None:
+    with pytest.raises(ValueError):
+        compute_cost(priced(OWNED), step, idle, util)
