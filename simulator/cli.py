@@ -129,6 +129,58 @@ def check(
 
 
 @app.command()
+def simulate(
+    scenario: Annotated[str, typer.Argument(help="scenario YAML (path or bundled name)")],
+    fmt: Annotated[Fmt, typer.Option("--format")] = Fmt.table,
+    set_: Annotated[list[str] | None, typer.Option("--set", help="PATH=VALUE override")] = None,
+    trace: Annotated[str | None, typer.Option(help="write a Chrome trace (Perfetto) here")] = None,
+    full: Annotated[bool, typer.Option("--full", help="simulate every rank")] = False,
+    scaling: Annotated[bool, typer.Option(help="also simulate the scaling reference")] = True,
+) -> None:
+    """Simulate one training step: time, throughput, MFU, idle breakdown, cost."""
+    from .catalog import find_scenario
+    from .config.loading import load_scenario
+    from .report.tables import print_simulation
+    from .report.trace import write_trace
+    from .simulate import simulate as run_sim
+
+    rs = load_scenario(find_scenario(scenario), set_ or [])
+    res = run_sim(rs, full=full, trace=trace is not None, scaling=scaling)
+    d = res.as_dict()
+    if trace is not None:
+        write_trace(trace, res.engine.trace or [], {"scenario": rs.name, "mode": d["mode"],
+                                                    "step_time_s": d["step_time_s"]})
+        err.print(f"trace written to {trace} (open in ui.perfetto.dev)")
+    if fmt == Fmt.json:
+        _json(d)
+    elif fmt == Fmt.csv:
+        _csv(_flatten(d))
+    else:
+        print_simulation(d, out)
+
+
+def _flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    flat: dict[str, Any] = {}
+    for k, v in d.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict):
+            flat.update(_flatten(v, key + "."))
+        elif isinstance(v, list):
+            continue
+        else:
+            flat[key] = v
+    return flat
+
+
+def _csv(flat: dict[str, Any]) -> None:
+    import csv
+
+    w = csv.writer(sys.stdout)
+    w.writerow(flat.keys())
+    w.writerow(flat.values())
+
+
+@app.command()
 def schema() -> None:
     """JSON Schema of the scenario file (for editor completion)."""
     from .config.scenario import Scenario

@@ -119,3 +119,58 @@ def print_check(rep: CheckReport, console: Console) -> None:
                 console.print(f"  --set {' --set '.join(lv.change)}   (peak {lv.peak_gb:.1f} GB)")
         else:
             console.print("no single change to the plan fits: use more GPUs or a larger GPU")
+
+
+def print_simulation(d: dict[str, Any], console: Console) -> None:
+    """The `simulate` report: headline figures, idle breakdown, cost."""
+    lay = d["layout"]
+    console.print(
+        f"[bold]{d['scenario']}[/bold]: {d['gpus']} GPUs ({d['nodes']} nodes), "
+        f"DP={lay['dp']} TP={lay['tp']} PP={lay['pp']} CP={lay['cp']}, "
+        f"{lay['micro_batches']} micro-batches, {lay['schedule']}, ZeRO {lay['zero_stage']}, "
+        f"recompute {lay['recompute']}  [dim]({d['mode']} mode)[/dim]"
+    )
+    t = Table(title="performance", show_header=False)
+    t.add_column("metric", style="cyan")
+    t.add_column("value", justify="right")
+    t.add_row("step time", f"{d['step_time_s']:.3f} s")
+    t.add_row("throughput", f"{d['tokens_per_s']:,.0f} tokens/s  ({d['samples_per_s']:.2f} "
+              "samples/s)")
+    t.add_row("model TFLOP/s per GPU", f"{d['model_tflops_per_gpu']:.1f}")
+    t.add_row("hardware TFLOP/s per GPU", f"{d['hardware_tflops_per_gpu']:.1f}")
+    t.add_row("MFU", f"{100 * d['mfu']:.1f} %")
+    if d.get("scaling_efficiency") is not None:
+        ref = d.get("scaling_reference") or {}
+        t.add_row("scaling efficiency",
+                  f"{100 * d['scaling_efficiency']:.1f} % (vs {ref.get('gpus')} GPUs)")
+    fit = "fits" if d["fits"] else "[red]does NOT fit[/red]"
+    t.add_row("memory per GPU", f"{d['memory_gb_per_gpu']:.1f} GB ({fit})")
+    console.print(t)
+    b = Table(title="where the step goes (mean over rank classes)")
+    b.add_column("category")
+    b.add_column("seconds", justify="right")
+    b.add_column("share", justify="right")
+    step = d["step_time_s"]
+    labels = {"compute": "compute (busy)", "optimizer": "optimizer (busy)",
+              "comm_tp": "exposed TP comm", "comm_cp": "exposed CP comm",
+              "comm_dp": "exposed DP comm", "comm_pp": "exposed PP comm",
+              "pp_bubble": "pipeline bubble", "data_stall": "data-loader stall",
+              "imbalance": "waiting on other stages"}
+    for k, v in d["breakdown_s"].items():
+        if v > 0 or k in ("compute",):
+            b.add_row(labels.get(k, k), f"{v:.3f}", f"{100 * v / step:.1f} %")
+    b.add_row("[bold]step[/bold]", f"[bold]{step:.3f}[/bold]", "100 %")
+    console.print(b)
+    c = d.get("cost")
+    if c:
+        ct = Table(title=f"cost ({c['model']})", show_header=False)
+        ct.add_column("item", style="cyan")
+        ct.add_column("value", justify="right")
+        ct.add_row("$ per GPU-hour", f"{c['usd_per_gpu_hour']:.2f}")
+        ct.add_row("$ per step", f"{c['usd_per_step']:.2f}")
+        ct.add_row("$ per million tokens", f"{c['usd_per_million_tokens']:.3f}")
+        if c.get("usd_total") is not None:
+            ct.add_row("time to train", f"{c['time_to_train_days']:.1f} days")
+            ct.add_row("$ for the token budget", f"{c['usd_total']:,.0f}")
+            ct.add_row("$ spent while GPUs idle", f"{c['usd_idle']:,.0f}")
+        console.print(ct)

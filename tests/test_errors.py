@@ -1,0 +1,387 @@
+"""Every user error: one message naming the file, the field path and what to do; exit code 2;
+no traceback. Runs the real command line on scenario files written to tmp_path."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import CliResult, inline_scenario, run_cli, write_yaml
+
+from simulator.config.loading import resolve_dict
+from simulator.errors import UserError
+
+
+def assert_user_error(
+    res: CliResult,
+    *,
+    file: Path | str | None,
+    path: str | None,
+    says: tuple[str, ...] = (),
+    hint: tuple[str, ...] = (),
+) -> None:
+    assert res.returncode == 2, (res.returncode, res.stdout, res.stderr)
+    assert "Traceback" not in res.stderr
+    assert res.stdout == ""
+    text = res.stderr.strip()
+    lines = text.splitlines()
+    # One message: a first line with where and what, then at most the 'what to do' line.
+    assert lines[0].startswith("error: "), text
+    assert len(lines) <= 2, text
+    assert text.count("error:") == 1, text
+    assert "what to do:" in text, text
+    head = lines[0]
+    if file is not None:
+        assert str(file) in head, text
+    if path is not None:
+        assert f": {path}: " in head, text
+    for frag in says:
+        assert frag in head, text
+    hint_line = lines[-1]
+    for frag in hint:
+        assert frag in hint_line, text
+
+
+def _write(tmp_path: Path, data: Any, name: str = "scenario.yaml") -> Path:
+    return write_yaml(tmp_path / name, data)
+
+
+def _mutated(change: Callable[[dict[str, Any]], None], **kw: Any) -> dict[str, Any]:
+    data = inline_scenario("llama3-8b", **kw)
+    change(data)
+    return data
+
+
+def test_baseline_inline_scenario_is_valid(tmp_path: Path) -> None:
+    f = _write(tmp_path, inline_scenario("llama3-8b"))
+    res = run_cli("check", str(f))
+    assert res.returncode == 0, res.stderr
+    assert res.stderr == ""
+
+
+# --------------------------------------------------------------------------------------------
+# The file itself
+# --------------------------------------------------------------------------------------------
+
+
+def test_malformed_yaml(tmp_path: Path) -> None:
+    f = tmp_path / "broken.yaml"
+    f.write_text("cluster:\n  gpu: [h100, a100\n  nodes: 2\ntraining: {}\n")
+    res = run_cli("check", str(f))
+    assert_user_error(res, file=f, path=None, says=("not valid YAML", "line 3"),
+                      hint=("YAML syntax",))
+
+
+def test_tab_indented_yaml(tmp_path: Path) -> None:
+    f = tmp_path / "tabs.yaml"
+    f.write_text("cluster:\n\tgpu: h100-sxm-80gb\n")
+    assert_user_error(run_cli("check", str(f)), file=f, path=None, says=("not valid YAML",))
+
+
+@pytest.mark.parametrize("content", ["- a\n- b\n", "just a string\n", "", "42\n"])
+def test_non_mapping_yaml(tmp_path: Path, content: str) -> None:
+    f = tmp_path / "notamap.yaml"
+    f.write_text(content)
+    res = run_cli("check", str(f))
+    assert_user_error(res, file=f, path=None, says=("must be a YAML mapping",),
+                      hint=("clustersim schema",))
+
+
+def test_missing_scenario_file(tmp_path: Path) -> None:
+    f = tmp_path / "does-not-exist.yaml"
+    res = run_cli("check", str(f))
+    assert_user_error(res, file=f, path=None, says=("no such scenario file",))
+
+
+def test_missing_file_close_to_a_bundled_scenario() -> None:
+    res = run_cli("check", "llama3-8b-8xh10")
+    assert_user_error(res, file="llama3-8b-8xh10", path=None, hint=("llama3-8b-8xh100",))
+
+
+# --------------------------------------------------------------------------------------------
+# Schema errors
+# --------------------------------------------------------------------------------------------
+
+
+def test_unknown_field_with_did_you_mean(tmp_path: Path) -> None:
+    def change(d: dict[str, Any]) -> None:
+        d["parallelism"]["tensor_parallel"] = 4
+
+    f = _write(tmp_path, _mutated(change))
+    res = run_cli("check", str(f))
+    assert_user_error(res, file=f, path="parallelism.tensor_parallel",
+                      says=("unknown field 'tensor_parallel'",), hint=("did you mean 'tp'",))
+
+
+@pytest.mark.parametrize(
+    ("where", "typo", "suggestion"),
+    [
+        (("training",), "seq_length", "seq_len"),
+        (("training", "optimizer"), "knd", "kind"),
+        (("parallelism", "sharding"), "stge", "stage"),
+        (("cluster",), "gpus_per_nod", "gpus_per_node"),
+        ((), "parallelsim", "parallelism"),
+    ],
+)
+def test_unknown_field_hints(where: tuple[str, ...], typo: str, suggestion: str) -> None:
+    data = inline_scenario("llama3-8b")
+    data["parallelism"]["sharding"] = {"kind": "zero", "stage": 1}
+    data["training"]["optimizer"] = {"kind": "adamw"}
+    node = data
+    for key in where:
+        node = node[key]
+    node[typo] = 1
+    with pytest.raises(UserError) as exc:
+        resolve_dict(data, file="s.yaml")
+    err = exc.value
+    assert err.file == "s.yaml"
+    assert err.path == ".".join((*where, typo))  # no union tags such as 'zero' in the path
+    assert err.hint == f"did you mean '{suggestion}'?"
+
+
+def test_unknown_override_field_of_a_profile_or_preset() -> None:
+    data = inline_scenario("llama3-8b")
+    data["cluster"]["gpu"]["memory_gbb"] = 80
+    with pytest.raises(UserError) as exc:
+        resolve_dict(data)
+    assert exc.value.path == "cluster.gpu.memory_gbb"
+    assert exc.value.hint == "did you mean 'memory_gb'?"
+    data = inline_scenario({"preset": "llama3-8b", "hiden": 4096})
+    with pytest.raises(UserError) as exc:
+        resolve_dict(data)
+    assert exc.value.path == "model.hiden"
+    assert exc.value.hint == "did you mean 'hidden'?"
+
+
+def test_invalid_value_precision(tmp_path: Path) -> None:
+    def change(d: dict[str, Any]) -> None:
+        d["training"]["precision"] = "fp4"
+
+    f = _write(tmp_path, _mutated(change))
+    assert_user_error(run_cli("check", str(f)), file=f, path="training.precision",
+                      says=("'bf16'", "'fp8'", "fp4"), hint=("allowed values",))
+
+
+def test_negative_value(tmp_path: Path) -> None:
+    def change(d: dict[str, Any]) -> None:
+        d["training"]["seq_len"] = -2048
+
+    f = _write(tmp_path, _mutated(change))
+    assert_user_error(run_cli("check", str(f)), file=f, path="training.seq_len",
+                      says=("-2048",))
+
+
+def test_missing_section(tmp_path: Path) -> None:
+    f = _write(tmp_path, _mutated(lambda d: d.pop("training")))
+    assert_user_error(run_cli("check", str(f)), file=f, path="training",
+                      says=("required field is missing",), hint=("add the field",))
+
+
+def test_negative_profile_figure_message_is_short() -> None:
+    data = inline_scenario("llama3-8b")
+    data["cluster"]["gpu"]["memory_gb"] = -80
+    with pytest.raises(UserError) as exc:
+        resolve_dict(data)
+    assert "memory_gb must not be negative" in exc.value.message
+    assert len(exc.value.render()) < 300  # no dump of the whole profile
+
+
+def test_inline_model_error_is_about_the_architecture() -> None:
+    data = inline_scenario({"layers": 2, "hidden": 100, "heads": 3, "vocab": 1000})
+    with pytest.raises(UserError) as exc:
+        resolve_dict(data)
+    assert "divisible by heads" in exc.value.message
+    assert "preset" not in (exc.value.path or "")
+
+
+# --------------------------------------------------------------------------------------------
+# Names that are not in the catalogue or the presets
+# --------------------------------------------------------------------------------------------
+
+
+def test_unknown_gpu_profile(tmp_path: Path) -> None:
+    def change(d: dict[str, Any]) -> None:
+        d["cluster"]["gpu"] = "h100-sxm-80g"
+
+    f = _write(tmp_path, _mutated(change))
+    assert_user_error(run_cli("check", str(f)), file=f, path="cluster.gpu",
+                      says=("unknown gpu profile 'h100-sxm-80g'",),
+                      hint=("did you mean", "h100-sxm-80gb"))
+
+
+def test_unknown_model_preset(tmp_path: Path) -> None:
+    def change(d: dict[str, Any]) -> None:
+        d["model"] = "llama3-7b"
+
+    f = _write(tmp_path, _mutated(change))
+    assert_user_error(run_cli("check", str(f)), file=f, path="model",
+                      says=("unknown model preset 'llama3-7b'",),
+                      hint=("did you mean", "llama3-8b", "llama3-70b"))
+
+
+def test_unknown_model_preset_in_a_reference() -> None:
+    with pytest.raises(UserError) as exc:
+        resolve_dict(inline_scenario({"preset": "gpt4", "layers": 2}), file="x.yaml")
+    assert exc.value.path == "model.preset"
+    assert "unknown model preset 'gpt4'" in exc.value.message
+
+
+# --------------------------------------------------------------------------------------------
+# Layout errors
+# --------------------------------------------------------------------------------------------
+
+
+def test_degrees_do_not_multiply_to_gpu_count(tmp_path: Path) -> None:
+    def change(d: dict[str, Any]) -> None:
+        d["parallelism"].update(dp=3, tp=2)
+
+    f = _write(tmp_path, _mutated(change))
+    assert_user_error(run_cli("check", str(f)), file=f, path="parallelism.dp",
+                      says=("DP·TP·PP·CP = 3·2·1·1 = 6", "8 GPUs"),
+                      hint=("dp: auto", "dp: 4"))
+
+
+def test_degrees_do_not_divide_gpu_count(tmp_path: Path) -> None:
+    def change(d: dict[str, Any]) -> None:
+        d["parallelism"].update(tp=2, pp=3)
+
+    f = _write(tmp_path, _mutated(change))
+    assert_user_error(run_cli("check", str(f)), file=f, path="parallelism",
+                      says=("TP·PP·CP = 2·3·1 = 6",), hint=("divide 8",))
+
+
+def test_tp_not_dividing_heads(tmp_path: Path) -> None:
+    def change(d: dict[str, Any]) -> None:
+        d["parallelism"]["tp"] = 6  # 6 GPUs per node, 32 heads
+
+    f = _write(tmp_path, _mutated(change, gpus_per_node=6, global_batch=12))
+    assert_user_error(run_cli("check", str(f)), file=f, path="parallelism.tp",
+                      says=("TP=6", "32 attention heads"), hint=("1, 2, 4, 8, 16, 32",))
+
+
+def test_pp_not_dividing_layers_then_uneven_stages_fix_it(tmp_path: Path) -> None:
+    def change(d: dict[str, Any]) -> None:
+        d["parallelism"]["pp"] = 3  # 6 GPUs, 32 layers
+
+    data = _mutated(change, gpus_per_node=6, global_batch=12)
+    f = _write(tmp_path, data)
+    assert_user_error(run_cli("check", str(f)), file=f, path="parallelism.pp",
+                      says=("PP=3", "32 layers"), hint=("stage_layers",))
+
+    data = copy.deepcopy(data)
+    data["parallelism"]["stage_layers"] = [10, 11, 11]
+    g = _write(tmp_path, data, "uneven.yaml")
+    res = run_cli("check", str(g), "--format", "json")
+    assert res.returncode == 0, res.stderr
+    assert resolve_dict(data).stage_layers() == [10, 11, 11]
+
+
+def test_stage_layers_that_do_not_sum(tmp_path: Path) -> None:
+    def change(d: dict[str, Any]) -> None:
+        d["parallelism"].update(pp=2, stage_layers=[10, 11])
+
+    f = _write(tmp_path, _mutated(change))
+    assert_user_error(run_cli("check", str(f)), file=f, path="parallelism.stage_layers",
+                      says=("summing to 32", "got 2 summing to 21"))
+
+
+def test_global_batch_not_divisible(tmp_path: Path) -> None:
+    f = _write(tmp_path, inline_scenario("llama3-8b", global_batch=12))
+    assert_user_error(run_cli("check", str(f)), file=f, path="training.global_batch",
+                      says=("12", "DP·micro_batch = 8·1 = 8"), hint=("multiple of 8",))
+
+
+@pytest.mark.parametrize(
+    ("kw", "par", "path", "fragment"),
+    [
+        ({"nodes": 2}, {}, "cluster.network", "need a network"),
+        ({}, {"sequence_parallel": True}, "parallelism.sequence_parallel", "TP > 1"),
+        ({}, {"pp_schedule": {"kind": "interleaved"}}, "parallelism.pp_schedule", "PP > 1"),
+        ({"seq_len": 1001}, {"cp": 8}, "parallelism.cp", "sequence length 1001"),
+        ({"gpus_per_node": 128, "global_batch": 128}, {}, "cluster.gpus_per_node", "at most 64"),
+        ({"global_batch": 24}, {"tp": 2, "pp": 2, "pp_schedule": {"kind": "interleaved"}},
+         "training.global_batch", "multiple of PP"),
+    ],
+)
+def test_other_layout_errors(kw: dict[str, Any], par: dict[str, Any], path: str,
+                             fragment: str) -> None:
+    data = inline_scenario("llama3-8b", **kw)
+    if kw.get("nodes", 1) > 1:
+        del data["cluster"]["network"]
+    data["parallelism"].update(par)
+    with pytest.raises(UserError) as exc:
+        resolve_dict(data, file="layout.yaml")
+    err = exc.value
+    assert err.file == "layout.yaml"
+    assert err.path == path
+    assert fragment in err.message
+    assert err.hint
+
+
+# --------------------------------------------------------------------------------------------
+# --set
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("expr", "path", "fragment"),
+    [
+        ("parallelism.tp", None, "is not PATH=VALUE"),
+        ("=4", None, "empty path"),
+        ("parallelism.tp=abc", "parallelism.tp", "valid integer"),
+        ("parallelism.tp=[", "parallelism.tp", "valid integer"),
+        ("parallelism.tensor_parallel=4", "parallelism.tensor_parallel", "unknown field"),
+        ("training.precision=fp4", "training.precision", "fp4"),
+    ],
+)
+def test_bad_set_expression(tmp_path: Path, expr: str, path: str | None, fragment: str) -> None:
+    f = _write(tmp_path, inline_scenario("llama3-8b"))
+    res = run_cli("check", str(f), "--set", expr)
+    assert_user_error(res, file=f if path else None, path=path, says=(fragment,))
+    if path is None:
+        assert expr in res.stderr
+
+
+def test_set_into_a_scalar() -> None:
+    data = inline_scenario("llama3-8b")
+    with pytest.raises(UserError) as exc:
+        resolve_dict(data, ["training.seq_len.x=3"], file="s.yaml")
+    assert exc.value.path == "training.seq_len"
+
+
+def test_unknown_profile_kind_in_profiles_list() -> None:
+    res = run_cli("profiles", "list", "--kind", "gpuu")
+    assert_user_error(res, file=None, path=None, says=("no profiles of kind 'gpuu'",),
+                      hint=("gpu",))
+
+
+def test_unknown_profile_in_profiles_show() -> None:
+    res = run_cli("profiles", "show", "h100-sxm-80g")
+    assert_user_error(res, file=None, path=None, says=("unknown hardware profile",),
+                      hint=("h100-sxm-80gb",))
+
+
+def test_broken_profile_file_in_profile_path(tmp_path: Path) -> None:
+    d = tmp_path / "profiles"
+    d.mkdir()
+    (d / "x-gpu.yaml").write_text(
+        "kind: gpu\nname: x-gpu\ndisplay_name: X\nvendor: nvidia\n"
+        "memory_gbb: {value: 80, source: datasheet}\n"
+    )
+    import os
+    import subprocess
+    import sys
+
+    proc = subprocess.run(
+        [sys.executable, "-m", "simulator.cli", "profiles", "list"],
+        capture_output=True, text=True,
+        env={**os.environ, "CLUSTERSIM_PROFILE_PATH": str(d), "COLUMNS": "200"},
+    )
+    res = CliResult(proc.returncode, proc.stdout, proc.stderr)
+    f = d / "x-gpu.yaml"
+    assert_user_error(res, file=f, path=None)
+    # The path is the profile's own field, not prefixed by the union tag ('gpu.').
+    assert ": gpu." not in res.stderr
