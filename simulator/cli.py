@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import sys
-from enum import Enum
+from enum import StrEnum
 from typing import Annotated, Any
 
 import typer
@@ -30,7 +30,7 @@ out = Console(soft_wrap=False)
 err = Console(stderr=True, soft_wrap=True)
 
 
-class Fmt(str, Enum):
+class Fmt(StrEnum):
     table = "table"
     json = "json"
     csv = "csv"

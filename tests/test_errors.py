@@ -302,7 +302,7 @@ def test_global_batch_not_divisible(tmp_path: Path) -> None:
         ({}, {"pp_schedule": {"kind": "interleaved"}}, "parallelism.pp_schedule", "PP > 1"),
         ({"seq_len": 1001}, {"cp": 8}, "parallelism.cp", "sequence length 1001"),
         ({"gpus_per_node": 128, "global_batch": 128}, {}, "cluster.gpus_per_node", "at most 64"),
-        ({"global_batch": 24}, {"tp": 2, "pp": 2, "pp_schedule": {"kind": "interleaved"}},
+        ({"global_batch": 6}, {"tp": 2, "pp": 2, "pp_schedule": {"kind": "interleaved"}},
          "training.global_batch", "multiple of PP"),
     ],
 )

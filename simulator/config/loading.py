@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import copy
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ValidationError
@@ -304,7 +304,7 @@ def resolve(sc: Scenario, file: str | None = None, raw: dict[str, Any] | None = 
 
     storage = _resolve_profile(c.storage, StorageProfile, ("storage",), file, "cluster.storage")
     price = None
-    tier = "on_demand"
+    tier: Literal["on_demand", "reserved", "spot"] = "on_demand"
     if c.pricing is not None:
         ref = c.pricing.profile
         ref_kind = None

@@ -186,7 +186,7 @@ class Simulation:
 
     def _analytic_groups(self) -> set[str]:
         """Group kinds whose traffic stays on links nothing else uses: timed analytically."""
-        out = set()
+        out: set[str] = set()
         active = [k for k, n in (("tp", self.rs.tp), ("cp", self.rs.cp), ("dp", self.rs.dp),
                                  ("pp", self.rs.pp)) if n > 1]
         for kind in ("tp", "cp"):
@@ -255,10 +255,11 @@ class Simulation:
         if not self.tracing or dur <= 0:
             return
         pid = self.lay.node(rank) if self.full else self.lay.coords(rank)[3]
-        ev = {"name": name, "ph": "X", "ts": start * 1e6, "dur": dur * 1e6, "pid": pid,
-              "tid": STREAMS.index(stream) + (0 if not self.full else 10 * (rank % self.rs.
-                                                                             gpus_per_node)),
-              }
+        tid = STREAMS.index(stream)
+        if self.full:
+            tid += 10 * (rank % self.rs.gpus_per_node)
+        ev: dict[str, Any] = {"name": name, "ph": "X", "ts": start * 1e6, "dur": dur * 1e6,
+                              "pid": pid, "tid": tid}
         if self.full:
             ev["args"] = {"rank": rank}
         if args:
@@ -292,7 +293,7 @@ class Simulation:
         if self.full:
             seq = self._seq.get((rank, kind), 0)
             self._seq[(rank, kind)] = seq + 1
-            leader = min(self.lay.group(rank, kind)) if kind in ("tp", "cp", "dp", "pp") else rank
+            leader = min(self.lay.group(rank, kind))
             key = (kind, leader, seq)
             inst = self._colls.get(key)
             if inst is None:
@@ -350,7 +351,8 @@ class Simulation:
                 last_b[ch] = mb  # type: ignore[assignment]
         first_f_done: set[int] = set()
         grads_every_mb = self.z >= 3
-        gather_kind = "dp"
+        # ZeRO/FSDP collectives run over the shard group (hybrid sharding: part of DP).
+        gather_kind = "dp_shard" if self.shard_n < rs.dp else "dp"
 
         def mark(cat: str, t0: float) -> None:
             acc[cat] += env.now - t0
@@ -573,8 +575,7 @@ class Simulation:
             if st.aggregate_read_gbps is not None:
                 links.append((("storage_agg",), 1.0 if self.full else float(rs.nodes)))
             jobs.append(self.net.transfer(links, per_node))
-        for j in jobs:
-            yield j
+        yield self.env.all_of(jobs)
         self.loader_done = self.env.now
         if self.tracing:
             for r in self.ranks if not self.full else [n * rs.gpus_per_node
@@ -611,8 +612,9 @@ class Simulation:
                             if self.tracing else None, self.loader_done)
 
     def _count_events(self) -> int:
-        # SimPy keeps a running event id; it counts every event scheduled.
-        return int(getattr(self.env, "_eid", 0).__next__()) if hasattr(self.env, "_eid") else 0
+        # SimPy numbers every event it schedules with a running counter.
+        eid = getattr(self.env, "_eid", None)
+        return int(next(eid)) if eid is not None else 0
 
     def _trace_meta(self) -> None:
         meta = []

@@ -11,6 +11,7 @@ events are recognised by a version number and ignored.
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Iterable
+from typing import Any
 
 import simpy
 
@@ -39,7 +40,7 @@ class Flow:
 
 
 class FlowNetwork:
-    def __init__(self, env: simpy.Environment, capacity: Callable[[Hashable], float]) -> None:
+    def __init__(self, env: simpy.Environment, capacity: Callable[[Any], float]) -> None:
         self.env = env
         self._capacity = capacity
         self.links: dict[Hashable, Link] = {}
@@ -65,7 +66,7 @@ class FlowNetwork:
         flow = Flow(lk, nbytes, done)
         flow.t_last = self.env.now
         affected: set[Flow] = set()
-        for ln, w in lk:
+        for ln, _w in lk:
             affected |= ln.flows
         self._advance(affected)
         for ln, w in lk:
@@ -92,8 +93,10 @@ class FlowNetwork:
             delay = max(0.0, f.remaining) / rate
             ev = self.env.timeout(delay)
             self.events += 1
-            version = f.version
-            ev.callbacks.append(lambda _e, f=f, v=version: self._finish(f, v))
+            ev.callbacks.append(self._finisher(f, f.version))
+
+    def _finisher(self, flow: Flow, version: int) -> Callable[[simpy.Event], None]:
+        return lambda _e: self._finish(flow, version)
 
     def _finish(self, flow: Flow, version: int) -> None:
         if version != flow.version or flow.done.triggered:

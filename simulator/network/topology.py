@@ -18,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..config.scenario import FatTree, RailOptimized, ResolvedScenario
+from ..workload.memory import shard_group
 from .collectives import GroupShape, TierLink
 
 LinkKey = tuple
@@ -32,6 +33,7 @@ class Layout:
     dp: int
     pp: int
     gpus_per_node: int
+    shard: int = 0  # ZeRO/FSDP shard group over DP (hybrid sharding); 0: all of DP
 
     @property
     def world(self) -> int:
@@ -58,7 +60,16 @@ class Layout:
             return [self.rank(t, i, d, p) for i in range(self.cp)]
         if kind == "dp":
             return [self.rank(t, c, i, p) for i in range(self.dp)]
-        return [self.rank(t, c, d, i) for i in range(self.pp)]
+        if kind in ("dp_shard", "dp_rep"):
+            # Hybrid sharding: consecutive DP ranks form a shard group; the replica group links
+            # the ranks holding the same shard in each group.
+            g = self.shard or self.dp
+            same = (lambda i: i // g == d // g) if kind == "dp_shard" else (
+                lambda i: i % g == d % g)
+            return [self.rank(t, c, i, p) for i in range(self.dp) if same(i)]
+        if kind == "pp":
+            return [self.rank(t, c, d, i) for i in range(self.pp)]
+        raise ValueError(f"unknown group kind {kind!r}")
 
     def stage_members(self, stage: int) -> range:
         block = self.tp * self.cp * self.dp
@@ -68,7 +79,7 @@ class Layout:
 class Topology:
     def __init__(self, rs: ResolvedScenario) -> None:
         self.rs = rs
-        self.layout = Layout(rs.tp, rs.cp, rs.dp, rs.pp, rs.gpus_per_node)
+        self.layout = Layout(rs.tp, rs.cp, rs.dp, rs.pp, rs.gpus_per_node, shard_group(rs))
         f = rs.fabric
         self.fabric_bw = f.bandwidth_gbps.value * 1e9 * f.achievable_fraction.value
         self.fabric_alpha = f.latency_us.value * 1e-6

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import shlex
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from ..check import CheckReport
@@ -116,7 +118,8 @@ def print_check(rep: CheckReport, console: Console) -> None:
         if rep.levers:
             console.print("changes that make it fit:")
             for lv in rep.levers:
-                console.print(f"  --set {' --set '.join(lv.change)}   (peak {lv.peak_gb:.1f} GB)")
+                sets = " ".join(f"--set {shlex.quote(c)}" for c in lv.change)
+                console.print(f"  {escape(sets)}   (peak {lv.peak_gb:.1f} GB)")
         else:
             console.print("no single change to the plan fits: use more GPUs or a larger GPU")
 

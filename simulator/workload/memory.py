@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+from ..config.parallelism import FSDPSharding
 from ..config.scenario import ResolvedScenario
 from .model import param_breakdown
 
@@ -92,7 +93,8 @@ def shard_group(rs: ResolvedScenario) -> int:
     """DP ranks over which ZeRO/FSDP shards state (hybrid sharding: within a node's worth)."""
     sh = rs.parallelism.sharding
     if getattr(sh, "strategy", None) == "hybrid_shard":
-        group = sh.shard_group or max(1, rs.gpus_per_node // (rs.tp * rs.cp))  # type: ignore[union-attr]
+        assert isinstance(sh, FSDPSharding)
+        group = sh.shard_group or max(1, rs.gpus_per_node // (rs.tp * rs.cp))
         return max(1, min(rs.dp, group))
     return rs.dp
 
@@ -108,8 +110,9 @@ def activation_bytes_per_layer(rs: ResolvedScenario) -> float:
     sbh = s * b * h
     # Tensors outside the TP regions: norm inputs and the matmul inputs they feed (2 bytes each),
     # plus dropout masks (1 byte). SP shards them over TP; otherwise every TP rank holds them.
-    outside = 4 * 2 * sbh + (2 * sbh if m.dropout else 0)
-    outside /= t if sp else 1
+    outside = float(4 * 2 * sbh + (2 * sbh if m.dropout else 0))
+    if sp:
+        outside /= t
     # Inside the attention region: Q (h) and K, V (kv each), the output-projection input (h).
     inside = 2 * s * b * (2 * h + 2 * kv)
     if rs.training.flash_attention:
