@@ -70,8 +70,10 @@ class Catalog:
 def load_profile_file(path: Path) -> _Profile:
     try:
         data = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as exc:
-        raise UserError(f"not valid YAML: {exc}", file=str(path)) from None
+    except (yaml.YAMLError, ValueError, RecursionError) as exc:  # ValueError: bad date, not UTF-8
+        raise UserError(
+            f"not valid YAML: {exc}", file=str(path), hint="fix the profile file"
+        ) from None
     # Validate against the kind's own class where the kind is known, so that error paths and
     # 'did you mean' hints are the profile's fields (not prefixed by the union's tag).
     kind = data.get("kind") if isinstance(data, dict) else None

@@ -147,27 +147,60 @@ class CliResult:
     stderr: str
 
 
-def run_cli(*args: str, cwd: Path | None = None, timeout: float = 60) -> CliResult:
-    """Run the real console-script entry point (`main()`, which maps UserError to exit 2)."""
+def run_cli(*args: str, cwd: Path | None = None) -> CliResult:
+    """Run the command line in this process through `main()`, the console-script entry point
+    (which maps UserError to exit 2), capturing stdout/stderr and the exit status. An uncaught
+    exception becomes exit 1 with its traceback on stderr, as it would in a real process."""
+    import contextlib
+    import io
+    import os
+    import traceback
+
+    from simulator import cli
+
+    out, err = io.StringIO(), io.StringIO()
+    old_argv, old_cwd = sys.argv, os.getcwd()
+    old_width = cli.out._width  # wide tables, as COLUMNS=200 gives a process
+    code = 0
+    try:
+        sys.argv = ["clustersim", *args]
+        cli.out.width = 200
+        os.chdir(cwd or REPO)
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                cli.main()
+            except SystemExit as exc:
+                code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+            except Exception:  # report it as an interpreter would
+                traceback.print_exc()
+                code = 1
+    finally:
+        sys.argv = old_argv
+        cli.out._width = old_width
+        os.chdir(old_cwd)
+    return CliResult(code, out.getvalue(), err.getvalue())
+
+
+def run_cli_process(
+    *args: str, cwd: Path | None = None, env: dict[str, str] | None = None, timeout: float = 60
+) -> CliResult:
+    """Run the real console script in a fresh interpreter (`python -m simulator.cli`)."""
+    import os
+
+    base = dict(os.environ)
+    base.pop("CLUSTERSIM_PROFILE_PATH", None)
     proc = subprocess.run(
         [sys.executable, "-m", "simulator.cli", *args],
         capture_output=True,
         text=True,
         cwd=cwd or REPO,
         timeout=timeout,
-        env={**_clean_env(), "COLUMNS": "200"},
+        env={**base, "COLUMNS": "200", **(env or {})},
     )
     return CliResult(proc.returncode, proc.stdout, proc.stderr)
 
 
-def _clean_env() -> dict[str, str]:
-    import os
-
-    env = dict(os.environ)
-    env.pop("CLUSTERSIM_PROFILE_PATH", None)
-    return env
-
-
 @pytest.fixture
 def cli():
-    return run_cli
+    """The real console script in a fresh process: ``cli(*args, cwd=..., timeout=..., env=...)``."""
+    return run_cli_process

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import CliResult, inline_scenario, run_cli, write_yaml
+from conftest import CliResult, inline_scenario, run_cli, run_cli_process, write_yaml
 
 from simulator.config.loading import resolve_dict
 from simulator.errors import UserError
@@ -57,7 +57,7 @@ def _mutated(change: Callable[[dict[str, Any]], None], **kw: Any) -> dict[str, A
 
 def test_baseline_inline_scenario_is_valid(tmp_path: Path) -> None:
     f = _write(tmp_path, inline_scenario("llama3-8b"))
-    res = run_cli("check", str(f))
+    res = run_cli_process("check", str(f))
     assert res.returncode == 0, res.stderr
     assert res.stderr == ""
 
@@ -70,9 +70,10 @@ def test_baseline_inline_scenario_is_valid(tmp_path: Path) -> None:
 def test_malformed_yaml(tmp_path: Path) -> None:
     f = tmp_path / "broken.yaml"
     f.write_text("cluster:\n  gpu: [h100, a100\n  nodes: 2\ntraining: {}\n")
-    res = run_cli("check", str(f))
-    assert_user_error(res, file=f, path=None, says=("not valid YAML", "line 3"),
-                      hint=("YAML syntax",))
+    res = run_cli_process("check", str(f))  # a real process: exit status 2, no traceback
+    assert_user_error(
+        res, file=f, path=None, says=("not valid YAML", "line 3"), hint=("YAML syntax",)
+    )
 
 
 def test_tab_indented_yaml(tmp_path: Path) -> None:
@@ -86,8 +87,9 @@ def test_non_mapping_yaml(tmp_path: Path, content: str) -> None:
     f = tmp_path / "notamap.yaml"
     f.write_text(content)
     res = run_cli("check", str(f))
-    assert_user_error(res, file=f, path=None, says=("must be a YAML mapping",),
-                      hint=("clustersim schema",))
+    assert_user_error(
+        res, file=f, path=None, says=("must be a YAML mapping",), hint=("clustersim schema",)
+    )
 
 
 def test_missing_scenario_file(tmp_path: Path) -> None:
@@ -112,8 +114,13 @@ def test_unknown_field_with_did_you_mean(tmp_path: Path) -> None:
 
     f = _write(tmp_path, _mutated(change))
     res = run_cli("check", str(f))
-    assert_user_error(res, file=f, path="parallelism.tensor_parallel",
-                      says=("unknown field 'tensor_parallel'",), hint=("did you mean 'tp'",))
+    assert_user_error(
+        res,
+        file=f,
+        path="parallelism.tensor_parallel",
+        says=("unknown field 'tensor_parallel'",),
+        hint=("did you mean 'tp'",),
+    )
 
 
 @pytest.mark.parametrize(
@@ -161,8 +168,13 @@ def test_invalid_value_precision(tmp_path: Path) -> None:
         d["training"]["precision"] = "fp4"
 
     f = _write(tmp_path, _mutated(change))
-    assert_user_error(run_cli("check", str(f)), file=f, path="training.precision",
-                      says=("'bf16'", "'fp8'", "fp4"), hint=("allowed values",))
+    assert_user_error(
+        run_cli("check", str(f)),
+        file=f,
+        path="training.precision",
+        says=("'bf16'", "'fp8'", "fp4"),
+        hint=("allowed values",),
+    )
 
 
 def test_negative_value(tmp_path: Path) -> None:
@@ -170,14 +182,18 @@ def test_negative_value(tmp_path: Path) -> None:
         d["training"]["seq_len"] = -2048
 
     f = _write(tmp_path, _mutated(change))
-    assert_user_error(run_cli("check", str(f)), file=f, path="training.seq_len",
-                      says=("-2048",))
+    assert_user_error(run_cli("check", str(f)), file=f, path="training.seq_len", says=("-2048",))
 
 
 def test_missing_section(tmp_path: Path) -> None:
     f = _write(tmp_path, _mutated(lambda d: d.pop("training")))
-    assert_user_error(run_cli("check", str(f)), file=f, path="training",
-                      says=("required field is missing",), hint=("add the field",))
+    assert_user_error(
+        run_cli("check", str(f)),
+        file=f,
+        path="training",
+        says=("required field is missing",),
+        hint=("add the field",),
+    )
 
 
 def test_negative_profile_figure_message_is_short() -> None:
@@ -207,9 +223,13 @@ def test_unknown_gpu_profile(tmp_path: Path) -> None:
         d["cluster"]["gpu"] = "h100-sxm-80g"
 
     f = _write(tmp_path, _mutated(change))
-    assert_user_error(run_cli("check", str(f)), file=f, path="cluster.gpu",
-                      says=("unknown gpu profile 'h100-sxm-80g'",),
-                      hint=("did you mean", "h100-sxm-80gb"))
+    assert_user_error(
+        run_cli("check", str(f)),
+        file=f,
+        path="cluster.gpu",
+        says=("unknown gpu profile 'h100-sxm-80g'",),
+        hint=("did you mean", "h100-sxm-80gb"),
+    )
 
 
 def test_unknown_model_preset(tmp_path: Path) -> None:
@@ -217,9 +237,13 @@ def test_unknown_model_preset(tmp_path: Path) -> None:
         d["model"] = "llama3-7b"
 
     f = _write(tmp_path, _mutated(change))
-    assert_user_error(run_cli("check", str(f)), file=f, path="model",
-                      says=("unknown model preset 'llama3-7b'",),
-                      hint=("did you mean", "llama3-8b", "llama3-70b"))
+    assert_user_error(
+        run_cli("check", str(f)),
+        file=f,
+        path="model",
+        says=("unknown model preset 'llama3-7b'",),
+        hint=("did you mean", "llama3-8b", "llama3-70b"),
+    )
 
 
 def test_unknown_model_preset_in_a_reference() -> None:
@@ -239,9 +263,13 @@ def test_degrees_do_not_multiply_to_gpu_count(tmp_path: Path) -> None:
         d["parallelism"].update(dp=3, tp=2)
 
     f = _write(tmp_path, _mutated(change))
-    assert_user_error(run_cli("check", str(f)), file=f, path="parallelism.dp",
-                      says=("DP·TP·PP·CP = 3·2·1·1 = 6", "8 GPUs"),
-                      hint=("dp: auto", "dp: 4"))
+    assert_user_error(
+        run_cli("check", str(f)),
+        file=f,
+        path="parallelism.dp",
+        says=("DP·TP·PP·CP = 3·2·1·1 = 6", "8 GPUs"),
+        hint=("dp: auto", "dp: 4"),
+    )
 
 
 def test_degrees_do_not_divide_gpu_count(tmp_path: Path) -> None:
@@ -249,8 +277,13 @@ def test_degrees_do_not_divide_gpu_count(tmp_path: Path) -> None:
         d["parallelism"].update(tp=2, pp=3)
 
     f = _write(tmp_path, _mutated(change))
-    assert_user_error(run_cli("check", str(f)), file=f, path="parallelism",
-                      says=("TP·PP·CP = 2·3·1 = 6",), hint=("divide 8",))
+    assert_user_error(
+        run_cli("check", str(f)),
+        file=f,
+        path="parallelism",
+        says=("TP·PP·CP = 2·3·1 = 6",),
+        hint=("divide 8",),
+    )
 
 
 def test_tp_not_dividing_heads(tmp_path: Path) -> None:
@@ -258,8 +291,13 @@ def test_tp_not_dividing_heads(tmp_path: Path) -> None:
         d["parallelism"]["tp"] = 6  # 6 GPUs per node, 32 heads
 
     f = _write(tmp_path, _mutated(change, gpus_per_node=6, global_batch=12))
-    assert_user_error(run_cli("check", str(f)), file=f, path="parallelism.tp",
-                      says=("TP=6", "32 attention heads"), hint=("1, 2, 4, 8, 16, 32",))
+    assert_user_error(
+        run_cli("check", str(f)),
+        file=f,
+        path="parallelism.tp",
+        says=("TP=6", "32 attention heads"),
+        hint=("1, 2, 4, 8, 16, 32",),
+    )
 
 
 def test_pp_not_dividing_layers_then_uneven_stages_fix_it(tmp_path: Path) -> None:
@@ -268,8 +306,13 @@ def test_pp_not_dividing_layers_then_uneven_stages_fix_it(tmp_path: Path) -> Non
 
     data = _mutated(change, gpus_per_node=6, global_batch=12)
     f = _write(tmp_path, data)
-    assert_user_error(run_cli("check", str(f)), file=f, path="parallelism.pp",
-                      says=("PP=3", "32 layers"), hint=("stage_layers",))
+    assert_user_error(
+        run_cli("check", str(f)),
+        file=f,
+        path="parallelism.pp",
+        says=("PP=3", "32 layers"),
+        hint=("stage_layers",),
+    )
 
     data = copy.deepcopy(data)
     data["parallelism"]["stage_layers"] = [10, 11, 11]
@@ -284,14 +327,23 @@ def test_stage_layers_that_do_not_sum(tmp_path: Path) -> None:
         d["parallelism"].update(pp=2, stage_layers=[10, 11])
 
     f = _write(tmp_path, _mutated(change))
-    assert_user_error(run_cli("check", str(f)), file=f, path="parallelism.stage_layers",
-                      says=("summing to 32", "got 2 summing to 21"))
+    assert_user_error(
+        run_cli("check", str(f)),
+        file=f,
+        path="parallelism.stage_layers",
+        says=("summing to 32", "got 2 summing to 21"),
+    )
 
 
 def test_global_batch_not_divisible(tmp_path: Path) -> None:
     f = _write(tmp_path, inline_scenario("llama3-8b", global_batch=12))
-    assert_user_error(run_cli("check", str(f)), file=f, path="training.global_batch",
-                      says=("12", "DP·micro_batch = 8·1 = 8"), hint=("multiple of 8",))
+    assert_user_error(
+        run_cli("check", str(f)),
+        file=f,
+        path="training.global_batch",
+        says=("12", "DP·micro_batch = 8·1 = 8"),
+        hint=("multiple of 8",),
+    )
 
 
 @pytest.mark.parametrize(
@@ -302,12 +354,17 @@ def test_global_batch_not_divisible(tmp_path: Path) -> None:
         ({}, {"pp_schedule": {"kind": "interleaved"}}, "parallelism.pp_schedule", "PP > 1"),
         ({"seq_len": 1001}, {"cp": 8}, "parallelism.cp", "sequence length 1001"),
         ({"gpus_per_node": 128, "global_batch": 128}, {}, "cluster.gpus_per_node", "at most 64"),
-        ({"global_batch": 6}, {"tp": 2, "pp": 2, "pp_schedule": {"kind": "interleaved"}},
-         "training.global_batch", "multiple of PP"),
+        (
+            {"global_batch": 6},
+            {"tp": 2, "pp": 2, "pp_schedule": {"kind": "interleaved"}},
+            "training.global_batch",
+            "multiple of PP",
+        ),
     ],
 )
-def test_other_layout_errors(kw: dict[str, Any], par: dict[str, Any], path: str,
-                             fragment: str) -> None:
+def test_other_layout_errors(
+    kw: dict[str, Any], par: dict[str, Any], path: str, fragment: str
+) -> None:
     data = inline_scenario("llama3-8b", **kw)
     if kw.get("nodes", 1) > 1:
         del data["cluster"]["network"]
@@ -354,14 +411,16 @@ def test_set_into_a_scalar() -> None:
 
 def test_unknown_profile_kind_in_profiles_list() -> None:
     res = run_cli("profiles", "list", "--kind", "gpuu")
-    assert_user_error(res, file=None, path=None, says=("no profiles of kind 'gpuu'",),
-                      hint=("gpu",))
+    assert_user_error(
+        res, file=None, path=None, says=("no profiles of kind 'gpuu'",), hint=("gpu",)
+    )
 
 
 def test_unknown_profile_in_profiles_show() -> None:
     res = run_cli("profiles", "show", "h100-sxm-80g")
-    assert_user_error(res, file=None, path=None, says=("unknown hardware profile",),
-                      hint=("h100-sxm-80gb",))
+    assert_user_error(
+        res, file=None, path=None, says=("unknown hardware profile",), hint=("h100-sxm-80gb",)
+    )
 
 
 def test_broken_profile_file_in_profile_path(tmp_path: Path) -> None:
@@ -371,16 +430,7 @@ def test_broken_profile_file_in_profile_path(tmp_path: Path) -> None:
         "kind: gpu\nname: x-gpu\ndisplay_name: X\nvendor: nvidia\n"
         "memory_gbb: {value: 80, source: datasheet}\n"
     )
-    import os
-    import subprocess
-    import sys
-
-    proc = subprocess.run(
-        [sys.executable, "-m", "simulator.cli", "profiles", "list"],
-        capture_output=True, text=True,
-        env={**os.environ, "CLUSTERSIM_PROFILE_PATH": str(d), "COLUMNS": "200"},
-    )
-    res = CliResult(proc.returncode, proc.stdout, proc.stderr)
+    res = run_cli_process("profiles", "list", env={"CLUSTERSIM_PROFILE_PATH": str(d)})
     f = d / "x-gpu.yaml"
     assert_user_error(res, file=f, path=None)
     # The path is the profile's own field, not prefixed by the union tag ('gpu.').

@@ -51,9 +51,7 @@ def _state_gb(stage_mem: Any) -> float:
 
 
 def _dp64(model: str = "megatron-7.5b", **par: Any) -> Any:
-    return resolve_inline(
-        model, nodes=8, gpus_per_node=8, global_batch=512, tp=1, pp=1, **par
-    )
+    return resolve_inline(model, nodes=8, gpus_per_node=8, global_batch=512, tp=1, pp=1, **par)
 
 
 @pytest.mark.parametrize("model", ["megatron-7.5b", "llama3-8b"])
@@ -81,9 +79,7 @@ def test_fsdp_strategies_match_zero_stages(strategy: str, stage: int) -> None:
     fsdp = _dp64(sharding={"kind": "fsdp", "strategy": strategy})
     zero = _dp64(sharding={"kind": "zero", "stage": stage})
     assert fsdp.parallelism.zero_stage == stage
-    assert _state_gb(memory_report(fsdp).peak) == pytest.approx(
-        _state_gb(memory_report(zero).peak)
-    )
+    assert _state_gb(memory_report(fsdp).peak) == pytest.approx(_state_gb(memory_report(zero).peak))
 
 
 def test_fsdp_hybrid_shard_shards_within_a_node() -> None:
@@ -193,8 +189,15 @@ def _act_gb(model: dict[str, Any] | str, **kw: Any) -> float:
 def test_full_recompute_keeps_2sbh_per_layer(t: int, sp: bool) -> None:
     """Full recomputation keeps only each layer's input: 2sbh bytes (2sbh/t with SP)."""
     s, b = 2048, 2
-    kw = dict(seq_len=s, micro_batch=b, global_batch=8 * b, flash_attention=False,
-              tp=t, sequence_parallel=sp, recompute="full")
+    kw = dict(
+        seq_len=s,
+        micro_batch=b,
+        global_batch=8 * b,
+        flash_attention=False,
+        tp=t,
+        sequence_parallel=sp,
+        recompute="full",
+    )
     h = PRESETS["megatron-1.7b"].hidden
     a24 = _act_gb({"preset": "megatron-1.7b", "layers": 24}, **kw)
     a48 = _act_gb({"preset": "megatron-1.7b", "layers": 48}, **kw)
@@ -308,9 +311,7 @@ def test_tied_embeddings_on_both_ends_of_a_pipeline() -> None:
 
 
 def test_uneven_stage_layers() -> None:
-    rs = resolve_inline(
-        "llama3-8b", tp=2, pp=4, global_batch=8, stage_layers=[7, 9, 9, 7]
-    )
+    rs = resolve_inline("llama3-8b", tp=2, pp=4, global_batch=8, stage_layers=[7, 9, 9, 7])
     assert rs.stage_layers() == [7, 9, 9, 7]
     assert stage_params(rs, 1) == stage_params(rs, 2)  # same layers, no embedding or head
     pb = param_breakdown(rs.model, rs.training.seq_len)
@@ -337,8 +338,15 @@ def _peak(model: str, **kw: Any) -> float:
 @pytest.mark.parametrize("flash", [True, False])
 def test_more_tp_never_increases_memory(model: str, sp: bool, zero: int, flash: bool) -> None:
     peaks = [
-        _peak(model, tp=t, sequence_parallel=sp and t > 1, flash_attention=flash,
-              sharding={"kind": "zero", "stage": zero}, global_batch=64, seq_len=4096)
+        _peak(
+            model,
+            tp=t,
+            sequence_parallel=sp and t > 1,
+            flash_attention=flash,
+            sharding={"kind": "zero", "stage": zero},
+            global_batch=64,
+            seq_len=4096,
+        )
         for t in (1, 2, 4, 8)
     ]
     for a, b in zip(peaks, peaks[1:], strict=False):
@@ -355,8 +363,15 @@ def test_higher_zero_stage_never_increases_memory(
     if PRESETS[model].layers % pp:
         pytest.skip("layers not divisible")
     peaks = [
-        _peak(model, tp=tp, pp=pp, nodes=nodes, recompute=recompute, global_batch=256,
-              sharding={"kind": "zero", "stage": z})
+        _peak(
+            model,
+            tp=tp,
+            pp=pp,
+            nodes=nodes,
+            recompute=recompute,
+            global_batch=256,
+            sharding={"kind": "zero", "stage": z},
+        )
         for z in (0, 1, 2, 3)
     ]
     for a, b in zip(peaks, peaks[1:], strict=False):
@@ -370,8 +385,15 @@ def test_higher_zero_stage_never_increases_memory(
 def test_recompute_full_le_selective_le_none(
     model: str, flash: bool, tp: int, pp: int, sp: bool
 ) -> None:
-    kw = dict(tp=tp, pp=pp, sequence_parallel=sp, flash_attention=flash, global_batch=64,
-              seq_len=4096, micro_batch=2)
+    kw = dict(
+        tp=tp,
+        pp=pp,
+        sequence_parallel=sp,
+        flash_attention=flash,
+        global_batch=64,
+        seq_len=4096,
+        micro_batch=2,
+    )
     none = _peak(model, recompute="none", **kw)
     sel = _peak(model, recompute="selective", **kw)
     full = _peak(model, recompute="full", **kw)
@@ -385,8 +407,12 @@ def test_memory_total_adds_up() -> None:
     rs = resolve_inline("llama3-8b", tp=2, sharding={"kind": "zero", "stage": 1})
     st = memory_report(rs).peak
     parts = (
-        st.weights_gb + st.gradients_gb + st.optimizer_gb + st.activations_gb
-        + st.gathered_params_gb + st.reserve_gb
+        st.weights_gb
+        + st.gradients_gb
+        + st.optimizer_gb
+        + st.activations_gb
+        + st.gathered_params_gb
+        + st.reserve_gb
     )
     assert st.total_gb == pytest.approx(parts)
     assert st.reserve_gb == rs.training.memory_reserve_gb == 2.0

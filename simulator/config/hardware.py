@@ -19,7 +19,7 @@ INLINE_SOURCE = "inline override in scenario"
 class Sourced(BaseModel):
     """A number with its source."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     value: float
     source: str = Field(min_length=3, description="datasheet, paper table or probe run")
@@ -42,7 +42,7 @@ Num = Annotated[Sourced, BeforeValidator(_coerce_sourced)]
 
 
 class _Profile(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     name: str = Field(pattern=r"^[a-z0-9][a-z0-9._-]*$", description="name scenarios refer to")
     display_name: str
@@ -71,7 +71,7 @@ class TailLatency(BaseModel):
     A log-normal multiplier on the nominal time: median 1, ``sigma`` its log-space spread.
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     distribution: Literal["lognormal"] = "lognormal"
     sigma: Num
@@ -85,7 +85,7 @@ class GPUEfficiency(BaseModel):
     ``eff(F) = matmul_max * F / (F + matmul_half_flops)``.
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     matmul_max: Num = Field(description="fraction of dense peak reached by large GEMMs")
     matmul_half_flops: Num = Field(description="GEMM size (FLOPs) at which efficiency is half")

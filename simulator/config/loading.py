@@ -161,7 +161,14 @@ def read_yaml(path: Path) -> dict[str, Any]:
     try:
         text = path.read_text()
     except OSError as exc:
-        raise UserError(f"cannot read file: {exc.strerror}", file=str(path)) from None
+        raise UserError(
+            f"cannot read file: {exc.strerror}", file=str(path),
+            hint="check the path and its permissions",
+        ) from None
+    except UnicodeDecodeError:
+        raise UserError(
+            "not a UTF-8 text file", file=str(path), hint="save the scenario as UTF-8 YAML"
+        ) from None
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
@@ -170,6 +177,11 @@ def read_yaml(path: Path) -> dict[str, Any]:
         problem = getattr(exc, "problem", None) or str(exc)
         raise UserError(
             f"not valid YAML{where}: {problem}", file=str(path), hint="fix the YAML syntax"
+        ) from None
+    except (ValueError, RecursionError) as exc:  # e.g. an impossible date: 2024-13-45
+        raise UserError(
+            f"not valid YAML: {exc}", file=str(path),
+            hint="fix the value (dates are YYYY-MM-DD)",
         ) from None
     if not isinstance(data, dict):
         raise UserError(

@@ -8,17 +8,17 @@ from pydantic import BaseModel, ConfigDict, Field
 
 
 class GPipe(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
     kind: Literal["gpipe"] = "gpipe"
 
 
 class OneFOneB(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
     kind: Literal["1f1b"] = "1f1b"
 
 
 class Interleaved(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
     kind: Literal["interleaved"] = "interleaved"
     virtual_stages: int = Field(default=2, ge=1, description="model chunks per pipeline rank")
 
@@ -29,7 +29,7 @@ PipelineSchedule = Annotated[GPipe | OneFOneB | Interleaved, Field(discriminator
 class ZeroSharding(BaseModel):
     """DeepSpeed ZeRO (Rajbhandari et al. 2020): 1 optimizer state, 2 + gradients, 3 + weights."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
     kind: Literal["zero"] = "zero"
     stage: Literal[0, 1, 2, 3] = 0
 
@@ -38,7 +38,7 @@ class FSDPSharding(BaseModel):
     """PyTorch FSDP. full_shard ~ ZeRO-3, shard_grad_op ~ ZeRO-2, hybrid_shard shards within a
     group of ``shard_group`` DP ranks (default: the GPUs of one node) and replicates across."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
     kind: Literal["fsdp"] = "fsdp"
     strategy: Literal["full_shard", "shard_grad_op", "hybrid_shard"] = "full_shard"
     shard_group: int | None = Field(default=None, ge=1)
@@ -48,7 +48,7 @@ Sharding = Annotated[ZeroSharding | FSDPSharding, Field(discriminator="kind")]
 
 
 class Overlap(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     dp_grad: bool = Field(default=True, description="overlap DP gradient buckets with backward")
     param_gather: bool = Field(default=True, description="prefetch ZeRO-3/FSDP all-gathers")
@@ -57,7 +57,7 @@ class Overlap(BaseModel):
 
 
 class ParallelismSpec(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     dp: int | Literal["auto"] = Field(default="auto", description="'auto': GPUs / (TP·PP·CP)")
     tp: int = Field(default=1, ge=1)

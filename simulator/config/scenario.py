@@ -38,14 +38,14 @@ Ref = str | ProfileRef
 
 
 class SingleSwitch(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
     kind: Literal["single_switch"] = "single_switch"
 
 
 class FatTree(BaseModel):
     """Two-tier leaf/spine fat tree; ``oversubscription`` = leaf down-links : up-links."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
     kind: Literal["fat_tree"] = "fat_tree"
     oversubscription: float = Field(default=1.0, ge=1.0)
     nodes_per_leaf: int | None = Field(
@@ -57,7 +57,7 @@ class RailOptimized(BaseModel):
     """Rail-optimised: NIC i of every node in a group goes to leaf (rail) switch i; same-rail
     traffic stays on one leaf, cross-rail or cross-group traffic crosses the spine."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
     kind: Literal["rail_optimized"] = "rail_optimized"
     oversubscription: float = Field(default=1.0, ge=1.0)
     nodes_per_rail_group: int | None = Field(
@@ -69,7 +69,7 @@ Topology = Annotated[SingleSwitch | FatTree | RailOptimized, Field(discriminator
 
 
 class NetworkSpec(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     profile: Ref
     nics_per_node: int = Field(default=8, ge=1)
@@ -77,7 +77,7 @@ class NetworkSpec(BaseModel):
 
 
 class PricingSpec(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     profile: Ref
     tier: Literal["on_demand", "reserved", "spot"] = Field(
@@ -86,7 +86,7 @@ class PricingSpec(BaseModel):
 
 
 class ClusterSpec(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     gpu: Ref
     gpus_per_node: int = Field(default=8, ge=1)
@@ -105,12 +105,12 @@ class ModelPresetRef(BaseModel):
 
 
 class ReferenceLayout(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
     nodes: int = Field(ge=1)
 
 
 class RunSpec(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     tokens: float | None = Field(default=None, gt=0, description="token budget of the run")
     scaling_reference: ReferenceLayout | None = Field(
@@ -121,7 +121,7 @@ class RunSpec(BaseModel):
 class Scenario(BaseModel):
     """The YAML file."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     name: str | None = None
     description: str | None = None
@@ -136,7 +136,7 @@ class Scenario(BaseModel):
 class ResolvedScenario(BaseModel):
     """Everything looked up, checked and ready to simulate."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     name: str
     source_file: str | None = None

@@ -15,7 +15,7 @@ class ModelSpec(BaseModel):
     GELU and to Llama's 8/3·hidden rounded up to a multiple of 256 for SwiGLU.
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     name: str = "custom"
     layers: int = Field(ge=1)
@@ -70,7 +70,7 @@ class ModelSpec(BaseModel):
 
 
 class OptimizerSpec(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     kind: Literal["adam", "adamw", "sgd", "adafactor"] = "adamw"
     master_weights_fp32: bool = Field(
@@ -79,7 +79,7 @@ class OptimizerSpec(BaseModel):
 
 
 class TrainingSpec(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     seq_len: int = Field(ge=1, description="tokens per sequence")
     global_batch: int = Field(ge=1, description="sequences per optimizer step")

@@ -302,8 +302,10 @@ class Simulation:
             if inst.arrived == inst.n:
                 inst.go.succeed()
             yield inst.go
+        # The algorithm is chosen on the group's own view of the network: a group that spans
+        # leaves sees the oversubscribed up-links its traffic crosses.
         _algo, phases, _t = choose(coll, shape, size, self.fabric_tier,  # type: ignore[arg-type]
-                                   self.network_tier)
+                                   self.topo.network_tier(rank, kind))
         for ph in phases:
             if ph.latency > 0:
                 yield self.env.timeout(ph.latency)
@@ -350,6 +352,13 @@ class Simulation:
             if kind == "B":
                 last_b[ch] = mb  # type: ignore[assignment]
         first_f_done: set[int] = set()
+        prefetched: dict[int, list[simpy.Event]] = {}
+        if dp_on and self.z in (1, 2) and self.ov.param_gather:
+            for chunk in range(self.v):
+                prefetched[chunk] = [
+                    gather_now(self.layer_params * 2.0)
+                    for _ in range(self._chunk_layers[stage][chunk])
+                ]
         grads_every_mb = self.z >= 3
         # ZeRO/FSDP collectives run over the shard group (hybrid sharding: part of DP).
         gather_kind = "dp_shard" if self.shard_n < rs.dp else "dp"
@@ -362,6 +371,11 @@ class Simulation:
             dp_jobs.append(self._stream_job(
                 rank, "dp", lambda: self.collective(rank, gather_kind, coll, nbytes),
                 f"{coll} {nbytes / 1e6:.0f} MB"))
+
+        def gather_now(nbytes: float) -> simpy.Event:
+            return self._stream_job(
+                rank, "dp", lambda: self.collective(rank, gather_kind, "all_gather", nbytes),
+                "param all_gather")
 
         def gather(nbytes: float, label: str) -> simpy.Event:
             return self._stream_job(
@@ -437,9 +451,10 @@ class Simulation:
                 if stage == 0 and ch == 0:
                     yield from run_items(self.p_emb_f, 1, "embedding")
                 before = None
-                if dp_on and (self.z >= 3 or (self.z in (1, 2) and self.ov.param_gather
-                                               and ch not in first_f_done)):
+                if dp_on and self.z >= 3:
                     before = self._gather_hook(rank, acc, gather, layers)
+                elif ch in prefetched and ch not in first_f_done:
+                    before = self._wait_hook(acc, prefetched[ch])
                 first_f_done.add(ch)
                 yield from layer_pass(self.p_fwd, layers, before, None, "fwd")
                 if stage == self.p - 1 and ch == self.v - 1:
@@ -482,7 +497,8 @@ class Simulation:
             else:
                 total = sum(self._chunk_layers[stage]) * self.layer_params * grad_b + own
                 n = max(1, math.ceil(total / bucket_target))
-                for _ in range(n):
+                # ZeRO-3/FSDP reduce-scatter every micro-batch's gradients.
+                for _ in range(n * (self.m if self.z >= 3 else 1)):
                     launch_dp(total / n)
             if self.shard_n < rs.dp and self.z >= 1:
                 total = (sum(self._chunk_layers[stage]) * self.layer_params
@@ -521,6 +537,18 @@ class Simulation:
             if i + 1 < layers:
                 pending[i + 1] = gather(size, "layer all_gather")
             ev = pending.pop(i)
+            if not ev.processed:
+                t0 = self.env.now
+                yield ev
+                acc["comm_dp"] += self.env.now - t0
+
+        return hook
+
+    def _wait_hook(self, acc: dict[str, float], events: list[simpy.Event]) -> Any:
+        """Before each layer: wait for its prefetched parameters."""
+
+        def hook(i: int) -> Generator:
+            ev = events[i]
             if not ev.processed:
                 t0 = self.env.now
                 yield ev
@@ -601,14 +629,16 @@ class Simulation:
                 raise RuntimeError("simulation deadlocked: a rank never finished")
         finish = max(r.finish for r in self.results.values())
         step = max(finish, self.loader_done)
+        # With a pipeline, stages finish apart because of the drain: that is pipeline bubble.
+        tail = "pp_bubble" if self.p > 1 else "imbalance"
         for r in self.results.values():
-            r.acc["imbalance"] += finish - r.finish
+            r.acc[tail] += finish - r.finish
             r.acc["data_stall"] += step - finish
         classes = {s: self.results[self.lay.stage_members(s)[0]] for s in range(self.p)}
         if self.tracing:
             self._trace_meta()
         return EngineResult(step, self.results, classes, "full" if self.full else "symmetric",
-                            self.net.events + self._count_events(), self.trace
+                            self._count_events(), self.trace
                             if self.tracing else None, self.loader_done)
 
     def _count_events(self) -> int:

@@ -22,7 +22,7 @@ class Link:
     def __init__(self, key: Hashable, capacity: float) -> None:
         self.key = key
         self.capacity = capacity
-        self.flows: set[Flow] = set()
+        self.flows: dict[Flow, None] = {}  # insertion-ordered, so runs are reproducible
         self.weight = 0.0
         self.busy_bytes = 0.0
 
@@ -65,14 +65,14 @@ class FlowNetwork:
             return done
         flow = Flow(lk, nbytes, done)
         flow.t_last = self.env.now
-        affected: set[Flow] = set()
+        affected: dict[Flow, None] = {}
         for ln, _w in lk:
-            affected |= ln.flows
+            affected.update(ln.flows)
         self._advance(affected)
         for ln, w in lk:
-            ln.flows.add(flow)
+            ln.flows[flow] = None
             ln.weight += w
-        affected.add(flow)
+        affected[flow] = None
         self._rerate(affected)
         return done
 
@@ -86,7 +86,9 @@ class FlowNetwork:
     def _rerate(self, flows: Iterable[Flow]) -> None:
         now = self.env.now
         for f in flows:
-            rate = min(ln.capacity / ln.weight for ln, _w in f.links)
+            rate = min([ln.capacity / ln.weight for ln, _w in f.links])
+            if f.rate > 0 and abs(rate - f.rate) <= 1e-12 * f.rate:
+                continue  # unchanged: its scheduled completion still holds
             f.version += 1
             f.rate = rate
             f.t_last = now
@@ -101,13 +103,13 @@ class FlowNetwork:
     def _finish(self, flow: Flow, version: int) -> None:
         if version != flow.version or flow.done.triggered:
             return
-        affected: set[Flow] = set()
+        affected: dict[Flow, None] = {}
         for ln, w in flow.links:
-            ln.flows.discard(flow)
+            ln.flows.pop(flow, None)
             ln.weight -= w
             if ln.weight < 1e-12:
                 ln.weight = 0.0
-            affected |= ln.flows
+            affected.update(ln.flows)
         self._advance(affected)
         flow.remaining = 0.0
         flow.done.succeed()

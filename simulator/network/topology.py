@@ -107,6 +107,7 @@ class Topology:
             self.nodes_per_leaf = topo.nodes_per_rail_group or max(1, radix // 2)
         self.leaves = -(-rs.nodes // self.nodes_per_leaf)
         self._shapes: dict[tuple[str, int], GroupShape] = {}
+        self._tiers: dict[tuple[str, int], TierLink] = {}
         self.uplink_bw = self.nodes_per_leaf * self.nics * self.nic_bw / self.oversubscription
 
     # -- placement ---------------------------------------------------------------------------
@@ -141,10 +142,24 @@ class Topology:
             bw = min(bw, self.pcie_root_bw / self.rs.gpus_per_node)
         return TierLink(bw, self.fabric_alpha)
 
-    def network_tier(self) -> TierLink | None:
+    def network_tier(self, rank: int | None = None, kind: str | None = None) -> TierLink | None:
+        """The NIC share of one rank; for a group (``rank``, ``kind``) that spans leaves, no more
+        than its share of the oversubscribed up-links when every rank of the leaf sends (the
+        fraction spanned/nodes of its traffic crosses them, as in :meth:`network_links`)."""
         if self.rs.network is None:
             return None
-        return TierLink(self.nic_bw / self.gpus_per_nic(), self.net_alpha)
+        bw = self.nic_bw / self.gpus_per_nic()
+        if rank is None or kind is None or self.leaves <= 1:
+            return TierLink(bw, self.net_alpha)
+        key = (kind, rank)
+        tier = self._tiers.get(key)
+        if tier is None:
+            spanned = self.leaves_spanned(rank, kind)
+            if spanned > 1:
+                nodes = self.shape(rank, kind).nodes
+                bw = min(bw, bw * nodes / (spanned * self.oversubscription))
+            tier = self._tiers[key] = TierLink(bw, self.net_alpha)
+        return tier
 
     # -- links a transfer crosses ------------------------------------------------------------
     def capacity(self, key: LinkKey) -> float:

@@ -34,7 +34,7 @@ def _rows(prefix: str, value: Any) -> list[tuple[str, str, str]]:
         for k, v in value.items():
             out += _rows(f"{prefix}.{k}", v)
         return out
-    if hasattr(value, "model_fields"):
+    if hasattr(type(value), "model_fields"):
         out = []
         for k in type(value).model_fields:
             out += _rows(f"{prefix}.{k}" if prefix else k, getattr(value, k))
