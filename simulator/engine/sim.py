@@ -293,7 +293,7 @@ class Simulation:
         if self.full:
             seq = self._seq.get((rank, kind), 0)
             self._seq[(rank, kind)] = seq + 1
-            leader = min(self.lay.group(rank, kind))
+            leader = self.topo.leader(rank, kind)
             key = (kind, leader, seq)
             inst = self._colls.get(key)
             if inst is None:
@@ -317,7 +317,7 @@ class Simulation:
         if inst is not None:
             inst.finished += 1
             if inst.finished == inst.n:
-                self._colls.pop((kind, min(self.lay.group(rank, kind)), self._seq[(rank, kind)]
+                self._colls.pop((kind, self.topo.leader(rank, kind), self._seq[(rank, kind)]
                                  - 1), None)
                 inst.done.succeed()
             yield inst.done
@@ -352,13 +352,6 @@ class Simulation:
             if kind == "B":
                 last_b[ch] = mb  # type: ignore[assignment]
         first_f_done: set[int] = set()
-        prefetched: dict[int, list[simpy.Event]] = {}
-        if dp_on and self.z in (1, 2) and self.ov.param_gather:
-            for chunk in range(self.v):
-                prefetched[chunk] = [
-                    gather_now(self.layer_params * 2.0)
-                    for _ in range(self._chunk_layers[stage][chunk])
-                ]
         grads_every_mb = self.z >= 3
         # ZeRO/FSDP collectives run over the shard group (hybrid sharding: part of DP).
         gather_kind = "dp_shard" if self.shard_n < rs.dp else "dp"
@@ -422,6 +415,15 @@ class Simulation:
                 if hook_after is not None:
                     hook_after(i)
 
+        # ZeRO-1/2: the parameter all-gather after the previous optimizer step runs while this
+        # step starts; each layer's first forward waits for its own piece.
+        prefetched: dict[int, list[simpy.Event]] = {}
+        if dp_on and self.z in (1, 2) and self.ov.param_gather:
+            for chunk in range(self.v):
+                prefetched[chunk] = [
+                    gather_now(self.layer_params * 2.0)
+                    for _ in range(self._chunk_layers[stage][chunk])
+                ]
         for kind, mb, ch in order:
             t_pass = env.now
             # 1. wait for the input of this pass

@@ -65,33 +65,31 @@ class FlowNetwork:
             return done
         flow = Flow(lk, nbytes, done)
         flow.t_last = self.env.now
-        affected: dict[Flow, None] = {}
-        for ln, _w in lk:
-            affected.update(ln.flows)
-        self._advance(affected)
+        slowed: dict[Flow, None] = {}
         for ln, w in lk:
-            ln.flows[flow] = None
             ln.weight += w
-        affected[flow] = None
-        self._rerate(affected)
+            share = ln.capacity / ln.weight
+            # Only flows now faster than the link's new share slow down; the others keep
+            # their rate (another link is their bottleneck) and their scheduled completion.
+            for f in ln.flows:
+                if f.rate > share * (1 + 1e-12):
+                    slowed[f] = None
+            ln.flows[flow] = None
+        slowed[flow] = None
+        self._rerate(slowed)
         return done
 
-    def _advance(self, flows: Iterable[Flow]) -> None:
+    def _rerate(self, flows: Iterable[Flow]) -> None:
         now = self.env.now
         for f in flows:
             if f.rate > 0:
                 f.remaining -= f.rate * (now - f.t_last)
             f.t_last = now
-
-    def _rerate(self, flows: Iterable[Flow]) -> None:
-        now = self.env.now
-        for f in flows:
             rate = min([ln.capacity / ln.weight for ln, _w in f.links])
             if f.rate > 0 and abs(rate - f.rate) <= 1e-12 * f.rate:
                 continue  # unchanged: its scheduled completion still holds
             f.version += 1
             f.rate = rate
-            f.t_last = now
             delay = max(0.0, f.remaining) / rate
             ev = self.env.timeout(delay)
             self.events += 1
@@ -103,15 +101,18 @@ class FlowNetwork:
     def _finish(self, flow: Flow, version: int) -> None:
         if version != flow.version or flow.done.triggered:
             return
-        affected: dict[Flow, None] = {}
+        freed: dict[Flow, None] = {}
         for ln, w in flow.links:
+            old_share = ln.capacity / ln.weight
             ln.flows.pop(flow, None)
             ln.weight -= w
             if ln.weight < 1e-12:
                 ln.weight = 0.0
-            affected.update(ln.flows)
-        self._advance(affected)
+            # Only flows whose bottleneck was this link can speed up.
+            for f in ln.flows:
+                if f.rate >= old_share * (1 - 1e-9):
+                    freed[f] = None
         flow.remaining = 0.0
         flow.done.succeed()
-        if affected:
-            self._rerate(affected)
+        if freed:
+            self._rerate(freed)

@@ -107,6 +107,8 @@ class Topology:
             self.nodes_per_leaf = topo.nodes_per_rail_group or max(1, radix // 2)
         self.leaves = -(-rs.nodes // self.nodes_per_leaf)
         self._shapes: dict[tuple[str, int], GroupShape] = {}
+        self._spanned: dict[tuple[str, int], int] = {}
+        self._leaders: dict[tuple[str, int], int] = {}
         self._tiers: dict[tuple[str, int], TierLink] = {}
         self.uplink_bw = self.nodes_per_leaf * self.nics * self.nic_bw / self.oversubscription
 
@@ -132,8 +134,20 @@ class Topology:
         return cached
 
     def leaves_spanned(self, rank: int, kind: str) -> int:
-        members = self.layout.group(rank, kind)
-        return len({self.leaf(self.layout.node(r)) for r in members})
+        key = (kind, rank)
+        n = self._spanned.get(key)
+        if n is None:
+            members = self.layout.group(rank, kind)
+            n = self._spanned[key] = len({self.leaf(self.layout.node(r)) for r in members})
+        return n
+
+    def leader(self, rank: int, kind: str) -> int:
+        """The lowest rank of ``rank``'s group of this kind (names the communicator)."""
+        key = (kind, rank)
+        r = self._leaders.get(key)
+        if r is None:
+            r = self._leaders[key] = min(self.layout.group(rank, kind))
+        return r
 
     # -- contention-free per-rank view (for algorithm choice) --------------------------------
     def fabric_tier(self) -> TierLink:
