@@ -22,16 +22,27 @@ PACKAGE_ROOT = Path(__file__).resolve().parent.parent
 _ADAPTER: TypeAdapter[AnyProfile] = TypeAdapter(AnyProfile)
 
 
-def bundled_profiles_dir() -> Path:
-    import hardware_profiles
+def _data_dir(name: str) -> Path:
+    """A data folder installed beside the ``simulator`` package (wheel or editable). Found by
+    path rather than by import, so a folder of the same name in the working directory cannot
+    shadow it."""
+    here = PACKAGE_ROOT / name
+    if (here / "__init__.py").is_file():
+        return here
+    import importlib.util
 
-    return Path(hardware_profiles.__file__).resolve().parent
+    spec = importlib.util.find_spec(name)
+    if spec is not None and spec.origin:
+        return Path(spec.origin).resolve().parent
+    raise RuntimeError(f"clustersim's bundled {name}/ folder is missing from the installation")
+
+
+def bundled_profiles_dir() -> Path:
+    return _data_dir("hardware_profiles")
 
 
 def bundled_scenarios_dir() -> Path:
-    import scenarios
-
-    return Path(scenarios.__file__).resolve().parent
+    return _data_dir("scenarios")
 
 
 def profile_dirs() -> tuple[Path, ...]:

@@ -355,7 +355,9 @@ def schema() -> None:
 def main() -> None:
     """Console-script entry point: user errors exit 2 with one message, no traceback."""
     try:
-        app(standalone_mode=False)
+        rc = app(standalone_mode=False)
+        if isinstance(rc, int) and rc:
+            sys.exit(rc)
     except UserError as exc:
         err.print(f"[red]error:[/red] {escape(exc.render())}", highlight=False)
         sys.exit(2)

@@ -28,10 +28,11 @@ class Link:
 
 
 class Flow:
-    __slots__ = ("links", "remaining", "weight", "rate", "t_last", "done", "version")
+    __slots__ = ("links", "nbytes", "remaining", "weight", "rate", "t_last", "done", "version")
 
     def __init__(self, links: list[tuple[Link, float]], nbytes: float, done: simpy.Event) -> None:
         self.links = links
+        self.nbytes = nbytes
         self.remaining = nbytes
         self.rate = 0.0
         self.t_last = 0.0
@@ -90,7 +91,10 @@ class FlowNetwork:
                 continue  # unchanged: its scheduled completion still holds
             f.version += 1
             f.rate = rate
-            delay = max(0.0, f.remaining) / rate
+            # What rounding leaves of a flow that is in fact done finishes now, not an ulp
+            # later: identical flows stay in step (full mode keeps a symmetric cluster symmetric).
+            rest = f.remaining if f.remaining > 1e-9 * f.nbytes else 0.0
+            delay = rest / rate
             ev = self.env.timeout(delay)
             self.events += 1
             ev.callbacks.append(self._finisher(f, f.version))

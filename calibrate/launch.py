@@ -1,0 +1,149 @@
+"""Launch local probe processes and watch them.
+
+Starts ``nodes × nproc`` processes of ``python -m calibrate.probe`` on this machine with the
+environment torchrun would give them (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,
+GROUP_RANK, MASTER_ADDR=127.0.0.1, a free MASTER_PORT); "nodes" here are groups of processes
+that the probe treats as separate nodes (its intra/inter-node groups follow LOCAL_WORLD_SIZE).
+
+If a process exits non-zero, or no process makes progress (heartbeat files) for ``timeout``
+seconds, the others are stopped and a :class:`ProbeFailed` names the rank and phase.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from .probe import FORMAT, VERSION, atomic_write_json, heartbeat_dir
+
+
+class ProbeFailed(Exception):
+    def __init__(self, message: str, rank: int | None, phase: str | None) -> None:
+        super().__init__(message)
+        self.rank = rank
+        self.phase = phase
+
+
+@dataclass
+class LaunchResult:
+    out: Path
+    seconds: float
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _beats(hb: Path) -> dict[int, dict]:
+    out: dict[int, dict] = {}
+    for f in hb.glob("rank*.json"):
+        try:
+            d = json.loads(f.read_text())
+            out[int(d["rank"])] = d
+        except (OSError, ValueError, KeyError):
+            continue
+    return out
+
+
+def launch(out: Path, nproc: int, nodes: int = 1, args: list[str] | None = None,
+           timeout: float = 60.0, log=None) -> LaunchResult:
+    """Run the probe on ``nodes × nproc`` local processes; raise ProbeFailed on a fault."""
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    hb = heartbeat_dir(out)
+    shutil.rmtree(hb, ignore_errors=True)
+    hb.mkdir(parents=True)
+    world = nproc * nodes
+    port = free_port()
+    cmd = [sys.executable, "-m", "calibrate.probe", "--out", str(out), "--timeout",
+           str(timeout), *(args or [])]
+    procs: dict[int, subprocess.Popen] = {}
+    t_start = time.monotonic()
+    root = str(Path(__file__).resolve().parent.parent)
+    for rank in range(world):
+        env = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(world),
+                   LOCAL_RANK=str(rank % nproc), LOCAL_WORLD_SIZE=str(nproc),
+                   GROUP_RANK=str(rank // nproc), NODE_RANK=str(rank // nproc),
+                   MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
+                   OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"),
+                   PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
+        procs[rank] = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL,
+                                       stderr=subprocess.PIPE if log is None else log,
+                                       start_new_session=True)
+    last_progress = time.monotonic()
+    last_sig: tuple = ()
+    failure: ProbeFailed | None = None
+    try:
+        while True:
+            codes = {r: p.poll() for r, p in procs.items()}
+            beats = _beats(hb)
+            bad = {r: c for r, c in codes.items() if c not in (None, 0)}
+            if bad:
+                r = min(bad)
+                phase = beats.get(r, {}).get("phase", "start-up")
+                detail = beats.get(r, {}).get("detail", "")
+                failure = ProbeFailed(
+                    f"rank {r} died (exit code {bad[r]}) in phase '{phase}'"
+                    + (f" ({detail})" if detail else ""), r, phase)
+                break
+            if all(c == 0 for c in codes.values()):
+                break
+            sig = tuple(sorted((r, b.get("progress")) for r, b in beats.items()))
+            now = time.monotonic()
+            if sig != last_sig:
+                last_sig, last_progress = sig, now
+            elif now - last_progress > timeout:
+                # The rank furthest behind is the one the others wait for.
+                running = [r for r, c in codes.items() if c is None]
+                r = min(running, key=lambda q: (beats.get(q, {}).get("time", 0),
+                                                beats.get(q, {}).get("progress", 0)))
+                phase = beats.get(r, {}).get("phase", "start-up")
+                detail = beats.get(r, {}).get("detail", "")
+                failure = ProbeFailed(
+                    f"no progress for {timeout:g} s: rank {r} hung in phase '{phase}'"
+                    + (f" ({detail})" if detail else ""), r, phase)
+                break
+            time.sleep(0.1)
+    finally:
+        for p in procs.values():
+            if p.poll() is None:
+                try:
+                    os.killpg(p.pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    p.kill()
+        for p in procs.values():
+            try:
+                p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                pass
+    if failure is not None:
+        _mark_failed(out, str(failure), failure.rank, failure.phase, world, nodes)
+        raise failure
+    shutil.rmtree(hb, ignore_errors=True)
+    return LaunchResult(out, time.monotonic() - t_start)
+
+
+def _mark_failed(out: Path, message: str, rank: int | None, phase: str | None, world: int,
+                 nodes: int) -> None:
+    """Keep what rank 0 wrote (valid JSON, written atomically) and record the fault."""
+    data: dict = {}
+    try:
+        data = json.loads(out.read_text())
+    except (OSError, ValueError):
+        data = {}
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        data = {"format": FORMAT, "version": VERSION, "world_size": world, "nodes": nodes,
+                "host": socket.gethostname(), "phases_done": []}
+    data["complete"] = False
+    data["error"] = {"message": message, "rank": rank, "phase": phase}
+    atomic_write_json(out, data)

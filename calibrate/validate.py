@@ -1,0 +1,138 @@
+"""Live run vs prediction: re-runs the probe's training job at several world sizes on this
+machine and simulates the same job with the calibrated profiles.
+
+Each layout runs ``nodes × nproc`` local processes (``nodes`` > 1: groups of processes that
+rendezvous over 127.0.0.1 and act as separate nodes) with the same threads per process as the
+probe used, so one process is the same "device" the profile describes. Layouts that would put
+more threads on the machine than it has cores are skipped (they would measure oversubscription,
+not the cluster).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from simulator.errors import UserError
+
+from .launch import ProbeFailed, launch
+from .scenario import job_scenario
+
+
+def load_sidecar(profile: str) -> tuple[dict[str, Any], Path]:
+    from simulator.catalog import _load, load_catalog
+
+    _load.cache_clear()
+    cat = load_catalog()
+    if profile not in cat.profiles or getattr(cat.profiles[profile], "kind", "") != "gpu":
+        cat.get(profile, "gpu")  # raises the usual 'unknown profile' error
+    path = cat.files[profile].parent / f"{profile}.calibration.json"
+    try:
+        side = json.loads(path.read_text())
+    except (OSError, ValueError):
+        raise UserError(f"profile '{profile}' has no calibration record", file=str(path),
+                        hint="validate needs a profile written by `clustersim calibrate`") from None
+    if not side.get("train"):
+        raise UserError(f"calibration record of '{profile}' has no training job", file=str(path),
+                        hint="re-run the probe with its train phase, then calibrate")
+    return side, path
+
+
+def loopback_network(profile: str) -> dict[str, Any]:
+    """A network profile for 'nodes' that are process groups on this one host: the same loopback
+    transport as the calibrated fabric, so its figures are the fabric's."""
+    from simulator.catalog import load_catalog
+
+    fab = load_catalog().get(f"{profile}-fabric", "fabric")
+    src = (f"no inter-node probe data: the 'nodes' are process groups on one host, so this is "
+           f"the intra-host fit of {profile}-fabric")
+    return {"name": f"{profile}-loopback-network", "kind": "network",
+            "display_name": "loopback (derived from the fabric fit)",
+            "technology": "ethernet_tcp",
+            "port_gbps": {"value": fab.bandwidth_gbps.value * 8, "source": src + " (×8 bits)"},
+            "latency_us": {"value": fab.latency_us.value, "source": src},
+            "achievable_fraction": {"value": 1.0, "source": src},
+            "tail_latency": {"sigma": {"value": 0.05, "source": "assumed (not used by the "
+                                       "deterministic step simulation)"}}}
+
+
+def predict(profile: str, model_cfg: dict[str, Any], nproc: int, nodes: int) -> tuple[float, str]:
+    from simulator.catalog import load_catalog
+    from simulator.config.loading import resolve_dict
+    from simulator.simulate import simulate
+
+    net: Any = None
+    note = ""
+    if nodes > 1:
+        if f"{profile}-network" in load_catalog().profiles:
+            net = f"{profile}-network"
+        else:
+            net = loopback_network(profile)
+            note = "network: loopback, derived from the fabric fit"
+    rs = resolve_dict(job_scenario(profile, model_cfg, nproc, nodes, net))
+    return simulate(rs, scaling=False).metrics.step_time_s, note
+
+
+def run_live(model_cfg: dict[str, Any], nproc: int, nodes: int, threads: int, steps: int,
+             timeout: float, workdir: Path) -> dict[str, Any]:
+    out = workdir / f"train-{nodes}x{nproc}.json"
+    args = ["--phases", "train", "--threads", str(threads), "--train-steps", str(steps),
+            "--layers", str(model_cfg["layers"]), "--hidden", str(model_cfg["hidden"]),
+            "--batch", str(model_cfg["batch"]), "--seq", str(model_cfg["seq"])]
+    try:
+        launch(out, nproc, nodes, args, timeout=timeout)
+    except ProbeFailed as exc:
+        raise UserError(f"live run at {nodes}×{nproc} processes failed: {exc}",
+                        hint="see the message; re-run with a larger --timeout if it hung"
+                        ) from None
+    return json.loads(out.read_text())["train"]
+
+
+def validate(profile: str, nprocs: list[int], nodes_list: list[int], steps: int = 8,
+             timeout: float = 120.0, log: Any = None) -> dict[str, Any]:
+    side, path = load_sidecar(profile)
+    tr = side["train"]
+    model_cfg = {k: tr["model"][k] for k in ("layers", "hidden", "heads", "vocab", "seq",
+                                            "batch")}
+    threads = int(side.get("threads_per_process") or 1)
+    cores = os.cpu_count() or 1
+    if any(n < 1 for n in nprocs + nodes_list):
+        raise UserError("process and node counts must be at least 1", path="--nproc/--nodes")
+    rows: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory(prefix="clustersim-validate-") as tmp:
+        for nodes in sorted(set(nodes_list)):
+            for nproc in sorted(set(nprocs)):
+                world = nodes * nproc
+                row: dict[str, Any] = {"nodes": nodes, "nproc_per_node": nproc,
+                                       "world_size": world, "threads_per_process": threads}
+                if world * threads > cores:
+                    row["skipped"] = (f"{world} processes × {threads} thread(s) > {cores} "
+                                      "cores (would measure oversubscription)")
+                    rows.append(row)
+                    continue
+                if log:
+                    log(f"live run: {nodes} node(s) × {nproc} process(es)…")
+                live = run_live(model_cfg, nproc, nodes, threads, steps, timeout, Path(tmp))
+                pred, note = predict(profile, model_cfg, nproc, nodes)
+                meas = live["step_time_median_s"]
+                row.update({"measured_s": meas, "predicted_s": pred,
+                            "error_pct": 100.0 * (pred - meas) / meas,
+                            "measured_steps_s": live["step_times_s"]})
+                if note:
+                    row["note"] = note
+                rows.append(row)
+    done = [r for r in rows if "measured_s" in r]
+    if done:
+        ref = min(done, key=lambda r: r["world_size"])
+        for r in done:
+            # weak scaling (fixed batch per process): per-process throughput vs the smallest run
+            r["measured_scaling"] = ref["measured_s"] / r["measured_s"]
+            r["predicted_scaling"] = ref["predicted_s"] / r["predicted_s"]
+    return {"profile": profile, "calibration": str(path), "model": model_cfg,
+            "threads_per_process": threads, "cores": cores, "steps": steps,
+            "scaling": "weak (batch per process fixed); reference: the smallest run",
+            "rows": rows,
+            "max_abs_error_pct": max((abs(r["error_pct"]) for r in done), default=None)}

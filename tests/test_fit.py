@@ -1,0 +1,77 @@
+"""Fits recover known parameters; bad probe files are one clear error and exit 2."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from calibrate.fit import COEFFS, fit_alpha_beta, fit_efficiency
+
+SIZES = [2**k for k in range(10, 27, 2)]
+
+
+@pytest.mark.parametrize("op", sorted(COEFFS))
+@pytest.mark.parametrize("n", [2, 4, 8])
+def test_alpha_beta_recovered_within_1pct(op: str, n: int) -> None:
+    alpha, beta = 35e-6, 1 / 3.2e9
+    a, b = COEFFS[op](n)
+    times = [a * alpha + b * s * beta for s in SIZES]
+    fit = fit_alpha_beta(op, n, SIZES, times)
+    assert fit.alpha_s == pytest.approx(alpha, rel=0.01)
+    assert fit.beta_s_per_byte == pytest.approx(beta, rel=0.01)
+    assert fit.r2 > 0.999 and fit.rms_rel_err < 1e-3
+
+
+def test_alpha_beta_with_noise_is_close() -> None:
+    rng = np.random.default_rng(0)
+    alpha, beta = 80e-6, 1 / 1.5e9
+    times = [(2 * alpha + s * beta) * (1 + rng.normal(0, 0.03)) for s in SIZES]
+    fit = fit_alpha_beta("all_reduce", 2, SIZES, times)
+    assert fit.alpha_s == pytest.approx(alpha, rel=0.1)
+    assert fit.beta_s_per_byte == pytest.approx(beta, rel=0.1)
+    assert len(fit.residuals_rel) == len(SIZES)
+
+
+def test_efficiency_curve_recovered() -> None:
+    F = np.logspace(6, 11, 12)
+    m, h = 0.8, 3e8
+    mm, hh, r2 = fit_efficiency(F, m * F / (F + h))
+    assert mm == pytest.approx(m, rel=0.01) and hh == pytest.approx(h, rel=0.01) and r2 > 0.999
+
+
+def _probe_like(**over):
+    d = {"format": "clustersim-probe", "version": 1, "complete": True, "host": "h",
+         "date": "2025-01-01", "world_size": 2}
+    d.update(over)
+    return d
+
+
+@pytest.mark.parametrize(
+    "content, words",
+    [
+        ('{"format": "clustersim-probe", "version": 1, "collectives": [{"op": "all_re',
+         "not valid JSON"),
+        (json.dumps(_probe_like(version=2)), "version 2"),
+        (json.dumps(_probe_like(format="nccl-tests")), "not a clustersim probe file"),
+        (json.dumps(_probe_like(complete=False, error={"message": "rank 1 died"})),
+         "rank 1 died"),
+    ],
+    ids=["truncated", "wrong-version", "wrong-format", "incomplete"],
+)
+def test_bad_probe_file_exits_2(tmp_path, content: str, words: str) -> None:
+    import os
+    import shutil
+    import subprocess
+
+    f = tmp_path / "probe.json"
+    f.write_text(content)
+    r = subprocess.run([shutil.which("clustersim") or "clustersim", "calibrate", str(f), "--name",
+                        "x-cal"], capture_output=True, text=True, cwd=tmp_path, timeout=60,
+                       env={**os.environ, "COLUMNS": "200"})
+    assert r.returncode == 2, r.stderr
+    assert words in r.stderr
+    assert "Traceback" not in r.stderr
+    assert len([ln for ln in r.stderr.splitlines() if ln.startswith("error")]) == 1
+    assert not (tmp_path / "hardware_profiles").exists()

@@ -1,0 +1,416 @@
+"""Network physics: alpha-beta collective costs, bandwidth sharing of flows, rank placement.
+
+The flow tests run :class:`FlowNetwork` in a bare SimPy environment and compare finish times with
+hand-computed ones; the collective tests compare with the textbook alpha-beta forms."""
+
+from __future__ import annotations
+
+import itertools
+import math
+import random
+
+import pytest
+import simpy
+
+from simulator.config.loading import resolve_dict
+from simulator.network.collectives import (
+    ALGOS,
+    GroupShape,
+    Phase,
+    TierLink,
+    bus_factor,
+    choose,
+    collective_time,
+    phases,
+)
+from simulator.network.flows import FlowNetwork
+from simulator.network.topology import Layout, Topology
+
+REL = 1e-12
+
+NS = (2, 3, 4, 8, 16)
+SIZES = (1.0, 1e3, 4.5e6, 3.3e8)
+FABRIC = TierLink(bandwidth=360e9, alpha=2e-6)
+NETWORK = TierLink(bandwidth=46e9, alpha=5e-6)
+
+
+# -- collectives ------------------------------------------------------------------------------
+@pytest.mark.parametrize(("n", "size"), itertools.product(NS, SIZES))
+def test_ring_all_reduce_is_textbook(n: int, size: float) -> None:
+    a, b = FABRIC.alpha, FABRIC.bandwidth
+    want = 2 * (n - 1) * a + 2 * (n - 1) / n * size / b
+    got = collective_time("all_reduce", "ring", GroupShape(n, 1), size, FABRIC)
+    assert got == pytest.approx(want, rel=REL)
+
+
+@pytest.mark.parametrize("coll", ["all_gather", "reduce_scatter"])
+@pytest.mark.parametrize(("n", "size"), itertools.product(NS, SIZES))
+def test_ring_all_gather_and_reduce_scatter_are_textbook(coll: str, n: int, size: float) -> None:
+    a, b = FABRIC.alpha, FABRIC.bandwidth
+    want = (n - 1) * a + (n - 1) / n * size / b
+    for algo in ALGOS:  # NCCL has only rings for these: every algorithm name gives the ring
+        got = collective_time(coll, algo, GroupShape(n, 1), size, FABRIC)  # type: ignore[arg-type]
+        assert got == pytest.approx(want, rel=REL)
+
+
+@pytest.mark.parametrize(("n", "size"), itertools.product(NS, SIZES))
+def test_tree_broadcast_and_p2p_are_textbook(n: int, size: float) -> None:
+    a, b = FABRIC.alpha, FABRIC.bandwidth
+    log = math.ceil(math.log2(n))
+    shape = GroupShape(n, 1)
+    assert collective_time("all_reduce", "tree", shape, size, FABRIC) == pytest.approx(
+        2 * log * a + 2 * size / b, rel=REL)
+    assert collective_time("broadcast", "tree", shape, size, FABRIC) == pytest.approx(
+        log * a + size / b, rel=REL)
+    assert collective_time("broadcast", "ring", shape, size, FABRIC) == pytest.approx(
+        (n - 1) * a + size / b, rel=REL)
+    assert collective_time("p2p", "ring", GroupShape(2, 1), size, FABRIC) == pytest.approx(
+        a + size / b, rel=REL)
+
+
+def test_nothing_to_do_costs_nothing() -> None:
+    for coll in ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast"):
+        assert collective_time(coll, "ring", GroupShape(1, 1), 1e9, FABRIC) == 0.0  # type: ignore[arg-type]
+        assert collective_time(coll, "ring", GroupShape(8, 1), 0.0, FABRIC) == 0.0  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("n", NS)
+def test_bus_factor(n: int) -> None:
+    assert bus_factor("all_reduce", n) == pytest.approx(2 * (n - 1) / n)
+    for coll in ("all_gather", "reduce_scatter", "all_to_all"):
+        assert bus_factor(coll, n) == pytest.approx((n - 1) / n)  # type: ignore[arg-type]
+    assert bus_factor("broadcast", n) == 1.0
+    assert bus_factor("all_reduce", 1) == 0.0
+    # A ring moves busbw-factor × S per rank: nccl-tests' busbw is the link bandwidth.
+    for coll in ("all_reduce", "all_gather", "reduce_scatter"):
+        (ph,) = phases(coll, "ring", GroupShape(n, 1), 1e6, FABRIC, None)  # type: ignore[arg-type]
+        assert ph.wire_bytes == pytest.approx(bus_factor(coll, n) * 1e6)  # type: ignore[arg-type]
+
+
+def test_choose_picks_latency_bound_tree_for_tiny_and_ring_for_large_messages() -> None:
+    # Ring beats the tree once 2S/(nB) (its bandwidth saving) exceeds 2(n-1-log n)·α.
+    slow_alpha = TierLink(bandwidth=100e9, alpha=20e-6)
+    shape = GroupShape(8, 1)
+    algo, _ph, t = choose("all_reduce", shape, 1024.0, slow_alpha)
+    assert algo == "tree"
+    assert t < collective_time("all_reduce", "ring", shape, 1024.0, slow_alpha)
+    algo, _ph, t = choose("all_reduce", shape, 2e9, slow_alpha)
+    assert algo == "ring"
+    assert t < collective_time("all_reduce", "tree", shape, 2e9, slow_alpha)
+    # No tree for all-gather: always the ring.
+    assert choose("all_gather", shape, 1024.0, slow_alpha)[0] == "ring"
+
+
+def test_choose_picks_hierarchical_for_large_messages_across_nodes() -> None:
+    shape = GroupShape(64, 8)  # 8 nodes of 8 ranks
+    algo, ph, t = choose("all_reduce", shape, 1e9, FABRIC, NETWORK)
+    assert algo == "hierarchical"
+    assert {p.tier for p in ph} == {"fabric", "network"}
+    assert t == pytest.approx(min(collective_time("all_reduce", a, shape, 1e9, FABRIC, NETWORK)
+                                  for a in ALGOS))
+    algo, _ph, _t = choose("all_reduce", shape, 256.0, FABRIC,
+                           TierLink(NETWORK.bandwidth, 50e-6))
+    assert algo == "tree"
+
+
+@pytest.mark.parametrize("size", SIZES)
+@pytest.mark.parametrize("coll", ["all_reduce", "all_gather", "reduce_scatter", "broadcast"])
+def test_choose_returns_the_fastest_contention_free_time(coll: str, size: float) -> None:
+    for shape in (GroupShape(8, 1), GroupShape(16, 2), GroupShape(32, 32)):
+        _algo, ph, t = choose(coll, shape, size, FABRIC, NETWORK)  # type: ignore[arg-type]
+        times = [collective_time(coll, a, shape, size, FABRIC, NETWORK)  # type: ignore[arg-type]
+                 for a in ALGOS if not (a == "hierarchical" and shape.per_node <= 1)]
+        assert t == pytest.approx(min(times), rel=REL)
+        net = sum(p.latency + p.wire_bytes / (FABRIC if p.tier == "fabric" else NETWORK).bandwidth
+                  for p in ph)
+        assert t == pytest.approx(net, rel=REL)
+
+
+def test_hierarchical_all_reduce_crosses_both_tiers() -> None:
+    g, k, size = 8, 4, 1e8
+    ph = phases("all_reduce", "hierarchical", GroupShape(g * k, k), size, FABRIC, NETWORK)
+    assert [p.tier for p in ph] == ["fabric", "network", "fabric"]
+    rs_, ar, ag = ph
+    assert rs_ == Phase("fabric", (g - 1) * FABRIC.alpha, (g - 1) / g * size)
+    assert ar.wire_bytes == pytest.approx(2 * (k - 1) / k * size / g)
+    assert ar.latency == pytest.approx(2 * (k - 1) * NETWORK.alpha)
+    assert ag == rs_
+    want = (2 * (g - 1) * FABRIC.alpha + 2 * (g - 1) / g * size / FABRIC.bandwidth
+            + 2 * (k - 1) * NETWORK.alpha + 2 * (k - 1) / k * size / g / NETWORK.bandwidth)
+    assert collective_time("all_reduce", "hierarchical", GroupShape(g * k, k), size, FABRIC,
+                           NETWORK) == pytest.approx(want, rel=REL)
+    ag_ph = phases("all_gather", "hierarchical", GroupShape(g * k, k), size, FABRIC, NETWORK)
+    assert [p.tier for p in ag_ph] == ["network", "fabric"]
+    rs_ph = phases("reduce_scatter", "hierarchical", GroupShape(g * k, k), size, FABRIC, NETWORK)
+    assert [p.tier for p in rs_ph] == ["fabric", "network"]
+
+
+def test_flat_ring_across_nodes_runs_on_the_network_at_the_slower_latency() -> None:
+    n, size = 16, 1e7
+    slow_fabric = TierLink(FABRIC.bandwidth, 9e-6)
+    (ph,) = phases("all_reduce", "ring", GroupShape(n, 2), size, slow_fabric, NETWORK)
+    assert ph.tier == "network"
+    assert ph.latency == pytest.approx(2 * (n - 1) * 9e-6)
+    assert ph.wire_bytes == pytest.approx(2 * (n - 1) / n * size)
+
+
+def test_all_to_all_splits_peers_between_tiers() -> None:
+    n, nodes, size = 16, 2, 1.6e7
+    ph = phases("all_to_all", "ring", GroupShape(n, nodes), size, FABRIC, NETWORK)
+    by_tier = {p.tier: p.wire_bytes for p in ph}
+    assert by_tier["network"] == pytest.approx((n - 8) / n * size)
+    assert by_tier["fabric"] == pytest.approx(7 / n * size)
+    assert sum(by_tier.values()) == pytest.approx((n - 1) / n * size)
+
+
+# -- flows ------------------------------------------------------------------------------------
+def _net(caps: dict[str, float]) -> tuple[simpy.Environment, FlowNetwork]:
+    env = simpy.Environment()
+    return env, FlowNetwork(env, lambda key: caps[key])
+
+
+def _start(env: simpy.Environment, net: FlowNetwork, at: float, links: list[tuple[str, float]],
+           nbytes: float, done: dict[str, float], name: str) -> None:
+    def proc():
+        if at > 0:
+            yield env.timeout(at)
+        yield net.transfer(links, nbytes)
+        done[name] = env.now
+
+    env.process(proc())
+
+
+@pytest.mark.parametrize(("size", "cap"), [(1e6, 1e9), (3.3e8, 46e9), (7.0, 3.0)])
+def test_single_flow_finishes_at_size_over_capacity(size: float, cap: float) -> None:
+    env, net = _net({"L": cap})
+    done: dict[str, float] = {}
+    _start(env, net, 0, [("L", 1.0)], size, done, "a")
+    env.run()
+    assert done["a"] == pytest.approx(size / cap, rel=REL)
+
+
+@pytest.mark.parametrize("k", [2, 3, 8])
+def test_simultaneous_flows_share_a_link_equally(k: int) -> None:
+    size, cap = 5e6, 2e9
+    env, net = _net({"L": cap})
+    done: dict[str, float] = {}
+    for i in range(k):
+        _start(env, net, 0, [("L", 1.0)], size, done, str(i))
+    env.run()
+    for i in range(k):
+        assert done[str(i)] == pytest.approx(k * size / cap, rel=REL)
+
+
+def test_weighted_flows_count_as_that_many_flows() -> None:
+    # Weight 3 (S bytes) and weight 1 (2S bytes): total weight 4, each moves at cap/4 until the
+    # first has its S bytes through (4S/cap); the other then has the link: S more at cap.
+    size, cap = 1e6, 1e9
+    env, net = _net({"L": cap})
+    done: dict[str, float] = {}
+    _start(env, net, 0, [("L", 3.0)], size, done, "w3")
+    _start(env, net, 0, [("L", 1.0)], 2 * size, done, "w1")
+    env.run()
+    assert done["w3"] == pytest.approx(4 * size / cap, rel=REL)
+    assert done["w1"] == pytest.approx(5 * size / cap, rel=REL)
+    # Alone, a flow of weight 3 stands for three: it gets a third of the link.
+    env, net = _net({"L": cap})
+    done = {}
+    _start(env, net, 0, [("L", 3.0)], size, done, "w3")
+    env.run()
+    assert done["w3"] == pytest.approx(3 * size / cap, rel=REL)
+
+
+def test_flow_crossing_two_links_is_paced_by_the_slower_share() -> None:
+    # X crosses A (cap 10) and B (cap 4); Y crosses A only. Shares: X min(10/2, 4/1) = 4,
+    # Y 10/2 = 5 (equal share per link, not max-min). X: 8 bytes -> done at 2; Y then has
+    # 20 - 10 = 10 bytes left alone on A at 10/s -> done at 3.
+    env, net = _net({"A": 10.0, "B": 4.0})
+    done: dict[str, float] = {}
+    _start(env, net, 0, [("A", 1.0), ("B", 1.0)], 8.0, done, "X")
+    _start(env, net, 0, [("A", 1.0)], 20.0, done, "Y")
+    env.run()
+    assert done["X"] == pytest.approx(2.0, rel=REL)
+    assert done["Y"] == pytest.approx(3.0, rel=REL)
+
+
+def test_late_flow_slows_the_first_one() -> None:
+    # Flow 1: 10 bytes on a 1 B/s link from t=0 (6 left at t=4). Flow 2: 2 bytes from t=4.
+    # Both at 0.5 B/s: flow 2 done at 8; flow 1 has 6 - 2 = 4 left, alone at 1 B/s: done at 12.
+    env, net = _net({"L": 1.0})
+    done: dict[str, float] = {}
+    _start(env, net, 0, [("L", 1.0)], 10.0, done, "first")
+    _start(env, net, 4.0, [("L", 1.0)], 2.0, done, "late")
+    env.run()
+    assert done["late"] == pytest.approx(8.0, rel=REL)
+    assert done["first"] == pytest.approx(12.0, rel=REL)
+
+
+def test_staggered_flows_on_a_chain_of_links() -> None:
+    # Three flows, two links: P on A+B, Q on A from t=1, R on B from t=2. Caps 6 and 3.
+    # t in [0,1): P alone: min(6, 3) = 3 -> 3 bytes moved.
+    # t in [1,2): P min(6/2, 3) = 3, Q 6/2 = 3 -> P 6 moved, Q 3 moved.
+    # t >= 2: P min(3, 3/2) = 1.5, Q 3, R 1.5. P has 12 - 6 = 6 left, Q 9 - 3 = 6, R 3.
+    #   R done at 2 + 2 = 4 (P has 3 left, Q 0 left: Q done at 4 too).
+    #   t >= 4: P alone: 3 left at 3/s -> done at 5.
+    env, net = _net({"A": 6.0, "B": 3.0})
+    done: dict[str, float] = {}
+    _start(env, net, 0, [("A", 1.0), ("B", 1.0)], 12.0, done, "P")
+    _start(env, net, 1.0, [("A", 1.0)], 9.0, done, "Q")
+    _start(env, net, 2.0, [("B", 1.0)], 3.0, done, "R")
+    env.run()
+    assert done["Q"] == pytest.approx(4.0, rel=REL)
+    assert done["R"] == pytest.approx(4.0, rel=REL)
+    assert done["P"] == pytest.approx(5.0, rel=REL)
+
+
+def test_empty_transfers_complete_at_once() -> None:
+    env, net = _net({"L": 1.0})
+    assert net.transfer([("L", 1.0)], 0.0).triggered
+    assert net.transfer([], 10.0).triggered
+    assert net.links == {}
+
+
+def test_flow_network_is_reproducible() -> None:
+    # Flows that start and end at the same instants, over and over: the same finish times, to
+    # the last bit, whatever the memory addresses of the flow objects (no set-order effects).
+    def run() -> list[float]:
+        rnd = random.Random(0)
+        env = simpy.Environment()
+        caps = {f"L{i}": rnd.choice([1.0, 3.0, 7.0]) / 3 for i in range(4)}
+        net = FlowNetwork(env, lambda key: caps[key])
+        done: dict[int, float] = {}
+
+        def proc(j: int, at: float, links: list[tuple[str, float]], nbytes: float):
+            yield env.timeout(at)
+            for _ in range(20):
+                yield net.transfer(links, nbytes)
+            done[j] = env.now
+
+        for j in range(16):
+            links = [(f"L{i}", 1.0) for i in rnd.sample(range(4), rnd.randint(1, 3))]
+            env.process(proc(j, rnd.choice([0.0, 0.1, 0.7]), links, rnd.choice([0.3, 1.1, 2.0])))
+        env.run()
+        return [done[j] for j in range(16)]
+
+    first = run()
+    junk = []
+    for k in range(12):
+        junk.append([object() for _ in range(331 * (k + 1) ** 2)])
+        assert run() == first
+
+
+# -- topology ---------------------------------------------------------------------------------
+LAY = Layout(tp=2, cp=2, dp=3, pp=2, gpus_per_node=4)
+
+
+def test_megatron_rank_order_tp_fastest_then_cp_dp_pp() -> None:
+    assert LAY.world == 24
+    assert LAY.coords(0) == (0, 0, 0, 0)
+    assert LAY.coords(1) == (1, 0, 0, 0)  # TP fastest
+    assert LAY.coords(2) == (0, 1, 0, 0)  # then CP
+    assert LAY.coords(4) == (0, 0, 1, 0)  # then DP
+    assert LAY.coords(12) == (0, 0, 0, 1)  # then PP
+    for r in range(LAY.world):
+        assert LAY.rank(*LAY.coords(r)) == r
+
+
+@pytest.mark.parametrize("kind", ["tp", "cp", "dp", "pp"])
+def test_groups_partition_the_world(kind: str) -> None:
+    size = {"tp": LAY.tp, "cp": LAY.cp, "dp": LAY.dp, "pp": LAY.pp}[kind]
+    groups = {tuple(LAY.group(r, kind)) for r in range(LAY.world)}
+    assert all(len(g) == size for g in groups)
+    assert sorted(r for g in groups for r in g) == list(range(LAY.world))
+    for r in range(LAY.world):
+        assert r in LAY.group(r, kind)
+        # Members differ from r only in this kind's coordinate.
+        idx = ("tp", "cp", "dp", "pp").index(kind)
+        for m in LAY.group(r, kind):
+            a, b = LAY.coords(r), LAY.coords(m)
+            assert all(a[i] == b[i] for i in range(4) if i != idx)
+
+
+def test_group_members() -> None:
+    assert LAY.group(5, "tp") == [4, 5]
+    assert LAY.group(5, "cp") == [5, 7]
+    assert LAY.group(5, "dp") == [1, 5, 9]
+    assert LAY.group(5, "pp") == [5, 17]
+    assert list(LAY.stage_members(1)) == list(range(12, 24))
+
+
+def test_hybrid_shard_groups() -> None:
+    lay = Layout(tp=1, cp=1, dp=8, pp=1, gpus_per_node=4, shard=4)
+    assert lay.group(5, "dp_shard") == [4, 5, 6, 7]
+    assert lay.group(5, "dp_rep") == [1, 5]
+    with pytest.raises(ValueError):
+        lay.group(0, "nonsense")
+
+
+def test_node_mapping() -> None:
+    assert [LAY.node(r) for r in range(8)] == [0, 0, 0, 0, 1, 1, 1, 1]
+    assert LAY.node(23) == 5
+
+
+def _scenario(nodes: int = 4, gpn: int = 8, nics: int = 2, topo: dict | None = None,
+              fabric: str = "nvlink4-nvswitch", **par: object) -> Topology:
+    cluster: dict = {"gpu": "h100-sxm-80gb", "gpus_per_node": gpn, "nodes": nodes,
+                     "fabric": fabric, "storage": "lustre"}
+    if nodes > 1:
+        cluster["network"] = {"profile": "ib-ndr-400", "nics_per_node": nics,
+                              "topology": topo or {"kind": "single_switch"}}
+    gpus = nodes * gpn
+    rs = resolve_dict({
+        "name": "topo", "cluster": cluster,
+        "model": {"name": "tiny", "layers": 8, "hidden": 1024, "heads": 16, "vocab": 32000},
+        "training": {"seq_len": 1024, "global_batch": gpus},
+        "parallelism": dict(par),
+    })
+    return Topology(rs)
+
+
+def test_topology_group_shapes_and_nics() -> None:
+    topo = _scenario(nodes=4, gpn=8, nics=2, tp=4, pp=2)
+    assert topo.layout.world == 32
+    assert topo.shape(0, "tp") == GroupShape(4, 1)
+    assert topo.shape(0, "dp") == GroupShape(4, 2)  # DP: ranks 0, 4, 8, 12 on nodes 0, 0, 1, 1
+    assert topo.shape(0, "pp") == GroupShape(2, 2)
+    assert [topo.nic_of(r) for r in range(8)] == [0, 0, 0, 0, 1, 1, 1, 1]
+    assert topo.nic_of(9) == 0
+    net = topo.rs.network
+    assert net is not None
+    nic_bw = net.port_gbps.value * 1e9 / 8 * net.achievable_fraction.value
+    assert topo.capacity(("nic", 0, 1)) == pytest.approx(nic_bw)
+    tier = topo.network_tier()
+    assert tier is not None
+    assert tier.bandwidth == pytest.approx(nic_bw / 4)  # four GPUs per NIC
+    assert topo.network_links(13, "dp") == [(("nic", 1, 1), 1.0)]  # single switch: no up-link
+
+
+def test_pcie_host_fabric_shares_the_root_complex() -> None:
+    topo = _scenario(nodes=1, gpn=4, fabric="pcie4-host", tp=4)
+    assert topo.pcie_root_bw is not None
+    assert topo.fabric_links(2) == [("gpu", 2), ("pcie_root", 0)]
+    assert topo.fabric_tier().bandwidth == pytest.approx(min(topo.fabric_bw,
+                                                             topo.pcie_root_bw / 4))
+
+
+def test_fat_tree_up_links_and_oversubscribed_tier() -> None:
+    topo = _scenario(nodes=4, gpn=8, nics=8,
+                     topo={"kind": "fat_tree", "oversubscription": 2.0, "nodes_per_leaf": 2})
+    assert topo.leaves == 2
+    assert topo.uplink_bw == pytest.approx(2 * 8 * topo.nic_bw / 2.0)
+    # DP over 4 nodes in 2 leaves: a ring leaves each leaf on 2 of its 4 edges.
+    assert topo.network_links(0, "dp") == [(("nic", 0, 0), 1.0), (("uplink", 0), 0.5)]
+    # Point to point: the up-link only when the peer is on another leaf.
+    assert topo.network_links(0, "pp", peer=8) == [(("nic", 0, 0), 1.0)]
+    assert topo.network_links(0, "pp", peer=16) == [(("nic", 0, 0), 1.0), (("uplink", 0), 1.0)]
+    flat = topo.network_tier()
+    spans = topo.network_tier(0, "dp")
+    assert flat is not None and spans is not None
+    # A fully loaded leaf gives each rank nodes/(leaves·oversubscription) = 4/(2·2) of its NIC
+    # share for the traffic that crosses: no less than the NIC share here.
+    assert spans.bandwidth == pytest.approx(flat.bandwidth)
+    topo4 = _scenario(nodes=4, gpn=8, nics=8,
+                      topo={"kind": "fat_tree", "oversubscription": 4.0, "nodes_per_leaf": 1})
+    flat4, spans4 = topo4.network_tier(), topo4.network_tier(0, "dp")
+    assert flat4 is not None and spans4 is not None
+    assert spans4.bandwidth == pytest.approx(flat4.bandwidth / 4.0)

@@ -1,0 +1,109 @@
+"""The probe with real gloo process groups (2 ranks): end to end through calibrate and
+simulate, and a rank killed on purpose."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+QUICK = ["--max-bytes", "65536", "--time-budget", "6", "--timeout", "30"]
+
+
+def clustersim(*args: str, cwd: Path, timeout: float = 170):
+    """The installed console script. (`python -m simulator.cli` would put the working directory
+    first on sys.path, where a local hardware_profiles/ folder shadows the bundled package.)"""
+    import shutil
+    import subprocess
+
+    exe = shutil.which("clustersim")
+    assert exe, "the clustersim console script is not installed"
+    p = subprocess.run([exe, *args], capture_output=True, text=True, cwd=cwd, timeout=timeout,
+                       env={**os.environ, "COLUMNS": "200"})
+    return p
+
+
+def test_probe_calibrate_simulate(tmp_path: Path) -> None:
+    out = tmp_path / "runs" / "probe.json"
+    r = clustersim("probe", "--nproc", "2", "--out", str(out), *QUICK, cwd=tmp_path, timeout=170)
+    assert r.returncode == 0, r.stderr
+    d = json.loads(out.read_text())
+    assert d["format"] == "clustersim-probe" and d["version"] == 1 and d["complete"] is True
+    assert d["world_size"] == 2 and d["backend"] == "gloo"
+    ops = {c["op"] for c in d["collectives"]}
+    assert {"all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all",
+            "p2p"} <= ops
+    for c in d["collectives"]:
+        assert c["time_s"] > 0 and c["busbw_gbps"] >= 0
+    assert d["matmul"] and d["memory"] and d["storage"]["write_gbps"] > 0
+    tr = d["train"]
+    assert tr["params"] > 1e6 and len(tr["step_times_s"]) >= 3 and tr["wrapper"] == "ddp"
+    assert not list(tmp_path.glob("**/clustersim-probe-*.bin"))
+
+    r = clustersim("calibrate", str(out), "--name", "t-cluster", "--format", "json",
+                   cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    rep = json.loads(r.stdout)
+    assert rep["in_sample"]["predicted_s"] > 0
+    cal = tmp_path / "hardware_profiles" / "calibrated"
+    for n in ("t-cluster", "t-cluster-fabric", "t-cluster-storage"):
+        assert (cal / f"{n}.yaml").is_file()
+    assert "probe probe.json" in (cal / "t-cluster-fabric.yaml").read_text()
+    assert "R²=" in (cal / "t-cluster-fabric.yaml").read_text()
+
+    # Scenarios find the calibrated profiles by name (relative to the working directory).
+    from calibrate.model import ProbeTransformer, model_spec
+    from calibrate.scenario import job_scenario
+    from simulator.config.loading import resolve_dict
+    from simulator.simulate import simulate
+    from simulator.workload.model import param_count
+
+    cwd = os.getcwd()
+    os.chdir(tmp_path)
+    try:
+        from simulator.catalog import _load
+
+        _load.cache_clear()
+        rs = resolve_dict(job_scenario("t-cluster", tr["model"], 2))
+        res = simulate(rs, scaling=False)
+    finally:
+        os.chdir(cwd)
+        _load.cache_clear()
+    assert rs.gpu.name == "t-cluster" and rs.fabric.name == "t-cluster-fabric"
+    assert 0 < res.metrics.step_time_s < 100
+    # The simulated model is the trained one: same parameter count.
+    m = tr["model"]
+    net = ProbeTransformer(m["layers"], m["hidden"], m["heads"], m["vocab"], m["seq"])
+    assert param_count(rs.model, m["seq"]) == sum(p.numel() for p in net.parameters())
+    assert rs.model.model_dump(exclude_unset=True) == model_spec(m)
+
+
+def test_killed_rank_stops_probe_with_partial_file(tmp_path: Path) -> None:
+    out = tmp_path / "p.json"
+    r = clustersim("probe", "--nproc", "2", "--out", str(out), *QUICK, "--fail-rank", "1",
+            "--fail-phase", "compute", cwd=tmp_path, timeout=120)
+    assert r.returncode != 0
+    assert "rank 1" in r.stderr and "compute" in r.stderr
+    d = json.loads(out.read_text())  # valid JSON
+    assert d["complete"] is False
+    assert d["error"]["rank"] == 1 and d["error"]["phase"] == "compute"
+    assert d["collectives"], "measurements completed before the fault are kept"
+    assert "compute" not in d["phases_done"]
+    # calibrate refuses it with one clear message
+    r = clustersim("calibrate", str(out), "--name", "x", cwd=tmp_path)
+    assert r.returncode == 2 and "rank 1 died" in r.stderr
+
+
+def test_hung_rank_is_named_within_timeout(tmp_path: Path) -> None:
+    out = tmp_path / "p.json"
+    r = clustersim("probe", "--nproc", "2", "--out", str(out), "--max-bytes", "4096",
+            "--time-budget", "3", "--timeout", "5", "--fail-rank", "0", "--fail-phase",
+            "memory", "--fail-mode", "hang", cwd=tmp_path, timeout=120)
+    assert r.returncode != 0
+    assert "rank 0" in r.stderr and "memory" in r.stderr and "hung" in r.stderr
+    d = json.loads(out.read_text())
+    assert d["complete"] is False and d["matmul"]
