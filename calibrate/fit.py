@@ -124,7 +124,7 @@ def load_probe(path: str | Path) -> dict[str, Any]:
                         hint="give the JSON file `clustersim probe --out` wrote") from None
     try:
         data = json.loads(text)
-    except ValueError as exc:
+    except json.JSONDecodeError as exc:
         raise UserError(f"probe file is not valid JSON ({exc.msg} at line {exc.lineno}); it "
                         "looks truncated or damaged", file=file,
                         hint="re-run `clustersim probe` (it writes atomically, so a probe "

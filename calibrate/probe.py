@@ -544,12 +544,12 @@ class Probe:
             if self.args.fsdp:
                 from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
 
-                model = FSDP(model)
+                model = FSDP(model)  # type: ignore[assignment]
                 wrap = "fsdp"
             else:
                 from torch.nn.parallel import DistributedDataParallel as DDP
 
-                model = DDP(model, bucket_cap_mb=25)
+                model = DDP(model, bucket_cap_mb=25)  # type: ignore[assignment]
                 wrap = "ddp"
         opt = torch.optim.AdamW(model.parameters(), lr=1e-4, foreach=True)
         g = torch.Generator().manual_seed(self.rank)

@@ -45,8 +45,10 @@ def loopback_network(profile: str) -> dict[str, Any]:
     """A network profile for 'nodes' that are process groups on this one host: the same loopback
     transport as the calibrated fabric, so its figures are the fabric's."""
     from simulator.catalog import load_catalog
+    from simulator.config.hardware import FabricProfile
 
     fab = load_catalog().get(f"{profile}-fabric", "fabric")
+    assert isinstance(fab, FabricProfile)
     src = (f"no inter-node probe data: the 'nodes' are process groups on one host, so this is "
            f"the intra-host fit of {profile}-fabric")
     return {"name": f"{profile}-loopback-network", "kind": "network",

@@ -271,8 +271,8 @@ def calibrate(
         out.print(f"in-sample check (the probe's own training step, world size "
                   f"{check['world_size']}): measured {check['measured_s'] * 1e3:.0f} ms, "
                   f"predicted {check['predicted_s'] * 1e3:.0f} ms ({check['error_pct']:+.1f}%)")
-    for f in files:
-        out.print(f"wrote {escape(str(f))}")
+    for path in files:
+        out.print(f"wrote {escape(str(path))}")
 
 
 @app.command()

@@ -104,7 +104,7 @@ def validation_error(
         fields = list(getattr(holder, "model_fields", {}))
         near = closest(str(loc[-1]), fields)
         synonym = _SYNONYMS.get(str(loc[-1]).lower())
-        if synonym in fields:
+        if synonym is not None and synonym in fields:
             near = [synonym]
         if near:
             hint = f"did you mean '{near[0]}'?"
