@@ -59,13 +59,17 @@ def test_tree_broadcast_and_p2p_are_textbook(n: int, size: float) -> None:
     log = math.ceil(math.log2(n))
     shape = GroupShape(n, 1)
     assert collective_time("all_reduce", "tree", shape, size, FABRIC) == pytest.approx(
-        2 * log * a + 2 * size / b, rel=REL)
+        2 * log * a + 2 * size / b, rel=REL
+    )
     assert collective_time("broadcast", "tree", shape, size, FABRIC) == pytest.approx(
-        log * a + size / b, rel=REL)
+        log * a + size / b, rel=REL
+    )
     assert collective_time("broadcast", "ring", shape, size, FABRIC) == pytest.approx(
-        (n - 1) * a + size / b, rel=REL)
+        (n - 1) * a + size / b, rel=REL
+    )
     assert collective_time("p2p", "ring", GroupShape(2, 1), size, FABRIC) == pytest.approx(
-        a + size / b, rel=REL)
+        a + size / b, rel=REL
+    )
 
 
 def test_nothing_to_do_costs_nothing() -> None:
@@ -106,10 +110,10 @@ def test_choose_picks_hierarchical_for_large_messages_across_nodes() -> None:
     algo, ph, t = choose("all_reduce", shape, 1e9, FABRIC, NETWORK)
     assert algo == "hierarchical"
     assert {p.tier for p in ph} == {"fabric", "network"}
-    assert t == pytest.approx(min(collective_time("all_reduce", a, shape, 1e9, FABRIC, NETWORK)
-                                  for a in ALGOS))
-    algo, _ph, _t = choose("all_reduce", shape, 256.0, FABRIC,
-                           TierLink(NETWORK.bandwidth, 50e-6))
+    assert t == pytest.approx(
+        min(collective_time("all_reduce", a, shape, 1e9, FABRIC, NETWORK) for a in ALGOS)
+    )
+    algo, _ph, _t = choose("all_reduce", shape, 256.0, FABRIC, TierLink(NETWORK.bandwidth, 50e-6))
     assert algo == "tree"
 
 
@@ -118,11 +122,16 @@ def test_choose_picks_hierarchical_for_large_messages_across_nodes() -> None:
 def test_choose_returns_the_fastest_contention_free_time(coll: str, size: float) -> None:
     for shape in (GroupShape(8, 1), GroupShape(16, 2), GroupShape(32, 32)):
         _algo, ph, t = choose(coll, shape, size, FABRIC, NETWORK)  # type: ignore[arg-type]
-        times = [collective_time(coll, a, shape, size, FABRIC, NETWORK)  # type: ignore[arg-type]
-                 for a in ALGOS if not (a == "hierarchical" and shape.per_node <= 1)]
+        times = [
+            collective_time(coll, a, shape, size, FABRIC, NETWORK)  # type: ignore[arg-type]
+            for a in ALGOS
+            if not (a == "hierarchical" and shape.per_node <= 1)
+        ]
         assert t == pytest.approx(min(times), rel=REL)
-        net = sum(p.latency + p.wire_bytes / (FABRIC if p.tier == "fabric" else NETWORK).bandwidth
-                  for p in ph)
+        net = sum(
+            p.latency + p.wire_bytes / (FABRIC if p.tier == "fabric" else NETWORK).bandwidth
+            for p in ph
+        )
         assert t == pytest.approx(net, rel=REL)
 
 
@@ -135,10 +144,15 @@ def test_hierarchical_all_reduce_crosses_both_tiers() -> None:
     assert ar.wire_bytes == pytest.approx(2 * (k - 1) / k * size / g)
     assert ar.latency == pytest.approx(2 * (k - 1) * NETWORK.alpha)
     assert ag == rs_
-    want = (2 * (g - 1) * FABRIC.alpha + 2 * (g - 1) / g * size / FABRIC.bandwidth
-            + 2 * (k - 1) * NETWORK.alpha + 2 * (k - 1) / k * size / g / NETWORK.bandwidth)
-    assert collective_time("all_reduce", "hierarchical", GroupShape(g * k, k), size, FABRIC,
-                           NETWORK) == pytest.approx(want, rel=REL)
+    want = (
+        2 * (g - 1) * FABRIC.alpha
+        + 2 * (g - 1) / g * size / FABRIC.bandwidth
+        + 2 * (k - 1) * NETWORK.alpha
+        + 2 * (k - 1) / k * size / g / NETWORK.bandwidth
+    )
+    assert collective_time(
+        "all_reduce", "hierarchical", GroupShape(g * k, k), size, FABRIC, NETWORK
+    ) == pytest.approx(want, rel=REL)
     ag_ph = phases("all_gather", "hierarchical", GroupShape(g * k, k), size, FABRIC, NETWORK)
     assert [p.tier for p in ag_ph] == ["network", "fabric"]
     rs_ph = phases("reduce_scatter", "hierarchical", GroupShape(g * k, k), size, FABRIC, NETWORK)
@@ -169,8 +183,15 @@ def _net(caps: dict[str, float]) -> tuple[simpy.Environment, FlowNetwork]:
     return env, FlowNetwork(env, lambda key: caps[key])
 
 
-def _start(env: simpy.Environment, net: FlowNetwork, at: float, links: list[tuple[str, float]],
-           nbytes: float, done: dict[str, float], name: str) -> None:
+def _start(
+    env: simpy.Environment,
+    net: FlowNetwork,
+    at: float,
+    links: list[tuple[str, float]],
+    nbytes: float,
+    done: dict[str, float],
+    name: str,
+) -> None:
     def proc():
         if at > 0:
             yield env.timeout(at)
@@ -350,20 +371,37 @@ def test_node_mapping() -> None:
     assert LAY.node(23) == 5
 
 
-def _scenario(nodes: int = 4, gpn: int = 8, nics: int = 2, topo: dict | None = None,
-              fabric: str = "nvlink4-nvswitch", **par: object) -> Topology:
-    cluster: dict = {"gpu": "h100-sxm-80gb", "gpus_per_node": gpn, "nodes": nodes,
-                     "fabric": fabric, "storage": "lustre"}
+def _scenario(
+    nodes: int = 4,
+    gpn: int = 8,
+    nics: int = 2,
+    topo: dict | None = None,
+    fabric: str = "nvlink4-nvswitch",
+    **par: object,
+) -> Topology:
+    cluster: dict = {
+        "gpu": "h100-sxm-80gb",
+        "gpus_per_node": gpn,
+        "nodes": nodes,
+        "fabric": fabric,
+        "storage": "lustre",
+    }
     if nodes > 1:
-        cluster["network"] = {"profile": "ib-ndr-400", "nics_per_node": nics,
-                              "topology": topo or {"kind": "single_switch"}}
+        cluster["network"] = {
+            "profile": "ib-ndr-400",
+            "nics_per_node": nics,
+            "topology": topo or {"kind": "single_switch"},
+        }
     gpus = nodes * gpn
-    rs = resolve_dict({
-        "name": "topo", "cluster": cluster,
-        "model": {"name": "tiny", "layers": 8, "hidden": 1024, "heads": 16, "vocab": 32000},
-        "training": {"seq_len": 1024, "global_batch": gpus},
-        "parallelism": dict(par),
-    })
+    rs = resolve_dict(
+        {
+            "name": "topo",
+            "cluster": cluster,
+            "model": {"name": "tiny", "layers": 8, "hidden": 1024, "heads": 16, "vocab": 32000},
+            "training": {"seq_len": 1024, "global_batch": gpus},
+            "parallelism": dict(par),
+        }
+    )
     return Topology(rs)
 
 
@@ -389,13 +427,16 @@ def test_pcie_host_fabric_shares_the_root_complex() -> None:
     topo = _scenario(nodes=1, gpn=4, fabric="pcie4-host", tp=4)
     assert topo.pcie_root_bw is not None
     assert topo.fabric_links(2) == [("gpu", 2), ("pcie_root", 0)]
-    assert topo.fabric_tier().bandwidth == pytest.approx(min(topo.fabric_bw,
-                                                             topo.pcie_root_bw / 4))
+    assert topo.fabric_tier().bandwidth == pytest.approx(min(topo.fabric_bw, topo.pcie_root_bw / 4))
 
 
 def test_fat_tree_up_links_and_oversubscribed_tier() -> None:
-    topo = _scenario(nodes=4, gpn=8, nics=8,
-                     topo={"kind": "fat_tree", "oversubscription": 2.0, "nodes_per_leaf": 2})
+    topo = _scenario(
+        nodes=4,
+        gpn=8,
+        nics=8,
+        topo={"kind": "fat_tree", "oversubscription": 2.0, "nodes_per_leaf": 2},
+    )
     assert topo.leaves == 2
     assert topo.uplink_bw == pytest.approx(2 * 8 * topo.nic_bw / 2.0)
     # DP over 4 nodes in 2 leaves: a ring leaves each leaf on 2 of its 4 edges.
@@ -409,8 +450,12 @@ def test_fat_tree_up_links_and_oversubscribed_tier() -> None:
     # A fully loaded leaf gives each rank nodes/(leaves·oversubscription) = 4/(2·2) of its NIC
     # share for the traffic that crosses: no less than the NIC share here.
     assert spans.bandwidth == pytest.approx(flat.bandwidth)
-    topo4 = _scenario(nodes=4, gpn=8, nics=8,
-                      topo={"kind": "fat_tree", "oversubscription": 4.0, "nodes_per_leaf": 1})
+    topo4 = _scenario(
+        nodes=4,
+        gpn=8,
+        nics=8,
+        topo={"kind": "fat_tree", "oversubscription": 4.0, "nodes_per_leaf": 1},
+    )
     flat4, spans4 = topo4.network_tier(), topo4.network_tier(0, "dp")
     assert flat4 is not None and spans4 is not None
     assert spans4.bandwidth == pytest.approx(flat4.bandwidth / 4.0)
