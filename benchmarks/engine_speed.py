@@ -39,8 +39,11 @@ FULL_GOAL_EVENTS_PER_S = 200_000
 
 
 def cluster(nodes: int, topology: str) -> dict[str, Any]:
-    topo: dict[str, Any] = ({"kind": "rail_optimized"} if topology == "rail"
-                            else {"kind": "fat_tree", "oversubscription": 1.0})
+    topo: dict[str, Any] = (
+        {"kind": "rail_optimized"}
+        if topology == "rail"
+        else {"kind": "fat_tree", "oversubscription": 1.0}
+    )
     return {
         "gpu": "h100-sxm-80gb",
         "gpus_per_node": 8,
@@ -72,8 +75,7 @@ def llama405b_16k(args: argparse.Namespace) -> ResolvedScenario:
         "name": "llama3-405b-16384xh100",
         "cluster": cluster(2048, args.topology),
         "model": "llama3-405b",
-        "training": {"seq_len": 8192, "global_batch": 2048, "micro_batch": 1,
-                     "precision": "bf16"},
+        "training": {"seq_len": 8192, "global_batch": 2048, "micro_batch": 1, "precision": "bf16"},
         "parallelism": par,
     }
     return resolve_dict(data)
@@ -85,18 +87,27 @@ def full_scenario(args: argparse.Namespace) -> ResolvedScenario:
         "name": f"{args.full_model}-{gpus}xh100-full",
         "cluster": cluster(gpus // 8, args.topology),
         "model": args.full_model,
-        "training": {"seq_len": 8192, "global_batch": args.full_batch, "micro_batch": 1,
-                     "precision": "bf16"},
-        "parallelism": {"tp": 8, "sequence_parallel": True, "pp": args.full_pp,
-                        "pp_schedule": {"kind": "1f1b"},
-                        "sharding": {"kind": "zero", "stage": 1},
-                        "recompute": "selective"},
+        "training": {
+            "seq_len": 8192,
+            "global_batch": args.full_batch,
+            "micro_batch": 1,
+            "precision": "bf16",
+        },
+        "parallelism": {
+            "tp": 8,
+            "sequence_parallel": True,
+            "pp": args.full_pp,
+            "pp_schedule": {"kind": "1f1b"},
+            "sharding": {"kind": "zero", "stage": 1},
+            "recompute": "selective",
+        },
     }
     return resolve_dict(data)
 
 
-def timed(rs: ResolvedScenario, full: bool, repeat: int
-          ) -> tuple[list[float], list[float], SimResult]:
+def timed(
+    rs: ResolvedScenario, full: bool, repeat: int
+) -> tuple[list[float], list[float], SimResult]:
     """Wall and CPU (process) seconds of each of ``repeat`` simulate calls, and the result.
     CPU time is printed too because a loaded machine stretches wall time."""
     walls: list[float] = []
@@ -112,33 +123,42 @@ def timed(rs: ResolvedScenario, full: bool, repeat: int
 
 
 def describe(rs: ResolvedScenario) -> str:
-    return (f"{rs.model.name} on {rs.gpus:,} GPUs: TP{rs.tp} PP{rs.pp} DP{rs.dp}, "
-            f"{rs.micro_batches} micro-batches, {rs.parallelism.pp_schedule.kind}, "
-            f"recompute {rs.parallelism.recompute}, ZeRO-{rs.parallelism.zero_stage}")
+    return (
+        f"{rs.model.name} on {rs.gpus:,} GPUs: TP{rs.tp} PP{rs.pp} DP{rs.dp}, "
+        f"{rs.micro_batches} micro-batches, {rs.parallelism.pp_schedule.kind}, "
+        f"recompute {rs.parallelism.recompute}, ZeRO-{rs.parallelism.zero_stage}"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("-n", "--repeat", type=int, default=3, help="timed runs, best taken (3)")
-    ap.add_argument("--schedule", choices=("1f1b", "interleaved"), default="1f1b",
-                    help="pipeline schedule of the 405B run (1f1b fits in 80 GB with "
-                    "selective recompute; interleaved needs --recompute full to fit)")
-    ap.add_argument("--recompute", choices=("none", "selective", "full"),
-                    default="selective")
+    ap.add_argument(
+        "--schedule",
+        choices=("1f1b", "interleaved"),
+        default="1f1b",
+        help="pipeline schedule of the 405B run (1f1b fits in 80 GB with "
+        "selective recompute; interleaved needs --recompute full to fit)",
+    )
+    ap.add_argument("--recompute", choices=("none", "selective", "full"), default="selective")
     ap.add_argument("--topology", choices=("rail", "fat_tree"), default="rail")
     ap.add_argument("--skip-symmetric", action="store_true")
     ap.add_argument("--skip-full", action="store_true")
     ap.add_argument("--full-gpus", type=int, default=1024, help="GPUs of the full-mode run")
     ap.add_argument("--full-model", default="llama3-70b")
     ap.add_argument("--full-pp", type=int, default=4)
-    ap.add_argument("--full-batch", type=int, default=256,
-                    help="global batch (sequences) of the full-mode run")
+    ap.add_argument(
+        "--full-batch", type=int, default=256, help="global batch (sequences) of the full-mode run"
+    )
     ap.add_argument("--full-repeat", type=int, default=1, help="timed full-mode runs (1)")
     args = ap.parse_args(argv)
 
-    print(f"python {platform.python_version()} on {platform.machine()}, "
-          f"{platform.processor() or platform.platform()}")
+    print(
+        f"python {platform.python_version()} on {platform.machine()}, "
+        f"{platform.processor() or platform.platform()}"
+    )
     rows: list[tuple[str, str, str]] = []
     ok = True
 
@@ -151,21 +171,32 @@ def main(argv: list[str] | None = None) -> int:
         best = min(walls)
         ok &= best < SYMMETRIC_GOAL_S
         print(f"\n(a) symmetric: {describe(rs)}")
-        print("    wall: " + ", ".join(f"{w:.3f}s" for w in walls)
-              + "; cpu: " + ", ".join(f"{c:.3f}s" for c in cpus))
+        print(
+            "    wall: "
+            + ", ".join(f"{w:.3f}s" for w in walls)
+            + "; cpu: "
+            + ", ".join(f"{c:.3f}s" for c in cpus)
+        )
         rows += [
             ("(a) resolve_dict", f"{t_resolve:.3f} s", ""),
-            ("(a) simulate, symmetric, best of "
-             f"{args.repeat}", f"{best:.3f} s",
-             f"goal < {SYMMETRIC_GOAL_S:g} s: {'met' if best < SYMMETRIC_GOAL_S else 'MISSED'}"),
+            (
+                f"(a) simulate, symmetric, best of {args.repeat}",
+                f"{best:.3f} s",
+                f"goal < {SYMMETRIC_GOAL_S:g} s: {'met' if best < SYMMETRIC_GOAL_S else 'MISSED'}",
+            ),
             ("(a) simulate, symmetric, CPU time", f"{min(cpus):.3f} s", ""),
             ("(a) engine events", f"{res.engine.events:,}", ""),
-            ("(a) predicted step time", f"{m.step_time_s:.2f} s",
-             f"{m.tokens_per_s / 1e6:.2f} M tokens/s"),
-            ("(a) predicted MFU", f"{m.mfu:.3f}",
-             f"{m.model_tflops_per_gpu:.0f} TFLOP/s per GPU"),
-            ("(a) memory per GPU", f"{m.memory_gb_per_gpu:.1f} GB",
-             "fits" if m.fits else "DOES NOT FIT"),
+            (
+                "(a) predicted step time",
+                f"{m.step_time_s:.2f} s",
+                f"{m.tokens_per_s / 1e6:.2f} M tokens/s",
+            ),
+            ("(a) predicted MFU", f"{m.mfu:.3f}", f"{m.model_tflops_per_gpu:.0f} TFLOP/s per GPU"),
+            (
+                "(a) memory per GPU",
+                f"{m.memory_gb_per_gpu:.1f} GB",
+                "fits" if m.fits else "DOES NOT FIT",
+            ),
         ]
         idle = sorted(m.idle_s.items(), key=lambda kv: -kv[1])[:3]
         rows.append(("(a) largest idle", ", ".join(f"{k} {v:.2f}s" for k, v in idle), ""))
@@ -179,18 +210,31 @@ def main(argv: list[str] | None = None) -> int:
         m = res.metrics
         sym = simulate(rs, full=False, scaling=False).metrics
         print(f"\n(b) full: {describe(rs)}")
-        print("    wall: " + ", ".join(f"{w:.2f}s" for w in walls)
-              + "; cpu: " + ", ".join(f"{c:.2f}s" for c in cpus))
+        print(
+            "    wall: "
+            + ", ".join(f"{w:.2f}s" for w in walls)
+            + "; cpu: "
+            + ", ".join(f"{c:.2f}s" for c in cpus)
+        )
         rows += [
-            (f"(b) simulate, full, {rs.gpus:,} GPUs", f"{best:.2f} s",
-             f"CPU time {min(cpus):.2f} s"),
+            (
+                f"(b) simulate, full, {rs.gpus:,} GPUs",
+                f"{best:.2f} s",
+                f"CPU time {min(cpus):.2f} s",
+            ),
             ("(b) engine events", f"{res.engine.events:,}", ""),
-            ("(b) events per second", f"{rate:,.0f}",
-             f"goal >= {FULL_GOAL_EVENTS_PER_S:,}: "
-             f"{'met' if rate >= FULL_GOAL_EVENTS_PER_S else 'MISSED'}; "
-             f"per CPU second {res.engine.events / min(cpus):,.0f}"),
-            ("(b) predicted step time / MFU", f"{m.step_time_s:.3f} s / {m.mfu:.3f}",
-             f"symmetric mode: {sym.step_time_s:.3f} s / {sym.mfu:.3f}"),
+            (
+                "(b) events per second",
+                f"{rate:,.0f}",
+                f"goal >= {FULL_GOAL_EVENTS_PER_S:,}: "
+                f"{'met' if rate >= FULL_GOAL_EVENTS_PER_S else 'MISSED'}; "
+                f"per CPU second {res.engine.events / min(cpus):,.0f}",
+            ),
+            (
+                "(b) predicted step time / MFU",
+                f"{m.step_time_s:.3f} s / {m.mfu:.3f}",
+                f"symmetric mode: {sym.step_time_s:.3f} s / {sym.mfu:.3f}",
+            ),
         ]
 
     w0 = max(len(r[0]) for r in rows)

@@ -58,10 +58,17 @@ class AlphaBeta:
         return 1.0 / self.beta_s_per_byte / 1e9 if self.beta_s_per_byte > 0 else math.inf
 
     def as_dict(self) -> dict[str, Any]:
-        return {"op": self.op, "group": self.group, "group_size": self.n,
-                "alpha_us": self.alpha_s * 1e6, "bandwidth_gbps": self.bandwidth_gbps,
-                "r2": self.r2, "rms_rel_err": self.rms_rel_err, "points": self.points,
-                "residuals_rel": self.residuals_rel}
+        return {
+            "op": self.op,
+            "group": self.group,
+            "group_size": self.n,
+            "alpha_us": self.alpha_s * 1e6,
+            "bandwidth_gbps": self.bandwidth_gbps,
+            "r2": self.r2,
+            "rms_rel_err": self.rms_rel_err,
+            "points": self.points,
+            "residuals_rel": self.residuals_rel,
+        }
 
 
 def _r2(y: np.ndarray, yhat: np.ndarray) -> float:
@@ -84,13 +91,29 @@ def fit_alpha_beta(op: str, n: int, sizes: Any, times: Any, group: str = "intra"
     def resid(x: np.ndarray) -> np.ndarray:
         return A @ x - 1.0
 
-    sol = least_squares(resid, x0, bounds=([0.0, 0.0], [np.inf, np.inf]), x_scale="jac",
-                        xtol=1e-15, ftol=1e-15, gtol=1e-15)
+    sol = least_squares(
+        resid,
+        x0,
+        bounds=([0.0, 0.0], [np.inf, np.inf]),
+        x_scale="jac",
+        xtol=1e-15,
+        ftol=1e-15,
+        gtol=1e-15,
+    )
     alpha, beta = sol.x[0] * 1e-6, sol.x[1] * 1e-9
     model = a * alpha + b * S * beta
     rel = (model - t) / t
-    return AlphaBeta(op, group, n, float(alpha), float(beta), _r2(t, model),
-                     float(np.sqrt(np.mean(rel**2))), len(S), [float(r) for r in rel])
+    return AlphaBeta(
+        op,
+        group,
+        n,
+        float(alpha),
+        float(beta),
+        _r2(t, model),
+        float(np.sqrt(np.mean(rel**2))),
+        len(S),
+        [float(r) for r in rel],
+    )
 
 
 def fit_efficiency(flops: Any, eff: Any) -> tuple[float, float, float]:
@@ -110,8 +133,12 @@ def fit_efficiency(flops: Any, eff: Any) -> tuple[float, float, float]:
 
 # -- probe file ------------------------------------------------------------------------------
 
-NEEDED = {"matmul": "compute (matmul)", "memory": "memory bandwidth", "collectives":
-          "collectives", "train": "the training step"}
+NEEDED = {
+    "matmul": "compute (matmul)",
+    "memory": "memory bandwidth",
+    "collectives": "collectives",
+    "train": "the training step",
+}
 
 
 def load_probe(path: str | Path) -> dict[str, Any]:
@@ -120,24 +147,37 @@ def load_probe(path: str | Path) -> dict[str, Any]:
     try:
         text = p.read_text()
     except OSError as exc:
-        raise UserError(f"cannot read probe file: {exc.strerror}", file=file,
-                        hint="give the JSON file `clustersim probe --out` wrote") from None
+        raise UserError(
+            f"cannot read probe file: {exc.strerror}",
+            file=file,
+            hint="give the JSON file `clustersim probe --out` wrote",
+        ) from None
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise UserError(f"probe file is not valid JSON ({exc.msg} at line {exc.lineno}); it "
-                        "looks truncated or damaged", file=file,
-                        hint="re-run `clustersim probe` (it writes atomically, so a probe "
-                        "that was stopped leaves a valid partial file)") from None
+        raise UserError(
+            f"probe file is not valid JSON ({exc.msg} at line {exc.lineno}); it "
+            "looks truncated or damaged",
+            file=file,
+            hint="re-run `clustersim probe` (it writes atomically, so a probe "
+            "that was stopped leaves a valid partial file)",
+        ) from None
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         got = data.get("format") if isinstance(data, dict) else type(data).__name__
-        raise UserError(f"not a clustersim probe file (format: {got!r}, expected '{FORMAT}')",
-                        file=file, path="format",
-                        hint="give the JSON file `clustersim probe --out` wrote")
+        raise UserError(
+            f"not a clustersim probe file (format: {got!r}, expected '{FORMAT}')",
+            file=file,
+            path="format",
+            hint="give the JSON file `clustersim probe --out` wrote",
+        )
     if data.get("version") != VERSION:
-        raise UserError(f"probe file version {data.get('version')!r} is not supported "
-                        f"(this clustersim reads version {VERSION})", file=file, path="version",
-                        hint="re-run the probe with this version of clustersim")
+        raise UserError(
+            f"probe file version {data.get('version')!r} is not supported "
+            f"(this clustersim reads version {VERSION})",
+            file=file,
+            path="version",
+            hint="re-run the probe with this version of clustersim",
+        )
     missing = [label for key, label in NEEDED.items() if not data.get(key)]
     coll = [r for r in data.get("collectives") or [] if r.get("group") == "intra"]
     if data.get("collectives") and len({r["bytes"] for r in coll if r["op"] == "all_reduce"}) < 2:
@@ -148,12 +188,16 @@ def load_probe(path: str | Path) -> dict[str, Any]:
             why = f" (the probe stopped: {data['error'].get('message')})"
         elif data.get("world_size", 2) < 2:
             why = " (the probe ran on one process: collectives need --nproc 2 or more)"
-        raise UserError(f"probe file lacks {', '.join(missing)}{why}", file=file,
-                        hint="re-run `clustersim probe --nproc 2` (or more) to completion")
+        raise UserError(
+            f"probe file lacks {', '.join(missing)}{why}",
+            file=file,
+            hint="re-run `clustersim probe --nproc 2` (or more) to completion",
+        )
     return data
 
 
 # -- profiles ----------------------------------------------------------------------------------
+
 
 @dataclass
 class Calibration:
@@ -186,21 +230,28 @@ def calibrate(probe: dict[str, Any], file: str, name: str) -> Calibration:
         rows = sorted(rows, key=lambda r: r["bytes"])
         if len({r["bytes"] for r in rows}) < 2:
             continue
-        fits.append(fit_alpha_beta(op, n, [r["bytes"] for r in rows],
-                                   [r["time_s"] for r in rows], group))
+        fits.append(
+            fit_alpha_beta(op, n, [r["bytes"] for r in rows], [r["time_s"] for r in rows], group)
+        )
     by = {(f.op, f.group): f for f in fits}
     ar = by.get(("all_reduce", "intra"))
     if ar is None or ar.beta_s_per_byte <= 0:
-        raise UserError("no usable intra-node all-reduce fit", file=file,
-                        hint="re-run the probe with a larger --max-bytes or --time-budget")
+        raise UserError(
+            "no usable intra-node all-reduce fit",
+            file=file,
+            hint="re-run the probe with a larger --max-bytes or --time-budget",
+        )
     cores = int(probe.get("cpu_count") or 1)
     ppn = int(probe.get("procs_per_node") or probe.get("world_size") or 1)
     is_cpu = probe.get("device_type", "cpu") == "cpu"
     threads = int(probe.get("threads_per_process") or 1)
-    what_ar = (f"fit of ring all-reduce t = 2(n-1)α + 2(n-1)/n·S·β over {ar.points} sizes, "
-               f"n={ar.n} (R²={ar.r2:.3f}, rms rel err {ar.rms_rel_err:.0%})")
+    what_ar = (
+        f"fit of ring all-reduce t = 2(n-1)α + 2(n-1)/n·S·β over {ar.points} sizes, "
+        f"n={ar.n} (R²={ar.r2:.3f}, rms rel err {ar.rms_rel_err:.0%})"
+    )
     fabric = {
-        "kind": "fabric", "name": f"{name}-fabric",
+        "kind": "fabric",
+        "name": f"{name}-fabric",
         "display_name": f"{name}: measured intra-node transport ({probe.get('backend')})",
         "description": f"Calibrated by clustersim from {Path(file).name}: {probe.get('backend')} "
         f"between {ppn} processes on host {probe.get('host')}. Bandwidth and latency are "
@@ -215,17 +266,25 @@ def calibrate(probe: dict[str, Any], file: str, name: str) -> Calibration:
     inter = by.get(("all_reduce", "inter"))
     if inter is not None and inter.beta_s_per_byte > 0:
         sigma = float(np.std(np.log1p(np.asarray(inter.residuals_rel)))) or 0.05
-        what_in = (f"fit of inter-node ring all-reduce over {inter.points} sizes, n={inter.n} "
-                   f"(R²={inter.r2:.3f}, rms rel err {inter.rms_rel_err:.0%})")
+        what_in = (
+            f"fit of inter-node ring all-reduce over {inter.points} sizes, n={inter.n} "
+            f"(R²={inter.r2:.3f}, rms rel err {inter.rms_rel_err:.0%})"
+        )
         network = {
-            "kind": "network", "name": f"{name}-network",
+            "kind": "network",
+            "name": f"{name}-network",
             "display_name": f"{name}: measured inter-node network ({probe.get('backend')})",
             "technology": "ethernet_tcp",
             "port_gbps": S(inter.bandwidth_gbps * 8, "8·(1/β) of the " + what_in),
             "latency_us": S(max(inter.alpha_s * 1e6, 1e-3), "α of the " + what_in),
             "achievable_fraction": S(1.0, "1: the fitted bandwidth is already achieved"),
-            "tail_latency": {"distribution": "lognormal", "sigma": S(
-                sigma, "spread (std of log) of the measured/fitted time ratios of the " + what_in)},
+            "tail_latency": {
+                "distribution": "lognormal",
+                "sigma": S(
+                    sigma,
+                    "spread (std of log) of the measured/fitted time ratios of the " + what_in,
+                ),
+            },
         }
 
     # compute
@@ -236,24 +295,36 @@ def calibrate(probe: dict[str, Any], file: str, name: str) -> Calibration:
     train_dtype = (probe.get("train") or {}).get("dtype", "fp32")
     mm = by_dtype.get(train_dtype) or next(iter(by_dtype.values()))
     best = max(r["tflops"] for r in mm)
-    eff_m, eff_h, eff_r2 = fit_efficiency([r["flops"] for r in mm],
-                                          [r["tflops"] / best for r in mm])
-    peak_what = (f"best measured {train_dtype} matmul throughput over {len(mm)} shapes, "
-                 f"{threads} thread(s) per process, {ppn} processes at once (a CPU has no "
-                 "datasheet peak: this measured figure is the peak, efficiencies are relative "
-                 "to it)")
+    eff_m, eff_h, eff_r2 = fit_efficiency(
+        [r["flops"] for r in mm], [r["tflops"] / best for r in mm]
+    )
+    peak_what = (
+        f"best measured {train_dtype} matmul throughput over {len(mm)} shapes, "
+        f"{threads} thread(s) per process, {ppn} processes at once (a CPU has no "
+        "datasheet peak: this measured figure is the peak, efficiencies are relative "
+        "to it)"
+    )
     peaks: dict[str, Any] = {}
     for d, rs in by_dtype.items():
-        peaks[d] = S(max(r["tflops"] for r in rs), peak_what.replace(train_dtype, d, 1)
-                     if d != train_dtype else peak_what)
+        peaks[d] = S(
+            max(r["tflops"] for r in rs),
+            peak_what.replace(train_dtype, d, 1) if d != train_dtype else peak_what,
+        )
     notes = []
     if train_dtype == "fp32":
         measured_bf16 = peaks.get("bf16", {}).get("value")
-        peaks["bf16"] = S(best, f"the measured fp32 peak ({peak_what}), entered as bf16 on "
-                          "purpose", note="the probe's training job runs in fp32 and scenarios "
-                          "can only declare bf16/fp16/fp8, so this entry carries the fp32 "
-                          "figure" + (f"; measured bf16 matmul peak was {measured_bf16:.4g} "
-                                      "TFLOP/s" if measured_bf16 else ""))
+        peaks["bf16"] = S(
+            best,
+            f"the measured fp32 peak ({peak_what}), entered as bf16 on purpose",
+            note="the probe's training job runs in fp32 and scenarios "
+            "can only declare bf16/fp16/fp8, so this entry carries the fp32 "
+            "figure"
+            + (
+                f"; measured bf16 matmul peak was {measured_bf16:.4g} TFLOP/s"
+                if measured_bf16
+                else ""
+            ),
+        )
         notes.append("peak_tflops.bf16 holds the measured fp32 peak (training runs in fp32)")
     att = probe.get("attention") or {}
     att_eff = (att.get("tflops", 0) / best) if att else 0.5
@@ -271,68 +342,115 @@ def calibrate(probe: dict[str, Any], file: str, name: str) -> Calibration:
     gpu_mem = mem_bytes / max(1, ppn) / 1e9 if is_cpu else mem_bytes / 1e9
     device = (probe.get("cpu_model") if is_cpu else (probe.get("devices") or ["?"])[0]) or "?"
     gpu = {
-        "kind": "gpu", "name": name,
-        "display_name": f"{name}: {device}" + (f" ({threads} thread(s) per process)"
-                                               if is_cpu else ""),
+        "kind": "gpu",
+        "name": name,
+        "display_name": f"{name}: {device}"
+        + (f" ({threads} thread(s) per process)" if is_cpu else ""),
         "description": f"Calibrated by clustersim from {Path(file).name} ({probe.get('date')}, "
         f"host {probe.get('host')}, torch {probe.get('torch')}). "
-        + (f"A CPU process with {threads} thread(s) stands for one GPU; "
-           f"{ppn} processes shared {cores} cores during the probe. " if is_cpu else "")
+        + (
+            f"A CPU process with {threads} thread(s) stands for one GPU; "
+            f"{ppn} processes shared {cores} cores during the probe. "
+            if is_cpu
+            else ""
+        )
         + " ".join(notes),
         "vendor": "other" if is_cpu else "nvidia",
-        "memory_gb": S(max(gpu_mem, 0.1), f"host memory {mem_bytes / 1e9:.1f} GB (sysconf) "
-                       f"split over {ppn} processes" if is_cpu else "device memory"),
-        "memory_bandwidth_gbps": S(bw, "best large-tensor copy (read + write bytes) over "
-                                   f"{len(copies)} sizes, all processes copying at once"),
+        "memory_gb": S(
+            max(gpu_mem, 0.1),
+            f"host memory {mem_bytes / 1e9:.1f} GB (sysconf) split over {ppn} processes"
+            if is_cpu
+            else "device memory",
+        ),
+        "memory_bandwidth_gbps": S(
+            bw,
+            "best large-tensor copy (read + write bytes) over "
+            f"{len(copies)} sizes, all processes copying at once",
+        ),
         "tdp_w": S(0.0, "not measured by the probe (power unknown; 0 = unknown)"),
         "peak_tflops": peaks,
         "efficiency": {
-            "matmul_max": S(eff_m, f"fit of eff(F)=max·F/(F+half) to {len(mm)} {train_dtype} "
-                            f"matmul throughputs relative to the peak (R²={eff_r2:.3f})"),
-            "matmul_half_flops": S(eff_h, f"fit of eff(F)=max·F/(F+half) to {len(mm)} "
-                                   f"{train_dtype} matmul throughputs (R²={eff_r2:.3f})"),
-            "attention_max": S(max(att_eff, 1e-4), "scaled_dot_product_attention (causal) "
-                               "forward+backward on the training job's shape: "
-                               f"{att.get('tflops', 0):.4g} "
-                               "TFLOP/s in the simulator's FLOP convention, over the peak"),
-            "memory_bandwidth": S(max(mem_eff, 1e-3), f"elementwise (GELU + copy) {elem_bw:.3g} "
-                                  f"GB/s over copy {bw:.3g} GB/s"
-                                  + (", halved: the job's activations are fp32 and the "
-                                     "simulator counts 16-bit ones" if act_scale < 1 else "")),
-            "kernel_launch_us": S(ovh * 1e6, "time of a one-element in-place add (per-op "
-                                  "dispatch overhead)"),
+            "matmul_max": S(
+                eff_m,
+                f"fit of eff(F)=max·F/(F+half) to {len(mm)} {train_dtype} "
+                f"matmul throughputs relative to the peak (R²={eff_r2:.3f})",
+            ),
+            "matmul_half_flops": S(
+                eff_h,
+                f"fit of eff(F)=max·F/(F+half) to {len(mm)} "
+                f"{train_dtype} matmul throughputs (R²={eff_r2:.3f})",
+            ),
+            "attention_max": S(
+                max(att_eff, 1e-4),
+                "scaled_dot_product_attention (causal) "
+                "forward+backward on the training job's shape: "
+                f"{att.get('tflops', 0):.4g} "
+                "TFLOP/s in the simulator's FLOP convention, over the peak",
+            ),
+            "memory_bandwidth": S(
+                max(mem_eff, 1e-3),
+                f"elementwise (GELU + copy) {elem_bw:.3g} "
+                f"GB/s over copy {bw:.3g} GB/s"
+                + (
+                    ", halved: the job's activations are fp32 and the simulator counts 16-bit ones"
+                    if act_scale < 1
+                    else ""
+                ),
+            ),
+            "kernel_launch_us": S(
+                ovh * 1e6, "time of a one-element in-place add (per-op dispatch overhead)"
+            ),
         },
     }
     st = probe.get("storage") or {}
     if st:
         storage = {
-            "kind": "storage", "name": f"{name}-storage",
+            "kind": "storage",
+            "name": f"{name}-storage",
             "display_name": f"{name}: storage at {st.get('path')}",
             "technology": "local_nvme",
-            "read_gbps_per_client": S(st["read_gbps"], f"sequential read of {st['bytes']} B "
-                                      "after fadvise DONTNEED (page cache may help)"),
-            "write_gbps_per_client": S(st["write_gbps"], f"sequential write of {st['bytes']} B "
-                                       "with fsync"),
+            "read_gbps_per_client": S(
+                st["read_gbps"],
+                f"sequential read of {st['bytes']} B after fadvise DONTNEED (page cache may help)",
+            ),
+            "write_gbps_per_client": S(
+                st["write_gbps"], f"sequential write of {st['bytes']} B with fsync"
+            ),
             "latency_ms": S(st["first_byte_s"] * 1e3, "first 4 KiB read of the file"),
         }
     else:
         storage = {
-            "kind": "storage", "name": f"{name}-storage", "display_name": f"{name}: storage",
+            "kind": "storage",
+            "name": f"{name}-storage",
+            "display_name": f"{name}: storage",
             "technology": "local_nvme",
-            "read_gbps_per_client": S(1.0, "not measured (probe ran without the storage "
-                                      "phase): placeholder"),
+            "read_gbps_per_client": S(
+                1.0, "not measured (probe ran without the storage phase): placeholder"
+            ),
             "write_gbps_per_client": S(1.0, "not measured: placeholder"),
             "latency_ms": S(0.1, "not measured: placeholder"),
         }
     sidecar = {
-        "format": "clustersim-calibration", "version": 1, "name": name, "probe_file": str(file),
-        "probe_date": probe.get("date"), "host": probe.get("host"),
-        "device_type": probe.get("device_type"), "cpu_count": cores,
-        "threads_per_process": threads, "procs_per_node": ppn,
-        "world_size": probe.get("world_size"), "train": probe.get("train"),
+        "format": "clustersim-calibration",
+        "version": 1,
+        "name": name,
+        "probe_file": str(file),
+        "probe_date": probe.get("date"),
+        "host": probe.get("host"),
+        "device_type": probe.get("device_type"),
+        "cpu_count": cores,
+        "threads_per_process": threads,
+        "procs_per_node": ppn,
+        "world_size": probe.get("world_size"),
+        "train": probe.get("train"),
         "fits": [f.as_dict() for f in fits],
-        "compute_fit": {"dtype": train_dtype, "peak_tflops": best, "matmul_max": eff_m,
-                        "matmul_half_flops": eff_h, "r2": eff_r2},
+        "compute_fit": {
+            "dtype": train_dtype,
+            "peak_tflops": best,
+            "matmul_max": eff_m,
+            "matmul_half_flops": eff_h,
+            "r2": eff_r2,
+        },
         "profiles": [name, f"{name}-fabric", f"{name}-storage"]
         + ([f"{name}-network"] if network else []),
     }
@@ -359,8 +477,11 @@ def check_name(name: str) -> None:
     import re
 
     if not re.fullmatch(r"[a-z0-9][a-z0-9._-]*", name):
-        raise UserError(f"profile name '{name}' is not allowed", path="--name",
-                        hint="use lower-case letters, digits, '.', '_' and '-'")
+        raise UserError(
+            f"profile name '{name}' is not allowed",
+            path="--name",
+            hint="use lower-case letters, digits, '.', '_' and '-'",
+        )
 
 
 def in_sample(name: str, sidecar: dict[str, Any]) -> dict[str, Any] | None:
@@ -384,5 +505,10 @@ def in_sample(name: str, sidecar: dict[str, Any]) -> dict[str, Any] | None:
     rs = resolve_dict(job_scenario(name, tr["model"], int(tr["procs_per_node"]), nodes, net))
     pred = simulate(rs, scaling=False).metrics.step_time_s
     meas = tr["step_time_median_s"]
-    return {"world_size": tr["world_size"], "nodes": nodes, "measured_s": meas,
-            "predicted_s": pred, "error_pct": 100.0 * (pred - meas) / meas}
+    return {
+        "world_size": tr["world_size"],
+        "nodes": nodes,
+        "measured_s": meas,
+        "predicted_s": pred,
+        "error_pct": 100.0 * (pred - meas) / meas,
+    }

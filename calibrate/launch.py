@@ -55,8 +55,14 @@ def _beats(hb: Path) -> dict[int, dict]:
     return out
 
 
-def launch(out: Path, nproc: int, nodes: int = 1, args: list[str] | None = None,
-           timeout: float = 60.0, log=None) -> LaunchResult:
+def launch(
+    out: Path,
+    nproc: int,
+    nodes: int = 1,
+    args: list[str] | None = None,
+    timeout: float = 60.0,
+    log=None,
+) -> LaunchResult:
     """Run the probe on ``nodes × nproc`` local processes; raise ProbeFailed on a fault."""
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -65,21 +71,40 @@ def launch(out: Path, nproc: int, nodes: int = 1, args: list[str] | None = None,
     hb.mkdir(parents=True)
     world = nproc * nodes
     port = free_port()
-    cmd = [sys.executable, "-m", "calibrate.probe", "--out", str(out), "--timeout",
-           str(timeout), *(args or [])]
+    cmd = [
+        sys.executable,
+        "-m",
+        "calibrate.probe",
+        "--out",
+        str(out),
+        "--timeout",
+        str(timeout),
+        *(args or []),
+    ]
     procs: dict[int, subprocess.Popen] = {}
     t_start = time.monotonic()
     root = str(Path(__file__).resolve().parent.parent)
     for rank in range(world):
-        env = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(world),
-                   LOCAL_RANK=str(rank % nproc), LOCAL_WORLD_SIZE=str(nproc),
-                   GROUP_RANK=str(rank // nproc), NODE_RANK=str(rank // nproc),
-                   MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
-                   OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"),
-                   PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
-        procs[rank] = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL,
-                                       stderr=subprocess.PIPE if log is None else log,
-                                       start_new_session=True)
+        env = dict(
+            os.environ,
+            RANK=str(rank),
+            WORLD_SIZE=str(world),
+            LOCAL_RANK=str(rank % nproc),
+            LOCAL_WORLD_SIZE=str(nproc),
+            GROUP_RANK=str(rank // nproc),
+            NODE_RANK=str(rank // nproc),
+            MASTER_ADDR="127.0.0.1",
+            MASTER_PORT=str(port),
+            OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"),
+            PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""),
+        )
+        procs[rank] = subprocess.Popen(
+            cmd,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE if log is None else log,
+            start_new_session=True,
+        )
     last_progress = time.monotonic()
     last_sig: tuple = ()
     failure: ProbeFailed | None = None
@@ -94,7 +119,10 @@ def launch(out: Path, nproc: int, nodes: int = 1, args: list[str] | None = None,
                 detail = beats.get(r, {}).get("detail", "")
                 failure = ProbeFailed(
                     f"rank {r} died (exit code {bad[r]}) in phase '{phase}'"
-                    + (f" ({detail})" if detail else ""), r, phase)
+                    + (f" ({detail})" if detail else ""),
+                    r,
+                    phase,
+                )
                 break
             if all(c == 0 for c in codes.values()):
                 break
@@ -105,13 +133,21 @@ def launch(out: Path, nproc: int, nodes: int = 1, args: list[str] | None = None,
             elif now - last_progress > timeout:
                 # The rank furthest behind is the one the others wait for.
                 running = [r for r, c in codes.items() if c is None]
-                r = min(running, key=lambda q: (beats.get(q, {}).get("time", 0),
-                                                beats.get(q, {}).get("progress", 0)))
+                r = min(
+                    running,
+                    key=lambda q: (
+                        beats.get(q, {}).get("time", 0),
+                        beats.get(q, {}).get("progress", 0),
+                    ),
+                )
                 phase = beats.get(r, {}).get("phase", "start-up")
                 detail = beats.get(r, {}).get("detail", "")
                 failure = ProbeFailed(
                     f"no progress for {timeout:g} s: rank {r} hung in phase '{phase}'"
-                    + (f" ({detail})" if detail else ""), r, phase)
+                    + (f" ({detail})" if detail else ""),
+                    r,
+                    phase,
+                )
                 break
             time.sleep(0.1)
     finally:
@@ -133,8 +169,9 @@ def launch(out: Path, nproc: int, nodes: int = 1, args: list[str] | None = None,
     return LaunchResult(out, time.monotonic() - t_start)
 
 
-def _mark_failed(out: Path, message: str, rank: int | None, phase: str | None, world: int,
-                 nodes: int) -> None:
+def _mark_failed(
+    out: Path, message: str, rank: int | None, phase: str | None, world: int, nodes: int
+) -> None:
     """Keep what rank 0 wrote (valid JSON, written atomically) and record the fault."""
     data: dict = {}
     try:
@@ -142,8 +179,14 @@ def _mark_failed(out: Path, message: str, rank: int | None, phase: str | None, w
     except (OSError, ValueError):
         data = {}
     if not isinstance(data, dict) or data.get("format") != FORMAT:
-        data = {"format": FORMAT, "version": VERSION, "world_size": world, "nodes": nodes,
-                "host": socket.gethostname(), "phases_done": []}
+        data = {
+            "format": FORMAT,
+            "version": VERSION,
+            "world_size": world,
+            "nodes": nodes,
+            "host": socket.gethostname(),
+            "phases_done": [],
+        }
     data["complete"] = False
     data["error"] = {"message": message, "rank": rank, "phase": phase}
     atomic_write_json(out, data)

@@ -49,7 +49,16 @@ class ProbeTransformer(nn.Module):
 
 def model_spec(cfg: dict) -> dict:
     """The ModelSpec (as a dict) of a probe model configuration."""
-    return {"name": "clustersim-probe-transformer", "layers": cfg["layers"],
-            "hidden": cfg["hidden"], "heads": cfg["heads"], "vocab": cfg["vocab"],
-            "mlp": "gelu", "norm": "layernorm", "position": "learned",
-            "max_positions": cfg["seq"], "tied_embeddings": False, "linear_bias": False}
+    return {
+        "name": "clustersim-probe-transformer",
+        "layers": cfg["layers"],
+        "hidden": cfg["hidden"],
+        "heads": cfg["heads"],
+        "vocab": cfg["vocab"],
+        "mlp": "gelu",
+        "norm": "layernorm",
+        "position": "learned",
+        "max_positions": cfg["seq"],
+        "tied_embeddings": False,
+        "linear_bias": False,
+    }

@@ -103,9 +103,18 @@ class Probe:
             self.phase = phase
         self.progress += 1
         try:
-            atomic_write_json(self.hb / f"rank{self.rank}.json", {
-                "rank": self.rank, "node": self.node, "pid": os.getpid(), "phase": self.phase,
-                "detail": detail, "progress": self.progress, "time": time.time()})
+            atomic_write_json(
+                self.hb / f"rank{self.rank}.json",
+                {
+                    "rank": self.rank,
+                    "node": self.node,
+                    "pid": os.getpid(),
+                    "phase": self.phase,
+                    "detail": detail,
+                    "progress": self.progress,
+                    "time": time.time(),
+                },
+            )
         except OSError:
             pass
 
@@ -159,26 +168,41 @@ class Probe:
         if self.world > 1 or "MASTER_ADDR" in os.environ:
             os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
             os.environ.setdefault("MASTER_PORT", "29500")
-            dist.init_process_group(self.backend, rank=self.rank, world_size=self.world,
-                                    timeout=dt.timedelta(seconds=a.timeout))
+            dist.init_process_group(
+                self.backend,
+                rank=self.rank,
+                world_size=self.world,
+                timeout=dt.timedelta(seconds=a.timeout),
+            )
             self.pg = True
         else:
             self.pg = False
-        devices = [self.torch.cuda.get_device_name(i) for i in range(
-            self.torch.cuda.device_count())] if self.cuda else [platform.processor()
-                                                                or platform.machine()]
+        devices = (
+            [self.torch.cuda.get_device_name(i) for i in range(self.torch.cuda.device_count())]
+            if self.cuda
+            else [platform.processor() or platform.machine()]
+        )
         self.result = {
-            "format": FORMAT, "version": VERSION, "complete": False,
-            "host": socket.gethostname(), "date": dt.datetime.now(dt.UTC).isoformat(
-                timespec="seconds"),
-            "torch": self.torch.__version__, "python": platform.python_version(),
-            "backend": self.backend if self.pg else "none", "device_type": self.device.type,
-            "devices": devices, "cpu_model": _cpu_model(), "cpu_count": os.cpu_count(),
+            "format": FORMAT,
+            "version": VERSION,
+            "complete": False,
+            "host": socket.gethostname(),
+            "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+            "torch": self.torch.__version__,
+            "python": platform.python_version(),
+            "backend": self.backend if self.pg else "none",
+            "device_type": self.device.type,
+            "devices": devices,
+            "cpu_model": _cpu_model(),
+            "cpu_count": os.cpu_count(),
             "memory_bytes": _memory_bytes(),
-            "world_size": self.world, "nodes": self.nodes, "procs_per_node": self.local_world,
+            "world_size": self.world,
+            "nodes": self.nodes,
+            "procs_per_node": self.local_world,
             "threads_per_process": self.threads,
             "args": {k: v for k, v in vars(a).items() if not k.startswith("fail")},
-            "phases_done": [], "notes": [],
+            "phases_done": [],
+            "notes": [],
         }
         self.save()
         wanted = [p.strip() for p in a.phases.split(",")] if a.phases else list(PHASES[1:])
@@ -233,7 +257,8 @@ class Probe:
             inp = torch.ones(elems // n, device=dev)
             outp = torch.empty(elems, device=dev)
             fn = getattr(dist, "all_gather_single", None) or getattr(
-                dist, "all_gather_into_tensor", None)
+                dist, "all_gather_into_tensor", None
+            )
             if fn is not None and self._works(lambda: fn(outp, inp, **kw)):
                 return (lambda: fn(outp, inp, **kw)), fn.__name__
             outs = list(outp.chunk(n))
@@ -242,14 +267,15 @@ class Probe:
             inp = torch.ones(elems, device=dev)
             outp = torch.empty(elems // n, device=dev)
             fn = getattr(dist, "reduce_scatter_single", None) or getattr(
-                dist, "reduce_scatter_tensor", None)
+                dist, "reduce_scatter_tensor", None
+            )
             if fn is not None and self._works(lambda: fn(outp, inp, **kw)):
                 return (lambda: fn(outp, inp, **kw)), fn.__name__
             me = ranks.index(self.rank)
 
             def fallback() -> None:
                 dist.all_reduce(inp, **kw)
-                outp.copy_(inp[me * (elems // n):(me + 1) * (elems // n)])
+                outp.copy_(inp[me * (elems // n) : (me + 1) * (elems // n)])
 
             return fallback, "fallback: all_reduce + slice (no reduce_scatter in this backend)"
         if op == "all_to_all":
@@ -324,7 +350,8 @@ class Probe:
                         budget_hit = True
                         self.result["notes"].append(
                             f"time budget ({a.time_budget:g} s) reached: collectives stopped "
-                            f"before {op} {label} {nbytes} B")
+                            f"before {op} {label} {nbytes} B"
+                        )
                         break
                     self.beat(detail=f"{op} {label} {nbytes} B")
                     row = self._time_coll(op, nbytes, g, ranks)
@@ -369,9 +396,17 @@ class Probe:
         size = nbytes if op != "p2p" else max(1, nbytes // 4) * 4
         size = max(n, nbytes // 4 // n * n) * 4 if op != "p2p" else size
         algbw = size / t / 1e9
-        return {"op": op, "group_size": n if op != "p2p" else 2, "ranks": ranks, "bytes": size,
-                "time_s": t, "iters": iters, "algbw_gbps": algbw,
-                "busbw_gbps": algbw * bus_factor(op, n if op != "p2p" else 2), "impl": impl}
+        return {
+            "op": op,
+            "group_size": n if op != "p2p" else 2,
+            "ranks": ranks,
+            "bytes": size,
+            "time_s": t,
+            "iters": iters,
+            "algbw_gbps": algbw,
+            "busbw_gbps": algbw * bus_factor(op, n if op != "p2p" else 2),
+            "impl": impl,
+        }
 
     def _group_max(self, x: float, group: Any) -> float:
         t = self.torch.tensor([x], dtype=self.torch.float64)
@@ -386,8 +421,9 @@ class Probe:
             self.torch.cuda.synchronize()
 
     # compute ---------------------------------------------------------------------------------
-    def _timeit(self, fn: Any, target_s: float = 0.15, max_iters: int = 50,
-                repeats: int = 3) -> tuple[float, int]:
+    def _timeit(
+        self, fn: Any, target_s: float = 0.15, max_iters: int = 50, repeats: int = 3
+    ) -> tuple[float, int]:
         """Seconds per call: the median of ``repeats`` timed runs (robust to a shared CPU),
         MAX over ranks; the same iteration count on every rank."""
         fn()
@@ -410,9 +446,19 @@ class Probe:
         return self.reduce_max(statistics.median(runs)), iters * repeats
 
     def model_config(self) -> dict[str, int]:
-        return dict(DEFAULT_MODEL, **{k: v for k, v in {
-            "layers": self.args.layers, "hidden": self.args.hidden, "batch": self.args.batch,
-            "seq": self.args.seq}.items() if v})
+        return dict(
+            DEFAULT_MODEL,
+            **{
+                k: v
+                for k, v in {
+                    "layers": self.args.layers,
+                    "hidden": self.args.hidden,
+                    "batch": self.args.batch,
+                    "seq": self.args.seq,
+                }.items()
+                if v
+            },
+        )
 
     def phase_compute(self) -> None:
         torch = self.torch
@@ -424,8 +470,17 @@ class Probe:
         shapes = [(n, n, n) for n in (64, 128, 256, 384, 512, 768, 1024)]
         if self.cuda:
             shapes += [(n, n, n) for n in (2048, 4096, 8192)]
-        shapes += [(T, h, 3 * h), (T, h, h), (T, h, 4 * h), (T, 4 * h, h), (T, h, V),
-                   (T, V, h), (h, T, 4 * h), (4 * h, T, h), (h, T, V)]
+        shapes += [
+            (T, h, 3 * h),
+            (T, h, h),
+            (T, h, 4 * h),
+            (T, 4 * h, h),
+            (T, h, V),
+            (T, V, h),
+            (h, T, 4 * h),
+            (4 * h, T, h),
+            (h, T, V),
+        ]
         rows: list[dict[str, Any]] = []
         self.result["matmul"] = rows
         for dname in dtypes:
@@ -435,15 +490,28 @@ class Probe:
                 y = torch.randn(k, n, device=self.device).to(tdt[dname])
                 t, it = self._timeit(lambda x=x, y=y: torch.matmul(x, y))
                 fl = 2.0 * m * k * n
-                rows.append({"dtype": dname, "m": m, "k": k, "n": n, "flops": fl, "time_s": t,
-                             "iters": it, "tflops": fl / t / 1e12})
+                rows.append(
+                    {
+                        "dtype": dname,
+                        "m": m,
+                        "k": k,
+                        "n": n,
+                        "flops": fl,
+                        "time_s": t,
+                        "iters": it,
+                        "tflops": fl / t / 1e12,
+                    }
+                )
         self.save()
         # Per-operation overhead (the CPU's "kernel launch"): a one-element in-place add.
         self.beat(detail="op overhead")
         one = torch.zeros(1, device=self.device)
         t, it = self._timeit(lambda: one.add_(1.0), target_s=0.05, max_iters=2000)
-        self.result["op_overhead"] = {"op": "x.add_(1) on a 1-element tensor", "time_s": t,
-                                      "iters": it}
+        self.result["op_overhead"] = {
+            "op": "x.add_(1) on a 1-element tensor",
+            "time_s": t,
+            "iters": it,
+        }
         # Attention: scaled_dot_product_attention (causal) forward + backward on the training
         # job's shape, FLOPs counted as the simulator does (full s×s, backward = 2× forward).
         self.beat(detail="attention")
@@ -451,8 +519,9 @@ class Probe:
 
         b, s, nh = cfg["batch"], cfg["seq"], cfg["heads"]
         hd = h // nh
-        q, k_, v = (torch.randn(b, nh, s, hd, device=self.device, requires_grad=True)
-                    for _ in range(3))
+        q, k_, v = (
+            torch.randn(b, nh, s, hd, device=self.device, requires_grad=True) for _ in range(3)
+        )
 
         def attn() -> None:
             o = F.scaled_dot_product_attention(q, k_, v, is_causal=True)
@@ -460,10 +529,18 @@ class Probe:
 
         t, it = self._timeit(attn)
         fl = 3 * 4.0 * s * nh * hd * b * s
-        self.result["attention"] = {"batch": b, "seq": s, "heads": nh, "head_dim": hd,
-                                    "dtype": "fp32", "flops_fwd_bwd": fl, "time_s": t,
-                                    "iters": it, "tflops": fl / t / 1e12,
-                                    "kernel": "scaled_dot_product_attention(is_causal=True)"}
+        self.result["attention"] = {
+            "batch": b,
+            "seq": s,
+            "heads": nh,
+            "head_dim": hd,
+            "dtype": "fp32",
+            "flops_fwd_bwd": fl,
+            "time_s": t,
+            "iters": it,
+            "tflops": fl / t / 1e12,
+            "kernel": "scaled_dot_product_attention(is_causal=True)",
+        }
 
     def phase_memory(self) -> None:
         torch = self.torch
@@ -476,12 +553,28 @@ class Probe:
             dst = torch.empty(n, device=self.device)
             t, it = self._timeit(lambda src=src, dst=dst: dst.copy_(src))
             moved = 2 * n * 4  # read + write
-            rows.append({"kind": "copy", "bytes": n * 4, "bytes_moved": moved, "time_s": t,
-                         "iters": it, "gbps": moved / t / 1e9})
+            rows.append(
+                {
+                    "kind": "copy",
+                    "bytes": n * 4,
+                    "bytes_moved": moved,
+                    "time_s": t,
+                    "iters": it,
+                    "gbps": moved / t / 1e9,
+                }
+            )
             t, it = self._timeit(lambda src=src, dst=dst: dst.copy_(torch.nn.functional.gelu(src)))
             moved = 4 * n * 4  # gelu: read + write a temporary, then copy it
-            rows.append({"kind": "gelu+copy", "bytes": n * 4, "bytes_moved": moved,
-                         "time_s": t, "iters": it, "gbps": moved / t / 1e9})
+            rows.append(
+                {
+                    "kind": "gelu+copy",
+                    "bytes": n * 4,
+                    "bytes_moved": moved,
+                    "time_s": t,
+                    "iters": it,
+                    "gbps": moved / t / 1e9,
+                }
+            )
 
     def phase_storage(self) -> None:
         rows: dict[str, Any] = {}
@@ -496,7 +589,7 @@ class Probe:
             with open(path, "wb") as f:
                 left = size
                 while left > 0:
-                    f.write(block[:min(left, len(block))])
+                    f.write(block[: min(left, len(block))])
                     left -= len(block)
                 f.flush()
                 os.fsync(f.fileno())
@@ -516,11 +609,17 @@ class Probe:
                 tr = time.perf_counter() - t0
             finally:
                 os.close(fd)
-            rows = {"path": str(base), "bytes": size, "write_s": tw, "read_s": tr,
-                    "first_byte_s": first, "write_gbps": size / tw / 1e9,
-                    "read_gbps": size / tr / 1e9,
-                    "note": "sequential write with fsync, then read after posix_fadvise "
-                    "DONTNEED (the page cache may still serve part of the read)"}
+            rows = {
+                "path": str(base),
+                "bytes": size,
+                "write_s": tw,
+                "read_s": tr,
+                "first_byte_s": first,
+                "write_gbps": size / tw / 1e9,
+                "read_gbps": size / tr / 1e9,
+                "note": "sequential write with fsync, then read after posix_fadvise "
+                "DONTNEED (the page cache may still serve part of the read)",
+            }
         finally:
             try:
                 path.unlink()
@@ -536,8 +635,9 @@ class Probe:
 
         cfg = self.model_config()
         torch.manual_seed(0)
-        model = ProbeTransformer(**{k: cfg[k] for k in ("layers", "hidden", "heads", "vocab",
-                                                        "seq")}).to(self.device)
+        model = ProbeTransformer(
+            **{k: cfg[k] for k in ("layers", "hidden", "heads", "vocab", "seq")}
+        ).to(self.device)
         params = sum(p.numel() for p in model.parameters())
         wrap = "none"
         if self.pg and self.world > 1:
@@ -579,14 +679,27 @@ class Probe:
         # per-step time = slowest rank's (MAX over ranks, step by step)
         times = [self.reduce_max(t) for t in times]
         self.result["train"] = {
-            "model": {**cfg, "mlp": "gelu", "norm": "layernorm", "position": "learned",
-                      "tied_embeddings": False, "linear_bias": False,
-                      "attention": "scaled_dot_product_attention(is_causal=True)"},
-            "params": params, "dtype": "fp32", "optimizer": "adamw (foreach)",
-            "wrapper": wrap, "bucket_cap_mb": 25, "world_size": self.world,
-            "nodes": self.nodes, "procs_per_node": self.local_world,
-            "threads_per_process": self.threads, "batch_per_rank": cfg["batch"],
-            "warmup_steps": self.args.train_warmup, "step_times_s": times,
+            "model": {
+                **cfg,
+                "mlp": "gelu",
+                "norm": "layernorm",
+                "position": "learned",
+                "tied_embeddings": False,
+                "linear_bias": False,
+                "attention": "scaled_dot_product_attention(is_causal=True)",
+            },
+            "params": params,
+            "dtype": "fp32",
+            "optimizer": "adamw (foreach)",
+            "wrapper": wrap,
+            "bucket_cap_mb": 25,
+            "world_size": self.world,
+            "nodes": self.nodes,
+            "procs_per_node": self.local_world,
+            "threads_per_process": self.threads,
+            "batch_per_rank": cfg["batch"],
+            "warmup_steps": self.args.train_warmup,
+            "step_times_s": times,
             "step_time_median_s": statistics.median(times),
             "step_time_min_s": min(times),
         }
@@ -610,20 +723,33 @@ def _memory_bytes() -> int:
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m calibrate.probe", description=__doc__.split(
-        "\n\n")[0])
+    p = argparse.ArgumentParser(
+        prog="python -m calibrate.probe", description=__doc__.split("\n\n")[0]
+    )
     p.add_argument("--out", required=True, help="probe JSON to write (rank 0)")
     p.add_argument("--max-bytes", type=int, default=64 * 2**20)
     p.add_argument("--size-factor", type=int, default=4, help="message size step (×)")
-    p.add_argument("--time-budget", type=float, default=60.0,
-                   help="seconds for the collective sweep (larger sizes are skipped past it); "
-                   "compute, memory, storage and training use fixed small sets")
-    p.add_argument("--timeout", type=float, default=60.0,
-                   help="seconds a collective may wait for a dead or hung rank")
+    p.add_argument(
+        "--time-budget",
+        type=float,
+        default=60.0,
+        help="seconds for the collective sweep (larger sizes are skipped past it); "
+        "compute, memory, storage and training use fixed small sets",
+    )
+    p.add_argument(
+        "--timeout",
+        type=float,
+        default=60.0,
+        help="seconds a collective may wait for a dead or hung rank",
+    )
     p.add_argument("--storage-path", default=None)
     p.add_argument("--storage-bytes", type=int, default=64 * 2**20)
-    p.add_argument("--threads", type=int, default=0,
-                   help="torch threads per process (0: cores // processes on the host)")
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=0,
+        help="torch threads per process (0: cores // processes on the host)",
+    )
     p.add_argument("--phases", default="", help=f"comma list of {', '.join(PHASES[1:])}")
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--min-iters", type=int, default=5)
@@ -637,8 +763,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--seq", type=int, default=0)
     p.add_argument("--fail-rank", type=int, default=None, help=argparse.SUPPRESS)
     p.add_argument("--fail-phase", default=None, help=argparse.SUPPRESS)
-    p.add_argument("--fail-mode", choices=("exit", "hang"), default="exit",
-                   help=argparse.SUPPRESS)
+    p.add_argument("--fail-mode", choices=("exit", "hang"), default="exit", help=argparse.SUPPRESS)
     return p
 
 

@@ -33,11 +33,17 @@ def load_sidecar(profile: str) -> tuple[dict[str, Any], Path]:
     try:
         side = json.loads(path.read_text())
     except (OSError, ValueError):
-        raise UserError(f"profile '{profile}' has no calibration record", file=str(path),
-                        hint="validate needs a profile written by `clustersim calibrate`") from None
+        raise UserError(
+            f"profile '{profile}' has no calibration record",
+            file=str(path),
+            hint="validate needs a profile written by `clustersim calibrate`",
+        ) from None
     if not side.get("train"):
-        raise UserError(f"calibration record of '{profile}' has no training job", file=str(path),
-                        hint="re-run the probe with its train phase, then calibrate")
+        raise UserError(
+            f"calibration record of '{profile}' has no training job",
+            file=str(path),
+            hint="re-run the probe with its train phase, then calibrate",
+        )
     return side, path
 
 
@@ -49,16 +55,25 @@ def loopback_network(profile: str) -> dict[str, Any]:
 
     fab = load_catalog().get(f"{profile}-fabric", "fabric")
     assert isinstance(fab, FabricProfile)
-    src = (f"no inter-node probe data: the 'nodes' are process groups on one host, so this is "
-           f"the intra-host fit of {profile}-fabric")
-    return {"name": f"{profile}-loopback-network", "kind": "network",
-            "display_name": "loopback (derived from the fabric fit)",
-            "technology": "ethernet_tcp",
-            "port_gbps": {"value": fab.bandwidth_gbps.value * 8, "source": src + " (×8 bits)"},
-            "latency_us": {"value": fab.latency_us.value, "source": src},
-            "achievable_fraction": {"value": 1.0, "source": src},
-            "tail_latency": {"sigma": {"value": 0.05, "source": "assumed (not used by the "
-                                       "deterministic step simulation)"}}}
+    src = (
+        f"no inter-node probe data: the 'nodes' are process groups on one host, so this is "
+        f"the intra-host fit of {profile}-fabric"
+    )
+    return {
+        "name": f"{profile}-loopback-network",
+        "kind": "network",
+        "display_name": "loopback (derived from the fabric fit)",
+        "technology": "ethernet_tcp",
+        "port_gbps": {"value": fab.bandwidth_gbps.value * 8, "source": src + " (×8 bits)"},
+        "latency_us": {"value": fab.latency_us.value, "source": src},
+        "achievable_fraction": {"value": 1.0, "source": src},
+        "tail_latency": {
+            "sigma": {
+                "value": 0.05,
+                "source": "assumed (not used by the deterministic step simulation)",
+            }
+        },
+    }
 
 
 def predict(profile: str, model_cfg: dict[str, Any], nproc: int, nodes: int) -> tuple[float, str]:
@@ -78,27 +93,53 @@ def predict(profile: str, model_cfg: dict[str, Any], nproc: int, nodes: int) -> 
     return simulate(rs, scaling=False).metrics.step_time_s, note
 
 
-def run_live(model_cfg: dict[str, Any], nproc: int, nodes: int, threads: int, steps: int,
-             timeout: float, workdir: Path) -> dict[str, Any]:
+def run_live(
+    model_cfg: dict[str, Any],
+    nproc: int,
+    nodes: int,
+    threads: int,
+    steps: int,
+    timeout: float,
+    workdir: Path,
+) -> dict[str, Any]:
     out = workdir / f"train-{nodes}x{nproc}.json"
-    args = ["--phases", "train", "--threads", str(threads), "--train-steps", str(steps),
-            "--layers", str(model_cfg["layers"]), "--hidden", str(model_cfg["hidden"]),
-            "--batch", str(model_cfg["batch"]), "--seq", str(model_cfg["seq"])]
+    args = [
+        "--phases",
+        "train",
+        "--threads",
+        str(threads),
+        "--train-steps",
+        str(steps),
+        "--layers",
+        str(model_cfg["layers"]),
+        "--hidden",
+        str(model_cfg["hidden"]),
+        "--batch",
+        str(model_cfg["batch"]),
+        "--seq",
+        str(model_cfg["seq"]),
+    ]
     try:
         launch(out, nproc, nodes, args, timeout=timeout)
     except ProbeFailed as exc:
-        raise UserError(f"live run at {nodes}×{nproc} processes failed: {exc}",
-                        hint="see the message; re-run with a larger --timeout if it hung"
-                        ) from None
+        raise UserError(
+            f"live run at {nodes}×{nproc} processes failed: {exc}",
+            hint="see the message; re-run with a larger --timeout if it hung",
+        ) from None
     return json.loads(out.read_text())["train"]
 
 
-def validate(profile: str, nprocs: list[int], nodes_list: list[int], steps: int = 8,
-             timeout: float = 120.0, log: Any = None) -> dict[str, Any]:
+def validate(
+    profile: str,
+    nprocs: list[int],
+    nodes_list: list[int],
+    steps: int = 8,
+    timeout: float = 120.0,
+    log: Any = None,
+) -> dict[str, Any]:
     side, path = load_sidecar(profile)
     tr = side["train"]
-    model_cfg = {k: tr["model"][k] for k in ("layers", "hidden", "heads", "vocab", "seq",
-                                            "batch")}
+    model_cfg = {k: tr["model"][k] for k in ("layers", "hidden", "heads", "vocab", "seq", "batch")}
     threads = int(side.get("threads_per_process") or 1)
     cores = os.cpu_count() or 1
     if any(n < 1 for n in nprocs + nodes_list):
@@ -108,11 +149,17 @@ def validate(profile: str, nprocs: list[int], nodes_list: list[int], steps: int 
         for nodes in sorted(set(nodes_list)):
             for nproc in sorted(set(nprocs)):
                 world = nodes * nproc
-                row: dict[str, Any] = {"nodes": nodes, "nproc_per_node": nproc,
-                                       "world_size": world, "threads_per_process": threads}
+                row: dict[str, Any] = {
+                    "nodes": nodes,
+                    "nproc_per_node": nproc,
+                    "world_size": world,
+                    "threads_per_process": threads,
+                }
                 if world * threads > cores:
-                    row["skipped"] = (f"{world} processes × {threads} thread(s) > {cores} "
-                                      "cores (would measure oversubscription)")
+                    row["skipped"] = (
+                        f"{world} processes × {threads} thread(s) > {cores} "
+                        "cores (would measure oversubscription)"
+                    )
                     rows.append(row)
                     continue
                 if log:
@@ -120,9 +167,14 @@ def validate(profile: str, nprocs: list[int], nodes_list: list[int], steps: int 
                 live = run_live(model_cfg, nproc, nodes, threads, steps, timeout, Path(tmp))
                 pred, note = predict(profile, model_cfg, nproc, nodes)
                 meas = live["step_time_median_s"]
-                row.update({"measured_s": meas, "predicted_s": pred,
-                            "error_pct": 100.0 * (pred - meas) / meas,
-                            "measured_steps_s": live["step_times_s"]})
+                row.update(
+                    {
+                        "measured_s": meas,
+                        "predicted_s": pred,
+                        "error_pct": 100.0 * (pred - meas) / meas,
+                        "measured_steps_s": live["step_times_s"],
+                    }
+                )
                 if note:
                     row["note"] = note
                 rows.append(row)
@@ -133,8 +185,14 @@ def validate(profile: str, nprocs: list[int], nodes_list: list[int], steps: int 
             # weak scaling (fixed batch per process): per-process throughput vs the smallest run
             r["measured_scaling"] = ref["measured_s"] / r["measured_s"]
             r["predicted_scaling"] = ref["predicted_s"] / r["predicted_s"]
-    return {"profile": profile, "calibration": str(path), "model": model_cfg,
-            "threads_per_process": threads, "cores": cores, "steps": steps,
-            "scaling": "weak (batch per process fixed); reference: the smallest run",
-            "rows": rows,
-            "max_abs_error_pct": max((abs(r["error_pct"]) for r in done), default=None)}
+    return {
+        "profile": profile,
+        "calibration": str(path),
+        "model": model_cfg,
+        "threads_per_process": threads,
+        "cores": cores,
+        "steps": steps,
+        "scaling": "weak (batch per process fixed); reference: the smallest run",
+        "rows": rows,
+        "max_abs_error_pct": max((abs(r["error_pct"]) for r in done), default=None),
+    }

@@ -49,11 +49,16 @@ class CheckReport:
             "scenario": rs.name,
             "file": rs.source_file,
             "gpus": rs.gpus,
-            "layout": {"dp": rs.dp, "tp": rs.tp, "pp": rs.pp, "cp": rs.cp,
-                       "micro_batches": rs.micro_batches,
-                       "zero_stage": rs.parallelism.zero_stage,
-                       "schedule": rs.parallelism.pp_schedule.kind,
-                       "recompute": rs.parallelism.recompute},
+            "layout": {
+                "dp": rs.dp,
+                "tp": rs.tp,
+                "pp": rs.pp,
+                "cp": rs.cp,
+                "micro_batches": rs.micro_batches,
+                "zero_stage": rs.parallelism.zero_stage,
+                "schedule": rs.parallelism.pp_schedule.kind,
+                "recompute": rs.parallelism.recompute,
+            },
             "model": rs.model.name,
             "params": self.params,
             "tokens_per_step": rs.training.tokens_per_step,
@@ -63,8 +68,9 @@ class CheckReport:
                 "total": peak.total_gb,
                 "capacity": self.memory.capacity_gb,
                 "peak_stage": peak.stage,
-                "breakdown": {k: v for k, v in peak.as_dict().items()
-                              if k.endswith("_gb") and k != "total_gb"},
+                "breakdown": {
+                    k: v for k, v in peak.as_dict().items() if k.endswith("_gb") and k != "total_gb"
+                },
                 "stages": [s.as_dict() for s in self.memory.stages],
             },
             "fits": self.fits,

@@ -77,8 +77,17 @@ def profiles_list(
         if not items:
             raise UserError(f"no profiles of kind '{kind}'", hint=f"kinds: {', '.join(order)}")
     if fmt == Fmt.json:
-        _json([{"kind": p.kind, "name": p.name, "display_name": p.display_name,  # type: ignore[attr-defined]
-                "file": str(cat.files[p.name])} for p in items])
+        _json(
+            [
+                {
+                    "kind": p.kind,  # type: ignore[attr-defined]
+                    "name": p.name,
+                    "display_name": p.display_name,
+                    "file": str(cat.files[p.name]),
+                }
+                for p in items
+            ]
+        )
         return
     rows = [(p.kind, p.name, p.display_name, _key_figures(p)) for p in items]  # type: ignore[attr-defined]
     out.print(profiles_table(rows))
@@ -119,10 +128,15 @@ def check(
         _json(rep.as_dict())
     elif fmt == Fmt.csv:
         d = rep.as_dict()
-        flat = {"scenario": d["scenario"], "gpus": d["gpus"], "params": d["params"],
-                "flops_per_step": d["flops_per_step"],
-                "memory_gb_per_gpu": d["memory_gb_per_gpu"]["total"], "fits": d["fits"],
-                **{f"memory_{k}": v for k, v in d["memory_gb_per_gpu"]["breakdown"].items()}}
+        flat = {
+            "scenario": d["scenario"],
+            "gpus": d["gpus"],
+            "params": d["params"],
+            "flops_per_step": d["flops_per_step"],
+            "memory_gb_per_gpu": d["memory_gb_per_gpu"]["total"],
+            "fits": d["fits"],
+            **{f"memory_{k}": v for k, v in d["memory_gb_per_gpu"]["breakdown"].items()},
+        }
         sys.stdout.write(",".join(flat) + "\n" + ",".join(str(v) for v in flat.values()) + "\n")
     else:
         print_check(rep, out)
@@ -148,8 +162,11 @@ def simulate(
     res = run_sim(rs, full=full, trace=trace is not None, scaling=scaling)
     d = res.as_dict()
     if trace is not None:
-        write_trace(trace, res.engine.trace or [], {"scenario": rs.name, "mode": d["mode"],
-                                                    "step_time_s": d["step_time_s"]})
+        write_trace(
+            trace,
+            res.engine.trace or [],
+            {"scenario": rs.name, "mode": d["mode"], "step_time_s": d["step_time_s"]},
+        )
         err.print(f"trace written to {trace} (open in ui.perfetto.dev)")
     if fmt == Fmt.json:
         _json(d)
@@ -186,8 +203,9 @@ def probe(
     nproc: Annotated[int, typer.Option(help="processes to launch on this machine")] = 2,
     max_bytes: Annotated[int, typer.Option(help="largest collective message, bytes")] = 64 * 2**20,
     time_budget: Annotated[float, typer.Option(help="seconds for the measurements")] = 60.0,
-    timeout: Annotated[float, typer.Option(help="seconds before a dead or hung rank stops "
-                                           "the probe")] = 60.0,
+    timeout: Annotated[
+        float, typer.Option(help="seconds before a dead or hung rank stops the probe")
+    ] = 60.0,
     storage_path: Annotated[str | None, typer.Option(help="folder for the storage test")] = None,
     threads: Annotated[int, typer.Option(help="threads per process (0: cores // nproc)")] = 0,
     fsdp: Annotated[bool, typer.Option("--fsdp", help="train with FSDP instead of DDP")] = False,
@@ -211,25 +229,36 @@ def probe(
     if fsdp:
         args.append("--fsdp")
     if fail_rank is not None and fail_phase:
-        args += ["--fail-rank", str(fail_rank), "--fail-phase", fail_phase, "--fail-mode",
-                 fail_mode]
+        args += [
+            "--fail-rank",
+            str(fail_rank),
+            "--fail-phase",
+            fail_phase,
+            "--fail-mode",
+            fail_mode,
+        ]
     err.print(f"probe: {nproc} process(es), budget {time_budget:g} s, writing {out_file}")
     try:
         res = launch(Path(out_file), nproc, 1, args, timeout=timeout)
     except ProbeFailed as exc:
-        err.print(f"[red]probe failed:[/red] {escape(str(exc))}\n"
-                  f"  measurements completed before are kept in {escape(out_file)} "
-                  "(complete: false)", highlight=False)
+        err.print(
+            f"[red]probe failed:[/red] {escape(str(exc))}\n"
+            f"  measurements completed before are kept in {escape(out_file)} "
+            "(complete: false)",
+            highlight=False,
+        )
         sys.exit(3)  # (typer.Exit codes are swallowed by main()'s non-standalone mode)
     d = json.loads(Path(out_file).read_text())
     for note in d.get("notes", []):
         err.print(f"note: {escape(note)}", highlight=False)
     tr = d.get("train") or {}
-    out.print(f"probe written to {escape(out_file)} in {res.seconds:.0f} s: "
-              f"{len(d.get('collectives', []))} collective timings, "
-              f"{len(d.get('matmul', []))} matmuls, training step "
-              f"{tr.get('step_time_median_s', float('nan')) * 1e3:.0f} ms (median, "
-              f"{tr.get('params', 0) / 1e6:.2f} M params, world size {d.get('world_size')})")
+    out.print(
+        f"probe written to {escape(out_file)} in {res.seconds:.0f} s: "
+        f"{len(d.get('collectives', []))} collective timings, "
+        f"{len(d.get('matmul', []))} matmuls, training step "
+        f"{tr.get('step_time_median_s', float('nan')) * 1e3:.0f} ms (median, "
+        f"{tr.get('params', 0) / 1e6:.2f} M params, world size {d.get('world_size')})"
+    )
 
 
 @app.command()
@@ -237,7 +266,8 @@ def calibrate(
     probe_file: Annotated[str, typer.Argument(help="probe JSON from `clustersim probe`")],
     name: Annotated[str, typer.Option(help="name of the calibrated GPU profile")],
     out_dir: Annotated[str, typer.Option(help="where the profiles go")] = (
-        "hardware_profiles/calibrated"),
+        "hardware_profiles/calibrated"
+    ),
     fmt: Annotated[Fmt, typer.Option("--format")] = Fmt.table,
 ) -> None:
     """Fit a probe file into calibrated hardware profiles (GPU, fabric, network, storage)."""
@@ -252,25 +282,42 @@ def calibrate(
     files = write(cal, out_dir)
     check = in_sample(name, cal.sidecar)
     if fmt == Fmt.json:
-        _json({"profiles": [str(f) for f in files], "fits": [f.as_dict() for f in cal.fits],
-               "compute_fit": cal.sidecar["compute_fit"], "in_sample": check})
+        _json(
+            {
+                "profiles": [str(f) for f in files],
+                "fits": [f.as_dict() for f in cal.fits],
+                "compute_fit": cal.sidecar["compute_fit"],
+                "in_sample": check,
+            }
+        )
         return
     t = Table(title=f"alpha-beta fits ({probe_file})")
-    for col in ("collective", "group", "n", "α (µs)", "1/β (GB/s)", "R²", "rms rel err",
-                "points"):
+    for col in ("collective", "group", "n", "α (µs)", "1/β (GB/s)", "R²", "rms rel err", "points"):
         t.add_column(col, justify="right" if col not in ("collective", "group") else "left")
     for f in cal.fits:
-        t.add_row(f.op, f.group, str(f.n), f"{f.alpha_s * 1e6:.1f}", f"{f.bandwidth_gbps:.3g}",
-                  f"{f.r2:.3f}", f"{f.rms_rel_err:.0%}", str(f.points))
+        t.add_row(
+            f.op,
+            f.group,
+            str(f.n),
+            f"{f.alpha_s * 1e6:.1f}",
+            f"{f.bandwidth_gbps:.3g}",
+            f"{f.r2:.3f}",
+            f"{f.rms_rel_err:.0%}",
+            str(f.points),
+        )
     out.print(t)
     cf = cal.sidecar["compute_fit"]
-    out.print(f"compute: peak {cf['peak_tflops'] * 1e3:.1f} GFLOP/s ({cf['dtype']}), "
-              f"matmul_max {cf['matmul_max']:.2f}, matmul_half_flops "
-              f"{cf['matmul_half_flops']:.3g} (R²={cf['r2']:.2f})")
+    out.print(
+        f"compute: peak {cf['peak_tflops'] * 1e3:.1f} GFLOP/s ({cf['dtype']}), "
+        f"matmul_max {cf['matmul_max']:.2f}, matmul_half_flops "
+        f"{cf['matmul_half_flops']:.3g} (R²={cf['r2']:.2f})"
+    )
     if check:
-        out.print(f"in-sample check (the probe's own training step, world size "
-                  f"{check['world_size']}): measured {check['measured_s'] * 1e3:.0f} ms, "
-                  f"predicted {check['predicted_s'] * 1e3:.0f} ms ({check['error_pct']:+.1f}%)")
+        out.print(
+            f"in-sample check (the probe's own training step, world size "
+            f"{check['world_size']}): measured {check['measured_s'] * 1e3:.0f} ms, "
+            f"predicted {check['predicted_s'] * 1e3:.0f} ms ({check['error_pct']:+.1f}%)"
+        )
     for path in files:
         out.print(f"wrote {escape(str(path))}")
 
@@ -293,43 +340,85 @@ def validate(
         try:
             return [int(x) for x in text.split(",") if x.strip()]
         except ValueError:
-            raise UserError(f"{opt} '{text}' is not a comma list of integers",
-                            path=opt, hint=f"e.g. {opt} 1,2") from None
+            raise UserError(
+                f"{opt} '{text}' is not a comma list of integers", path=opt, hint=f"e.g. {opt} 1,2"
+            ) from None
 
-    rep = run_validate(profile, ints(nproc, "--nproc"), ints(nodes, "--nodes"), steps, timeout,
-                       log=lambda m: err.print(m, highlight=False))
+    rep = run_validate(
+        profile,
+        ints(nproc, "--nproc"),
+        ints(nodes, "--nodes"),
+        steps,
+        timeout,
+        log=lambda m: err.print(m, highlight=False),
+    )
     if fmt == Fmt.json:
         _json(rep)
         return
     if fmt == Fmt.csv:
-        keys = ["nodes", "nproc_per_node", "world_size", "measured_s", "predicted_s",
-                "error_pct", "measured_scaling", "predicted_scaling", "skipped"]
+        keys = [
+            "nodes",
+            "nproc_per_node",
+            "world_size",
+            "measured_s",
+            "predicted_s",
+            "error_pct",
+            "measured_scaling",
+            "predicted_scaling",
+            "skipped",
+        ]
         _csv_rows(keys, rep["rows"])
         return
-    t = Table(title=f"validate {profile}: measured vs predicted step time "
-              f"({rep['threads_per_process']} thread(s) per process)")
+    t = Table(
+        title=f"validate {profile}: measured vs predicted step time "
+        f"({rep['threads_per_process']} thread(s) per process)"
+    )
     notes: list[str] = []
-    for col in ("nodes", "procs/node", "world", "meas. ms", "pred. ms", "error",
-                "scal. meas.", "scal. pred.", ""):
+    for col in (
+        "nodes",
+        "procs/node",
+        "world",
+        "meas. ms",
+        "pred. ms",
+        "error",
+        "scal. meas.",
+        "scal. pred.",
+        "",
+    ):
         t.add_column(col, justify="right")
     for r in rep["rows"]:
         if "skipped" in r:
-            t.add_row(str(r["nodes"]), str(r["nproc_per_node"]), str(r["world_size"]), "-", "-",
-                      "-", "-", "-", "skipped*")
+            t.add_row(
+                str(r["nodes"]),
+                str(r["nproc_per_node"]),
+                str(r["world_size"]),
+                "-",
+                "-",
+                "-",
+                "-",
+                "-",
+                "skipped*",
+            )
             notes.append(f"* {r['nodes']}×{r['nproc_per_node']} skipped: {r['skipped']}")
             continue
-        t.add_row(str(r["nodes"]), str(r["nproc_per_node"]), str(r["world_size"]),
-                  f"{r['measured_s'] * 1e3:.1f}", f"{r['predicted_s'] * 1e3:.1f}",
-                  f"{r['error_pct']:+.1f}%", f"{r['measured_scaling']:.2f}",
-                  f"{r['predicted_scaling']:.2f}", "†" if r.get("note") else "")
+        t.add_row(
+            str(r["nodes"]),
+            str(r["nproc_per_node"]),
+            str(r["world_size"]),
+            f"{r['measured_s'] * 1e3:.1f}",
+            f"{r['predicted_s'] * 1e3:.1f}",
+            f"{r['error_pct']:+.1f}%",
+            f"{r['measured_scaling']:.2f}",
+            f"{r['predicted_scaling']:.2f}",
+            "†" if r.get("note") else "",
+        )
         if r.get("note"):
             notes.append(f"† {r['nodes']}×{r['nproc_per_node']}: {r['note']}")
     out.print(t)
     for n in notes:
         out.print(escape(n))
     if rep["max_abs_error_pct"] is not None:
-        out.print(f"largest |error|: {rep['max_abs_error_pct']:.1f}%; scaling is "
-                  f"{rep['scaling']}")
+        out.print(f"largest |error|: {rep['max_abs_error_pct']:.1f}%; scaling is {rep['scaling']}")
 
 
 def _csv_rows(keys: list[str], rows: list[dict[str, Any]]) -> None:

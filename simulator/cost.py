@@ -276,9 +276,7 @@ def _ownership(rs: ResolvedScenario, price: OwnershipPrice, util: float) -> _Par
     if price.opex_fraction_per_year is not None:
         frac = price.opex_fraction_per_year.value
         breakdown["opex"] = frac * capex / HOURS_PER_YEAR
-        assumptions.append(
-            f"opex (maintenance, staff, space): {frac:.1%} of capex per year"
-        )
+        assumptions.append(f"opex (maintenance, staff, space): {frac:.1%} of capex per year")
     else:
         assumptions.append("no opex figure given: maintenance, staff and space are not included")
     usd_per_hour = sum(breakdown.values())

@@ -35,11 +35,16 @@ class SimResult:
             "gpus": m.gpus,
             "nodes": rs.nodes,
             "mode": m.mode,
-            "layout": {"dp": rs.dp, "tp": rs.tp, "pp": rs.pp, "cp": rs.cp,
-                       "micro_batches": rs.micro_batches,
-                       "schedule": rs.parallelism.pp_schedule.kind,
-                       "zero_stage": rs.parallelism.zero_stage,
-                       "recompute": rs.parallelism.recompute},
+            "layout": {
+                "dp": rs.dp,
+                "tp": rs.tp,
+                "pp": rs.pp,
+                "cp": rs.cp,
+                "micro_batches": rs.micro_batches,
+                "schedule": rs.parallelism.pp_schedule.kind,
+                "zero_stage": rs.parallelism.zero_stage,
+                "recompute": rs.parallelism.recompute,
+            },
             "step_time_s": m.step_time_s,
             "tokens_per_s": m.tokens_per_s,
             "samples_per_s": m.samples_per_s,
@@ -61,13 +66,14 @@ class SimResult:
         }
 
 
-def simulate(rs: ResolvedScenario, full: bool = False, trace: bool = False,
-             scaling: bool = True) -> SimResult:
+def simulate(
+    rs: ResolvedScenario, full: bool = False, trace: bool = False, scaling: bool = True
+) -> SimResult:
     if full and rs.gpus > FULL_MODE_LIMIT:
         raise UserError(
-            f"--full simulates every rank; {rs.gpus} GPUs is above the limit of "
-            f"{FULL_MODE_LIMIT}", hint="drop --full (symmetric mode is exact for uniform "
-            "clusters)")
+            f"--full simulates every rank; {rs.gpus} GPUs is above the limit of {FULL_MODE_LIMIT}",
+            hint="drop --full (symmetric mode is exact for uniform clusters)",
+        )
     eng = run_engine(rs, full=full, trace=trace)
     met = compute_metrics(rs, eng)
     if scaling:
@@ -114,14 +120,21 @@ def _scaling(rs: ResolvedScenario, met: Metrics) -> None:
         return
     if ref.nodes == rs.nodes and ref.training.global_batch == rs.training.global_batch:
         met.scaling_efficiency = 1.0
-        met.scaling_reference = {"nodes": ref.nodes, "gpus": ref.gpus,
-                                 "tokens_per_s_per_gpu": met.tokens_per_s / met.gpus}
+        met.scaling_reference = {
+            "nodes": ref.nodes,
+            "gpus": ref.gpus,
+            "tokens_per_s_per_gpu": met.tokens_per_s / met.gpus,
+        }
         return
     rm = compute_metrics(ref, run_engine(ref))
     per_gpu = met.tokens_per_s / met.gpus
     ref_per_gpu = rm.tokens_per_s / rm.gpus
     met.scaling_efficiency = per_gpu / ref_per_gpu
-    met.scaling_reference = {"nodes": ref.nodes, "gpus": ref.gpus, "dp": ref.dp,
-                             "global_batch": ref.training.global_batch,
-                             "step_time_s": rm.step_time_s,
-                             "tokens_per_s_per_gpu": ref_per_gpu}
+    met.scaling_reference = {
+        "nodes": ref.nodes,
+        "gpus": ref.gpus,
+        "dp": ref.dp,
+        "global_batch": ref.training.global_batch,
+        "step_time_s": rm.step_time_s,
+        "tokens_per_s_per_gpu": ref_per_gpu,
+    }

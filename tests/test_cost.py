@@ -281,9 +281,18 @@ def test_as_dict_is_json_and_complete(price: dict[str, Any]) -> None:
     r = cost(priced(price))
     d = r.as_dict()
     assert set(d) == {
-        "model", "usd_per_gpu_hour", "usd_per_hour", "usd_per_step", "usd_per_million_tokens",
-        "steps", "time_to_train_days", "usd_total", "usd_idle", "usd_idle_per_step",
-        "breakdown", "assumptions",
+        "model",
+        "usd_per_gpu_hour",
+        "usd_per_hour",
+        "usd_per_step",
+        "usd_per_million_tokens",
+        "steps",
+        "time_to_train_days",
+        "usd_total",
+        "usd_idle",
+        "usd_idle_per_step",
+        "breakdown",
+        "assumptions",
     }
     assert json.loads(json.dumps(d)) == d
     assert sum(d["breakdown"].values()) == pytest.approx(d["usd_per_hour"])
@@ -291,8 +300,8 @@ def test_as_dict_is_json_and_complete(price: dict[str, Any]) -> None:
 
 
 @pytest.mark.parametrize(
-    ("step", "idle", "util"), [(0.0, 0.1, None), (-1.0, 0.1, None), (1.0, 1.5, None),
-                               (1.0, -0.1, None), (1.0, 0.1, 1.2)]
+    ("step", "idle", "util"),
+    [(0.0, 0.1, None), (-1.0, 0.1, None), (1.0, 1.5, None), (1.0, -0.1, None), (1.0, 0.1, 1.2)],
 )
 def test_bad_simulation_figures_are_rejected(step: float, idle: float, util: float | None) -> None:
     with pytest.raises(ValueError):

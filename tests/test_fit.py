@@ -42,8 +42,14 @@ def test_efficiency_curve_recovered() -> None:
 
 
 def _probe_like(**over):
-    d = {"format": "clustersim-probe", "version": 1, "complete": True, "host": "h",
-         "date": "2025-01-01", "world_size": 2}
+    d = {
+        "format": "clustersim-probe",
+        "version": 1,
+        "complete": True,
+        "host": "h",
+        "date": "2025-01-01",
+        "world_size": 2,
+    }
     d.update(over)
     return d
 
@@ -51,12 +57,13 @@ def _probe_like(**over):
 @pytest.mark.parametrize(
     "content, words",
     [
-        ('{"format": "clustersim-probe", "version": 1, "collectives": [{"op": "all_re',
-         "not valid JSON"),
+        (
+            '{"format": "clustersim-probe", "version": 1, "collectives": [{"op": "all_re',
+            "not valid JSON",
+        ),
         (json.dumps(_probe_like(version=2)), "version 2"),
         (json.dumps(_probe_like(format="nccl-tests")), "not a clustersim probe file"),
-        (json.dumps(_probe_like(complete=False, error={"message": "rank 1 died"})),
-         "rank 1 died"),
+        (json.dumps(_probe_like(complete=False, error={"message": "rank 1 died"})), "rank 1 died"),
     ],
     ids=["truncated", "wrong-version", "wrong-format", "incomplete"],
 )
@@ -67,9 +74,14 @@ def test_bad_probe_file_exits_2(tmp_path, content: str, words: str) -> None:
 
     f = tmp_path / "probe.json"
     f.write_text(content)
-    r = subprocess.run([shutil.which("clustersim") or "clustersim", "calibrate", str(f), "--name",
-                        "x-cal"], capture_output=True, text=True, cwd=tmp_path, timeout=60,
-                       env={**os.environ, "COLUMNS": "200"})
+    r = subprocess.run(
+        [shutil.which("clustersim") or "clustersim", "calibrate", str(f), "--name", "x-cal"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=60,
+        env={**os.environ, "COLUMNS": "200"},
+    )
     assert r.returncode == 2, r.stderr
     assert words in r.stderr
     assert "Traceback" not in r.stderr

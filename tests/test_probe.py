@@ -22,8 +22,14 @@ def clustersim(*args: str, cwd: Path, timeout: float = 170):
 
     exe = shutil.which("clustersim")
     assert exe, "the clustersim console script is not installed"
-    p = subprocess.run([exe, *args], capture_output=True, text=True, cwd=cwd, timeout=timeout,
-                       env={**os.environ, "COLUMNS": "200"})
+    p = subprocess.run(
+        [exe, *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        timeout=timeout,
+        env={**os.environ, "COLUMNS": "200"},
+    )
     return p
 
 
@@ -35,8 +41,7 @@ def test_probe_calibrate_simulate(tmp_path: Path) -> None:
     assert d["format"] == "clustersim-probe" and d["version"] == 1 and d["complete"] is True
     assert d["world_size"] == 2 and d["backend"] == "gloo"
     ops = {c["op"] for c in d["collectives"]}
-    assert {"all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all",
-            "p2p"} <= ops
+    assert {"all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all", "p2p"} <= ops
     for c in d["collectives"]:
         assert c["time_s"] > 0 and c["busbw_gbps"] >= 0
     assert d["matmul"] and d["memory"] and d["storage"]["write_gbps"] > 0
@@ -44,8 +49,7 @@ def test_probe_calibrate_simulate(tmp_path: Path) -> None:
     assert tr["params"] > 1e6 and len(tr["step_times_s"]) >= 3 and tr["wrapper"] == "ddp"
     assert not list(tmp_path.glob("**/clustersim-probe-*.bin"))
 
-    r = clustersim("calibrate", str(out), "--name", "t-cluster", "--format", "json",
-                   cwd=tmp_path)
+    r = clustersim("calibrate", str(out), "--name", "t-cluster", "--format", "json", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     rep = json.loads(r.stdout)
     assert rep["in_sample"]["predicted_s"] > 0
@@ -84,8 +88,20 @@ def test_probe_calibrate_simulate(tmp_path: Path) -> None:
 
 def test_killed_rank_stops_probe_with_partial_file(tmp_path: Path) -> None:
     out = tmp_path / "p.json"
-    r = clustersim("probe", "--nproc", "2", "--out", str(out), *QUICK, "--fail-rank", "1",
-            "--fail-phase", "compute", cwd=tmp_path, timeout=120)
+    r = clustersim(
+        "probe",
+        "--nproc",
+        "2",
+        "--out",
+        str(out),
+        *QUICK,
+        "--fail-rank",
+        "1",
+        "--fail-phase",
+        "compute",
+        cwd=tmp_path,
+        timeout=120,
+    )
     assert r.returncode != 0
     assert "rank 1" in r.stderr and "compute" in r.stderr
     d = json.loads(out.read_text())  # valid JSON
@@ -100,9 +116,27 @@ def test_killed_rank_stops_probe_with_partial_file(tmp_path: Path) -> None:
 
 def test_hung_rank_is_named_within_timeout(tmp_path: Path) -> None:
     out = tmp_path / "p.json"
-    r = clustersim("probe", "--nproc", "2", "--out", str(out), "--max-bytes", "4096",
-            "--time-budget", "3", "--timeout", "5", "--fail-rank", "0", "--fail-phase",
-            "memory", "--fail-mode", "hang", cwd=tmp_path, timeout=120)
+    r = clustersim(
+        "probe",
+        "--nproc",
+        "2",
+        "--out",
+        str(out),
+        "--max-bytes",
+        "4096",
+        "--time-budget",
+        "3",
+        "--timeout",
+        "5",
+        "--fail-rank",
+        "0",
+        "--fail-phase",
+        "memory",
+        "--fail-mode",
+        "hang",
+        cwd=tmp_path,
+        timeout=120,
+    )
     assert r.returncode != 0
     assert "rank 0" in r.stderr and "memory" in r.stderr and "hung" in r.stderr
     d = json.loads(out.read_text())

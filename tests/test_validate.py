@@ -16,19 +16,45 @@ torch = pytest.importorskip("torch")
 def clustersim(*args: str, cwd: Path, timeout: float = 200):
     exe = shutil.which("clustersim")
     assert exe, "the clustersim console script is not installed"
-    return subprocess.run([exe, *args], capture_output=True, text=True, cwd=cwd,
-                          timeout=timeout, env={**os.environ, "COLUMNS": "200"})
+    return subprocess.run(
+        [exe, *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        timeout=timeout,
+        env={**os.environ, "COLUMNS": "200"},
+    )
 
 
 def test_validate_reports_error(tmp_path: Path) -> None:
     probe = tmp_path / "runs" / "probe.json"
-    r = clustersim("probe", "--nproc", "2", "--out", str(probe), "--max-bytes", str(1 << 20),
-                   "--time-budget", "6", cwd=tmp_path)
+    r = clustersim(
+        "probe",
+        "--nproc",
+        "2",
+        "--out",
+        str(probe),
+        "--max-bytes",
+        str(1 << 20),
+        "--time-budget",
+        "6",
+        cwd=tmp_path,
+    )
     assert r.returncode == 0, r.stderr
     r = clustersim("calibrate", str(probe), "--name", "v-cluster", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
-    r = clustersim("validate", "--profile", "v-cluster", "--nproc", "1,2", "--steps", "4",
-                   "--format", "json", cwd=tmp_path)
+    r = clustersim(
+        "validate",
+        "--profile",
+        "v-cluster",
+        "--nproc",
+        "1,2",
+        "--steps",
+        "4",
+        "--format",
+        "json",
+        cwd=tmp_path,
+    )
     assert r.returncode == 0, r.stderr
     rep = json.loads(r.stdout)
     rows = {row["world_size"]: row for row in rep["rows"]}
@@ -36,7 +62,8 @@ def test_validate_reports_error(tmp_path: Path) -> None:
     for row in rows.values():
         assert row["measured_s"] > 0 and row["predicted_s"] > 0
         assert row["error_pct"] == pytest.approx(
-            100 * (row["predicted_s"] - row["measured_s"]) / row["measured_s"])
+            100 * (row["predicted_s"] - row["measured_s"]) / row["measured_s"]
+        )
     assert rows[1]["measured_scaling"] == 1.0
     assert 0 < rows[2]["predicted_scaling"] <= 1.0
     # A loose sanity bound (a shared CI CPU is noisy); the 10% goal is checked by hand.

@@ -40,8 +40,15 @@ def _loc(loc: tuple[Any, ...]) -> str:
 
 def _clean_loc(loc: tuple[Any, ...]) -> tuple[Any, ...]:
     # pydantic puts union-member and discriminator tags into the location; users never see those.
-    tags = {"str", "ProfileRef", "ModelPresetRef", "ModelSpec", "int", "function-after[_check()]",
-            "[key]"}
+    tags = {
+        "str",
+        "ProfileRef",
+        "ModelPresetRef",
+        "ModelSpec",
+        "int",
+        "function-after[_check()]",
+        "[key]",
+    }
     out = []
     for item in loc:
         if isinstance(item, str) and (
@@ -162,7 +169,8 @@ def read_yaml(path: Path) -> dict[str, Any]:
         text = path.read_text()
     except OSError as exc:
         raise UserError(
-            f"cannot read file: {exc.strerror}", file=str(path),
+            f"cannot read file: {exc.strerror}",
+            file=str(path),
             hint="check the path and its permissions",
         ) from None
     except UnicodeDecodeError:
@@ -180,7 +188,8 @@ def read_yaml(path: Path) -> dict[str, Any]:
         ) from None
     except (ValueError, RecursionError) as exc:  # e.g. an impossible date: 2024-13-45
         raise UserError(
-            f"not valid YAML: {exc}", file=str(path),
+            f"not valid YAML: {exc}",
+            file=str(path),
             hint="fix the value (dates are YYYY-MM-DD)",
         ) from None
     if not isinstance(data, dict):
@@ -197,9 +206,7 @@ def apply_sets(data: dict[str, Any], sets: list[str], file: str | None) -> dict[
     out = copy.deepcopy(data)
     for item in sets:
         if "=" not in item:
-            raise UserError(
-                f"--set '{item}' is not PATH=VALUE", hint="e.g. --set parallelism.tp=4"
-            )
+            raise UserError(f"--set '{item}' is not PATH=VALUE", hint="e.g. --set parallelism.tp=4")
         path, _, raw = item.partition("=")
         keys = [k for k in path.strip().split(".") if k]
         if not keys:
@@ -213,7 +220,7 @@ def apply_sets(data: dict[str, Any], sets: list[str], file: str | None) -> dict[
             nxt = node.get(key) if isinstance(node, dict) else None
             if isinstance(nxt, str):
                 # A profile or preset given by name: turn it into a reference with overrides.
-                ref_key = "preset" if keys[:depth + 1] == ["model"] else "profile"
+                ref_key = "preset" if keys[: depth + 1] == ["model"] else "profile"
                 nxt = {ref_key: nxt}
             elif not isinstance(nxt, dict):
                 nxt = {}
@@ -232,8 +239,9 @@ def parse_scenario(data: dict[str, Any], file: str | None) -> Scenario:
         raise validation_error(exc, file) from None
 
 
-def _resolve_profile(ref: Any, cls: type[BaseModel], kinds: tuple[str, ...], file: str | None,
-                     path: str) -> Any:
+def _resolve_profile(
+    ref: Any, cls: type[BaseModel], kinds: tuple[str, ...], file: str | None, path: str
+) -> Any:
     from ..catalog import load_catalog
 
     if isinstance(ref, str):
@@ -292,8 +300,9 @@ def resolve_model(model: Any, file: str | None) -> ModelSpec:
     return base
 
 
-def resolve(sc: Scenario, file: str | None = None, raw: dict[str, Any] | None = None
-            ) -> ResolvedScenario:
+def resolve(
+    sc: Scenario, file: str | None = None, raw: dict[str, Any] | None = None
+) -> ResolvedScenario:
     """Look profiles up, expand the model, derive DP and check the layout."""
     c = sc.cluster
     gpu = _resolve_profile(c.gpu, GPUProfile, ("gpu",), file, "cluster.gpu")
@@ -309,7 +318,9 @@ def resolve(sc: Scenario, file: str | None = None, raw: dict[str, Any] | None = 
         topology = c.network.topology
     elif c.nodes > 1:
         raise UserError(
-            f"{c.nodes} nodes need a network", file=file, path="cluster.network",
+            f"{c.nodes} nodes need a network",
+            file=file,
+            path="cluster.network",
             hint="add cluster.network: {profile: ib-ndr-400, nics_per_node: 8}",
         )
     from .scenario import SingleSwitch
@@ -342,7 +353,9 @@ def resolve(sc: Scenario, file: str | None = None, raw: dict[str, Any] | None = 
     if c.gpus_per_node > fabric.max_gpus:
         raise UserError(
             f"{c.gpus_per_node} GPUs per node but fabric '{fabric.name}' joins at most "
-            f"{fabric.max_gpus}", file=file, path="cluster.gpus_per_node",
+            f"{fabric.max_gpus}",
+            file=file,
+            path="cluster.gpus_per_node",
             hint="lower gpus_per_node or pick another fabric",
         )
     denom = par.tp * par.pp * par.cp
@@ -350,7 +363,9 @@ def resolve(sc: Scenario, file: str | None = None, raw: dict[str, Any] | None = 
         if gpus % denom:
             raise UserError(
                 f"{gpus} GPUs cannot be split into TP·PP·CP = {par.tp}·{par.pp}·{par.cp} = "
-                f"{denom} per replica", file=file, path="parallelism",
+                f"{denom} per replica",
+                file=file,
+                path="parallelism",
                 hint=f"make TP·PP·CP divide {gpus}, or change cluster.nodes",
             )
         dp = gpus // denom
@@ -359,22 +374,27 @@ def resolve(sc: Scenario, file: str | None = None, raw: dict[str, Any] | None = 
         if dp * denom != gpus:
             raise UserError(
                 f"DP·TP·PP·CP = {dp}·{par.tp}·{par.pp}·{par.cp} = {dp * denom} but the cluster "
-                f"has {gpus} GPUs ({c.nodes} nodes × {c.gpus_per_node})", file=file,
+                f"has {gpus} GPUs ({c.nodes} nodes × {c.gpus_per_node})",
+                file=file,
                 path="parallelism.dp",
                 hint=f"set dp: auto, or dp: {gpus // denom} if TP·PP·CP divides {gpus}"
-                if gpus % denom == 0 else "make DP·TP·PP·CP equal the GPU count",
+                if gpus % denom == 0
+                else "make DP·TP·PP·CP equal the GPU count",
             )
     if model.heads % par.tp:
         raise UserError(
             f"TP={par.tp} does not divide the {model.heads} attention heads of {model.name}",
-            file=file, path="parallelism.tp",
+            file=file,
+            path="parallelism.tp",
             hint=f"use a TP that divides {model.heads}: "
             + ", ".join(str(d) for d in _divisors(model.heads) if d <= 64),
         )
     if model.n_kv_heads % par.tp and par.tp % model.n_kv_heads:
         raise UserError(
             f"TP={par.tp} and the {model.n_kv_heads} KV heads of {model.name} do not divide "
-            "one another", file=file, path="parallelism.tp",
+            "one another",
+            file=file,
+            path="parallelism.tp",
             hint="use a TP that divides the KV heads or is a multiple of them",
         )
     v = par.virtual_stages
@@ -384,58 +404,82 @@ def resolve(sc: Scenario, file: str | None = None, raw: dict[str, Any] | None = 
             raise UserError(
                 f"stage_layers must list {par.pp * v} positive counts summing to "
                 f"{model.layers} layers (got {len(sl)} summing to {sum(sl)})",
-                file=file, path="parallelism.stage_layers",
+                file=file,
+                path="parallelism.stage_layers",
                 hint="fix the list or remove it for even stages",
             )
     elif model.layers % (par.pp * v):
         what = f"PP={par.pp}" + (f" × {v} virtual stages" if v > 1 else "")
         raise UserError(
             f"{what} does not divide the {model.layers} layers of {model.name}",
-            file=file, path="parallelism.pp",
-            hint="pick a PP that divides the layers, or give uneven "
-            "parallelism.stage_layers",
+            file=file,
+            path="parallelism.pp",
+            hint="pick a PP that divides the layers, or give uneven parallelism.stage_layers",
         )
     if tr.global_batch % (dp * tr.micro_batch):
         raise UserError(
             f"global batch {tr.global_batch} is not a multiple of DP·micro_batch = "
             f"{dp}·{tr.micro_batch} = {dp * tr.micro_batch}",
-            file=file, path="training.global_batch",
+            file=file,
+            path="training.global_batch",
             hint=f"use a global batch that is a multiple of {dp * tr.micro_batch}",
         )
     if tr.seq_len % par.cp:
         raise UserError(
             f"CP={par.cp} does not divide the sequence length {tr.seq_len}",
-            file=file, path="parallelism.cp", hint="pick a CP that divides seq_len",
+            file=file,
+            path="parallelism.cp",
+            hint="pick a CP that divides seq_len",
         )
     if par.sequence_parallel and par.tp == 1:
         raise UserError(
-            "sequence_parallel needs TP > 1", file=file, path="parallelism.sequence_parallel",
+            "sequence_parallel needs TP > 1",
+            file=file,
+            path="parallelism.sequence_parallel",
             hint="set tp above 1 or sequence_parallel: false",
         )
     if v > 1 and par.pp == 1:
         raise UserError(
-            "the interleaved schedule needs PP > 1", file=file, path="parallelism.pp_schedule",
+            "the interleaved schedule needs PP > 1",
+            file=file,
+            path="parallelism.pp_schedule",
             hint="use kind: 1f1b, or raise pp",
         )
     if par.pp > 1 and v > 1 and (tr.global_batch // (dp * tr.micro_batch)) % par.pp:
         raise UserError(
             "the interleaved schedule needs the micro-batch count to be a multiple of PP "
             f"(got {tr.global_batch // (dp * tr.micro_batch)} micro-batches, PP={par.pp})",
-            file=file, path="training.global_batch",
+            file=file,
+            path="training.global_batch",
             hint="change global_batch or micro_batch, or use the 1f1b schedule",
         )
     if price is not None and price.gpu != gpu.name:
         raise UserError(
             f"pricing profile '{price.name}' is for GPU '{price.gpu}' but the cluster uses "
-            f"'{gpu.name}'", file=file, path="cluster.pricing.profile",
+            f"'{gpu.name}'",
+            file=file,
+            path="cluster.pricing.profile",
             hint=f"pick a price profile for {gpu.name} (`clustersim profiles list`)",
         )
     name = sc.name or (Path(file).stem if file else "scenario")
     return ResolvedScenario(
-        name=name, source_file=file, gpu=gpu, gpus_per_node=c.gpus_per_node, nodes=c.nodes,
-        fabric=fabric, network=network, nics_per_node=nics,
-        topology=topology or SingleSwitch(), storage=storage, price=price,
-        price_tier=tier, model=model, training=tr, parallelism=par, dp=dp, run=sc.run,
+        name=name,
+        source_file=file,
+        gpu=gpu,
+        gpus_per_node=c.gpus_per_node,
+        nodes=c.nodes,
+        fabric=fabric,
+        network=network,
+        nics_per_node=nics,
+        topology=topology or SingleSwitch(),
+        storage=storage,
+        price=price,
+        price_tier=tier,
+        model=model,
+        training=tr,
+        parallelism=par,
+        dp=dp,
+        run=sc.run,
         raw=raw or {},
     )
 
@@ -453,8 +497,9 @@ def load_scenario(path: str | Path, sets: list[str] | None = None) -> ResolvedSc
     return resolve(sc, file, data)
 
 
-def resolve_dict(data: dict[str, Any], sets: list[str] | None = None,
-                 file: str | None = None) -> ResolvedScenario:
+def resolve_dict(
+    data: dict[str, Any], sets: list[str] | None = None, file: str | None = None
+) -> ResolvedScenario:
     """As :func:`load_scenario`, from a mapping already in memory (sweeps, tests)."""
     data = apply_sets(data, sets or [], file)
     return resolve(parse_scenario(data, file), file, data)

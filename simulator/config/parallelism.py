@@ -82,6 +82,4 @@ class ParallelismSpec(BaseModel):
 
     @property
     def virtual_stages(self) -> int:
-        return (
-            self.pp_schedule.virtual_stages if isinstance(self.pp_schedule, Interleaved) else 1
-        )
+        return self.pp_schedule.virtual_stages if isinstance(self.pp_schedule, Interleaved) else 1

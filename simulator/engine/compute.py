@@ -106,8 +106,14 @@ def build_program(
     def flush() -> None:
         nonlocal pending, pending_name
         if pending > 0:
-            prog.items.append(Item("span", "+".join(pending_name[:3]) + (
-                "…" if len(pending_name) > 3 else ""), pending, cat))
+            prog.items.append(
+                Item(
+                    "span",
+                    "+".join(pending_name[:3]) + ("…" if len(pending_name) > 3 else ""),
+                    pending,
+                    cat,
+                )
+            )
         pending, pending_name = 0.0, []
 
     for op in ops:
@@ -116,8 +122,9 @@ def build_program(
             t = coll_time.get(f"{op.group}:{op.collective}:{op.msg_bytes}")
             if t is None:
                 flush()
-                prog.items.append(Item("coll", op.name, group=op.group, coll=op.collective,
-                                       size=op.msg_bytes))
+                prog.items.append(
+                    Item("coll", op.name, group=op.group, coll=op.collective, size=op.msg_bytes)
+                )
                 continue
             if overlap_tp and op.group == "tp":
                 t = max(0.0, t - last_gemm)

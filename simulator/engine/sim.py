@@ -118,8 +118,11 @@ class Simulation:
         )
         self.extra_params = {
             s: (pb.embedding / rs.tp + pb.positions if s == 0 else 0.0)
-            + ((pb.lm_head or (pb.embedding if rs.pp > 1 else 0)) / rs.tp + pb.final_norm
-               if s == rs.pp - 1 else 0.0)
+            + (
+                (pb.lm_head or (pb.embedding if rs.pp > 1 else 0)) / rs.tp + pb.final_norm
+                if s == rs.pp - 1
+                else 0.0
+            )
             for s in range(rs.pp)
         }
         self.shard_n = shard_group(rs)
@@ -152,8 +155,9 @@ class Simulation:
             w[(s, "leaf")] = max(0, min(hi, members.stop) - max(lo, members.start))
         return w
 
-    def _link_weights(self, rank: int, links: list[tuple[tuple, float]]) -> list[tuple[tuple,
-                                                                                     float]]:
+    def _link_weights(
+        self, rank: int, links: list[tuple[tuple, float]]
+    ) -> list[tuple[tuple, float]]:
         if self.full:
             return links
         stage = self.lay.coords(rank)[3]
@@ -187,8 +191,16 @@ class Simulation:
     def _analytic_groups(self) -> set[str]:
         """Group kinds whose traffic stays on links nothing else uses: timed analytically."""
         out: set[str] = set()
-        active = [k for k, n in (("tp", self.rs.tp), ("cp", self.rs.cp), ("dp", self.rs.dp),
-                                 ("pp", self.rs.pp)) if n > 1]
+        active = [
+            k
+            for k, n in (
+                ("tp", self.rs.tp),
+                ("cp", self.rs.cp),
+                ("dp", self.rs.dp),
+                ("pp", self.rs.pp),
+            )
+            if n > 1
+        ]
         for kind in ("tp", "cp"):
             if kind not in active:
                 continue
@@ -209,12 +221,12 @@ class Simulation:
                 continue
             shape = self.topo.shape(rep, op.group)
             out[f"{op.group}:{op.collective}:{op.msg_bytes}"] = choose(
-                op.collective, shape, op.msg_bytes, self.fabric_tier, self.network_tier)[2]
+                op.collective, shape, op.msg_bytes, self.fabric_tier, self.network_tier
+            )[2]
         return out
 
     def _prog(self, ops: list) -> Program:
-        return build_program(ops, self.timer, self._coll_times(ops),
-                             overlap_tp=self.ov.tp_comm)
+        return build_program(ops, self.timer, self._coll_times(ops), overlap_tp=self.ov.tp_comm)
 
     def _build_programs(self) -> None:
         rs = self.rs
@@ -226,9 +238,12 @@ class Simulation:
         if rc == "full":
             self.p_bwd.extend(self._prog(fwd))
         elif rc == "selective":
-            attn = [o for o in fwd if o.kind == "attention" or o.name in ("attn_scores",
-                                                                         "softmax_dropout",
-                                                                         "attn_values")]
+            attn = [
+                o
+                for o in fwd
+                if o.kind == "attention"
+                or o.name in ("attn_scores", "softmax_dropout", "attn_values")
+            ]
             self.p_bwd.extend(self._prog(attn))
         self.p_bwd.extend(self._prog(bwd))
         emb = embedding_ops(rs)
@@ -250,16 +265,29 @@ class Simulation:
         return out
 
     # -- helpers ------------------------------------------------------------------------------
-    def _emit(self, rank: int, stream: str, name: str, start: float, dur: float,
-              args: dict[str, Any] | None = None) -> None:
+    def _emit(
+        self,
+        rank: int,
+        stream: str,
+        name: str,
+        start: float,
+        dur: float,
+        args: dict[str, Any] | None = None,
+    ) -> None:
         if not self.tracing or dur <= 0:
             return
         pid = self.lay.node(rank) if self.full else self.lay.coords(rank)[3]
         tid = STREAMS.index(stream)
         if self.full:
             tid += 10 * (rank % self.rs.gpus_per_node)
-        ev: dict[str, Any] = {"name": name, "ph": "X", "ts": start * 1e6, "dur": dur * 1e6,
-                              "pid": pid, "tid": tid}
+        ev: dict[str, Any] = {
+            "name": name,
+            "ph": "X",
+            "ts": start * 1e6,
+            "dur": dur * 1e6,
+            "pid": pid,
+            "tid": tid,
+        }
         if self.full:
             ev["args"] = {"rank": rank}
         if args:
@@ -304,8 +332,13 @@ class Simulation:
             yield inst.go
         # The algorithm is chosen on the group's own view of the network: a group that spans
         # leaves sees the oversubscribed up-links its traffic crosses.
-        _algo, phases, _t = choose(coll, shape, size, self.fabric_tier,  # type: ignore[arg-type]
-                                   self.topo.network_tier(rank, kind))
+        _algo, phases, _t = choose(
+            coll,  # type: ignore[arg-type]
+            shape,
+            size,
+            self.fabric_tier,  # type: ignore[arg-type]
+            self.topo.network_tier(rank, kind),
+        )
         for ph in phases:
             if ph.latency > 0:
                 yield self.env.timeout(ph.latency)
@@ -317,8 +350,9 @@ class Simulation:
         if inst is not None:
             inst.finished += 1
             if inst.finished == inst.n:
-                self._colls.pop((kind, self.topo.leader(rank, kind), self._seq[(rank, kind)]
-                                 - 1), None)
+                self._colls.pop(
+                    (kind, self.topo.leader(rank, kind), self._seq[(rank, kind)] - 1), None
+                )
                 inst.done.succeed()
             yield inst.done
 
@@ -361,19 +395,27 @@ class Simulation:
 
         def launch_dp(nbytes: float) -> None:
             coll = "all_reduce" if self.z == 0 else "reduce_scatter"
-            dp_jobs.append(self._stream_job(
-                rank, "dp", lambda: self.collective(rank, gather_kind, coll, nbytes),
-                f"{coll} {nbytes / 1e6:.0f} MB"))
+            dp_jobs.append(
+                self._stream_job(
+                    rank,
+                    "dp",
+                    lambda: self.collective(rank, gather_kind, coll, nbytes),
+                    f"{coll} {nbytes / 1e6:.0f} MB",
+                )
+            )
 
         def gather_now(nbytes: float) -> simpy.Event:
             return self._stream_job(
-                rank, "dp", lambda: self.collective(rank, gather_kind, "all_gather", nbytes),
-                "param all_gather")
+                rank,
+                "dp",
+                lambda: self.collective(rank, gather_kind, "all_gather", nbytes),
+                "param all_gather",
+            )
 
         def gather(nbytes: float, label: str) -> simpy.Event:
             return self._stream_job(
-                rank, "dp", lambda: self.collective(rank, gather_kind, "all_gather", nbytes),
-                label)
+                rank, "dp", lambda: self.collective(rank, gather_kind, "all_gather", nbytes), label
+            )
 
         def run_items(prog: Program, reps: int, name: str) -> Generator:
             """Run a program ``reps`` times; analytic programs are one timeout."""
@@ -395,16 +437,21 @@ class Simulation:
                     if it.kind == "span":
                         yield env.timeout(it.dur)
                         acc[it.cat] += it.dur
-                        self._emit(rank, "compute" if it.cat == "compute" else it.cat[5:],
-                                   it.name, t0, it.dur)
+                        self._emit(
+                            rank,
+                            "compute" if it.cat == "compute" else it.cat[5:],
+                            it.name,
+                            t0,
+                            it.dur,
+                        )
                     else:
-                        yield from self.collective(rank, it.group or "tp", it.coll or "",
-                                                   it.size)
+                        yield from self.collective(rank, it.group or "tp", it.coll or "", it.size)
                         mark(f"comm_{it.group}", t0)
                         self._emit(rank, it.group or "tp", it.name, t0, env.now - t0)
 
-        def layer_pass(prog: Program, layers: int, hook_before: Any, hook_after: Any,
-                       name: str) -> Generator:
+        def layer_pass(
+            prog: Program, layers: int, hook_before: Any, hook_after: Any, name: str
+        ) -> Generator:
             if hook_before is None and hook_after is None:
                 yield from run_items(prog, layers, name)
                 return
@@ -469,17 +516,24 @@ class Simulation:
                 if dp_on and self.z >= 3:
                     before = self._gather_hook(rank, acc, gather, layers)
                 if dp_on and self.ov.dp_grad and (grads_every_mb or mb == last_b[ch]):
+
                     def after(i: int) -> None:
                         nonlocal pending_grads
                         pending_grads += self.layer_params * grad_b
                         if pending_grads >= bucket_target:
                             launch_dp(pending_grads)
                             pending_grads = 0.0
+
                 yield from layer_pass(self.p_bwd, layers, before, after, "bwd")
                 if stage == 0 and ch == 0:
                     yield from run_items(self.p_emb_b, 1, "embedding_bwd")
-            self._emit(rank, "compute", f"{kind}{mb}" + (f".{ch}" if self.v > 1 else ""),
-                       t_compute, env.now - t_compute)
+            self._emit(
+                rank,
+                "compute",
+                f"{kind}{mb}" + (f".{ch}" if self.v > 1 else ""),
+                t_compute,
+                env.now - t_compute,
+            )
             del t_pass
             # 3. send the output onward
             if kind == "F" and not (stage == self.p - 1 and ch == self.v - 1):
@@ -503,11 +557,22 @@ class Simulation:
                 for _ in range(n * (self.m if self.z >= 3 else 1)):
                     launch_dp(total / n)
             if self.shard_n < rs.dp and self.z >= 1:
-                total = (sum(self._chunk_layers[stage]) * self.layer_params
-                         + self.extra_params.get(stage, 0.0)) * grad_b / self.shard_n
-                dp_jobs.append(self._stream_job(
-                    rank, "dp", lambda: self.collective(rank, "dp_rep", "all_reduce", total),
-                    "replica all_reduce"))
+                total = (
+                    (
+                        sum(self._chunk_layers[stage]) * self.layer_params
+                        + self.extra_params.get(stage, 0.0)
+                    )
+                    * grad_b
+                    / self.shard_n
+                )
+                dp_jobs.append(
+                    self._stream_job(
+                        rank,
+                        "dp",
+                        lambda: self.collective(rank, "dp_rep", "all_reduce", total),
+                        "replica all_reduce",
+                    )
+                )
             t0 = env.now
             for job in dp_jobs:
                 if not job.processed:
@@ -515,7 +580,8 @@ class Simulation:
             mark("comm_dp", t0)
         # 5. optimizer step over this rank's shard, then (ZeRO-1/2 without overlap) the gather
         params = sum(self._chunk_layers[stage]) * self.layer_params + self.extra_params.get(
-            stage, 0.0)
+            stage, 0.0
+        )
         shard = params / (self.shard_n if self.z >= 1 else 1)
         t_opt = self._optimizer_time(shard)
         t0 = env.now
@@ -571,8 +637,9 @@ class Simulation:
             return (kind, mb, chunk, rank)
         return (kind, mb, chunk, self.lay.coords(rank)[3])
 
-    def _send(self, rank: int, kind: str, mb: int, chunk: int, dst_stage: int, block: int,
-              size: float) -> None:
+    def _send(
+        self, rank: int, kind: str, mb: int, chunk: int, dst_stage: int, block: int, size: float
+    ) -> None:
         t, c, d, _ = self.lay.coords(rank)
         dst = self.lay.rank(t, c, d, dst_stage)
         key = self._recv_key(kind, mb, chunk, dst)
@@ -608,8 +675,9 @@ class Simulation:
         yield self.env.all_of(jobs)
         self.loader_done = self.env.now
         if self.tracing:
-            for r in self.ranks if not self.full else [n * rs.gpus_per_node
-                                                       for n in range(rs.nodes)]:
+            for r in (
+                self.ranks if not self.full else [n * rs.gpus_per_node for n in range(rs.nodes)]
+            ):
                 self._emit(r, "io", "read next batch", t0, self.env.now - t0)
 
     def _trace_program(self, rank: int, prog: Program, reps: int, t0: float) -> None:
@@ -639,9 +707,15 @@ class Simulation:
         classes = {s: self.results[self.lay.stage_members(s)[0]] for s in range(self.p)}
         if self.tracing:
             self._trace_meta()
-        return EngineResult(step, self.results, classes, "full" if self.full else "symmetric",
-                            self._count_events(), self.trace
-                            if self.tracing else None, self.loader_done)
+        return EngineResult(
+            step,
+            self.results,
+            classes,
+            "full" if self.full else "symmetric",
+            self._count_events(),
+            self.trace if self.tracing else None,
+            self.loader_done,
+        )
 
     def _count_events(self) -> int:
         # SimPy numbers every event it schedules with a running counter.
@@ -658,10 +732,18 @@ class Simulation:
             for tid in tids:
                 local, stream = divmod(tid, 10) if self.full else (0, tid)
                 name = STREAMS[stream] + (f" (gpu {local})" if self.full else "")
-                meta.append({"name": "thread_name", "ph": "M", "pid": pid, "tid": tid,
-                             "args": {"name": name}})
-        self.trace = meta + sorted(self.trace, key=lambda e: (e["pid"], e["tid"], e["ts"],
-                                                              -e["dur"]))
+                meta.append(
+                    {
+                        "name": "thread_name",
+                        "ph": "M",
+                        "pid": pid,
+                        "tid": tid,
+                        "args": {"name": name},
+                    }
+                )
+        self.trace = meta + sorted(
+            self.trace, key=lambda e: (e["pid"], e["tid"], e["ts"], -e["dur"])
+        )
 
 
 def run_engine(rs: ResolvedScenario, full: bool = False, trace: bool = False) -> EngineResult:

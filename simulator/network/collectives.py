@@ -102,8 +102,11 @@ def phases(
         return _flat(coll, algo, n, size, "fabric", fabric.alpha)
     g = shape.per_node
     k = shape.nodes
-    if algo == "hierarchical" and g > 1 and coll in ("all_reduce", "all_gather",
-                                                     "reduce_scatter", "broadcast"):
+    if (
+        algo == "hierarchical"
+        and g > 1
+        and coll in ("all_reduce", "all_gather", "reduce_scatter", "broadcast")
+    ):
         if coll == "all_reduce":
             return (
                 _flat("reduce_scatter", "ring", g, size, "fabric", fabric.alpha)
@@ -111,13 +114,16 @@ def phases(
                 + _flat("all_gather", "ring", g, size, "fabric", fabric.alpha)
             )
         if coll == "all_gather":
-            return (_flat("all_gather", "ring", k, size / g, "network", network.alpha)
-                    + _flat("all_gather", "ring", g, size, "fabric", fabric.alpha))
+            return _flat("all_gather", "ring", k, size / g, "network", network.alpha) + _flat(
+                "all_gather", "ring", g, size, "fabric", fabric.alpha
+            )
         if coll == "reduce_scatter":
-            return (_flat("reduce_scatter", "ring", g, size, "fabric", fabric.alpha)
-                    + _flat("reduce_scatter", "ring", k, size / g, "network", network.alpha))
-        return (_flat("broadcast", "tree", k, size, "network", network.alpha)
-                + _flat("broadcast", "ring", g, size, "fabric", fabric.alpha))
+            return _flat("reduce_scatter", "ring", g, size, "fabric", fabric.alpha) + _flat(
+                "reduce_scatter", "ring", k, size / g, "network", network.alpha
+            )
+        return _flat("broadcast", "tree", k, size, "network", network.alpha) + _flat(
+            "broadcast", "ring", g, size, "fabric", fabric.alpha
+        )
     if coll == "all_to_all":
         # Pairwise exchange: the share of peers inside the node goes over the fabric.
         inside = (g - 1) / n * size
@@ -147,8 +153,9 @@ def collective_time(
     network: TierLink | None = None,
 ) -> float:
     """Time without contention."""
-    return sum(phase_time(p, fabric, network) for p in phases(coll, algo, shape, size, fabric,
-                                                             network))
+    return sum(
+        phase_time(p, fabric, network) for p in phases(coll, algo, shape, size, fabric, network)
+    )
 
 
 def choose(

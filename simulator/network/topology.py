@@ -64,8 +64,9 @@ class Layout:
             # Hybrid sharding: consecutive DP ranks form a shard group; the replica group links
             # the ranks holding the same shard in each group.
             g = self.shard or self.dp
-            same = (lambda i: i // g == d // g) if kind == "dp_shard" else (
-                lambda i: i % g == d % g)
+            same = (
+                (lambda i: i // g == d // g) if kind == "dp_shard" else (lambda i: i % g == d % g)
+            )
             return [self.rank(t, c, i, p) for i in range(self.dp) if same(i)]
         if kind == "pp":
             return [self.rank(t, c, d, i) for i in range(self.pp)]
@@ -195,8 +196,9 @@ class Topology:
             links.append(("pcie_root", self.layout.node(rank)))
         return links
 
-    def network_links(self, rank: int, kind: str, peer: int | None = None) -> list[
-            tuple[LinkKey, float]]:
+    def network_links(
+        self, rank: int, kind: str, peer: int | None = None
+    ) -> list[tuple[LinkKey, float]]:
         """NIC and (if the traffic leaves the leaf) up-link of ``rank``, each with the fraction
         of this rank's flows on that link that are concurrent copies (see symmetric weights)."""
         node = self.layout.node(rank)

@@ -17,8 +17,9 @@ def write_atomic(path: str | Path, text: str) -> Path:
         p.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", dir=p.parent)
     except OSError as exc:
-        raise UserError(f"cannot write: {exc.strerror}", file=str(p),
-                        hint="pick a writable path") from None
+        raise UserError(
+            f"cannot write: {exc.strerror}", file=str(p), hint="pick a writable path"
+        ) from None
     try:
         with os.fdopen(fd, "w") as fh:
             fh.write(text)

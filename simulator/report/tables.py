@@ -137,15 +137,18 @@ def print_simulation(d: dict[str, Any], console: Console) -> None:
     t.add_column("metric", style="cyan")
     t.add_column("value", justify="right")
     t.add_row("step time", f"{d['step_time_s']:.3f} s")
-    t.add_row("throughput", f"{d['tokens_per_s']:,.0f} tokens/s  ({d['samples_per_s']:.2f} "
-              "samples/s)")
+    t.add_row(
+        "throughput", f"{d['tokens_per_s']:,.0f} tokens/s  ({d['samples_per_s']:.2f} samples/s)"
+    )
     t.add_row("model TFLOP/s per GPU", f"{d['model_tflops_per_gpu']:.1f}")
     t.add_row("hardware TFLOP/s per GPU", f"{d['hardware_tflops_per_gpu']:.1f}")
     t.add_row("MFU", f"{100 * d['mfu']:.1f} %")
     if d.get("scaling_efficiency") is not None:
         ref = d.get("scaling_reference") or {}
-        t.add_row("scaling efficiency",
-                  f"{100 * d['scaling_efficiency']:.1f} % (vs {ref.get('gpus')} GPUs)")
+        t.add_row(
+            "scaling efficiency",
+            f"{100 * d['scaling_efficiency']:.1f} % (vs {ref.get('gpus')} GPUs)",
+        )
     fit = "fits" if d["fits"] else "[red]does NOT fit[/red]"
     t.add_row("memory per GPU", f"{d['memory_gb_per_gpu']:.1f} GB ({fit})")
     console.print(t)
@@ -154,11 +157,17 @@ def print_simulation(d: dict[str, Any], console: Console) -> None:
     b.add_column("seconds", justify="right")
     b.add_column("share", justify="right")
     step = d["step_time_s"]
-    labels = {"compute": "compute (busy)", "optimizer": "optimizer (busy)",
-              "comm_tp": "exposed TP comm", "comm_cp": "exposed CP comm",
-              "comm_dp": "exposed DP comm", "comm_pp": "exposed PP comm",
-              "pp_bubble": "pipeline bubble", "data_stall": "data-loader stall",
-              "imbalance": "waiting on other stages"}
+    labels = {
+        "compute": "compute (busy)",
+        "optimizer": "optimizer (busy)",
+        "comm_tp": "exposed TP comm",
+        "comm_cp": "exposed CP comm",
+        "comm_dp": "exposed DP comm",
+        "comm_pp": "exposed PP comm",
+        "pp_bubble": "pipeline bubble",
+        "data_stall": "data-loader stall",
+        "imbalance": "waiting on other stages",
+    }
     for k, v in d["breakdown_s"].items():
         if v > 0 or k in ("compute",):
             b.add_row(labels.get(k, k), f"{v:.3f}", f"{100 * v / step:.1f} %")

@@ -60,14 +60,24 @@ def step_comm(rs: ResolvedScenario, stage: int = 0) -> list[CommItem]:
             if op.kind != "collective" or op.group is None:
                 continue
             size = rs.tp if op.group == "tp" else rs.cp
-            items.append(CommItem(op.group, op.collective, op.msg_bytes, count * m, size,
-                                  "forward"))
+            items.append(
+                CommItem(op.group, op.collective, op.msg_bytes, count * m, size, "forward")
+            )
             back = {"all_gather": "reduce_scatter", "reduce_scatter": "all_gather"}
-            items.append(CommItem(op.group, back.get(op.collective, op.collective),
-                                  op.msg_bytes, count * m, size, "backward"))
+            items.append(
+                CommItem(
+                    op.group,
+                    back.get(op.collective, op.collective),
+                    op.msg_bytes,
+                    count * m,
+                    size,
+                    "backward",
+                )
+            )
             if recomputed and recompute_full and op.name.startswith(("tp_", "cp_")):
-                items.append(CommItem(op.group, op.collective, op.msg_bytes, count * m, size,
-                                      "recompute"))
+                items.append(
+                    CommItem(op.group, op.collective, op.msg_bytes, count * m, size, "recompute")
+                )
 
     # Full recomputation re-runs the transformer layers' forward pass only (as in
     # model.recompute_flops_per_token); the embedding and the logits/loss are not recomputed.
@@ -95,14 +105,22 @@ def step_comm(rs: ResolvedScenario, stage: int = 0) -> list[CommItem]:
         else:
             for b in dp_buckets(rs, stage):
                 # ZeRO-3/FSDP keep no full gradient: every micro-batch's is reduce-scattered.
-                items.append(CommItem("dp", "reduce_scatter", b, 1 if z < 3 else m, n,
-                                      "backward"))
+                items.append(CommItem("dp", "reduce_scatter", b, 1 if z < 3 else m, n, "backward"))
             if n < rs.dp:  # hybrid sharding: then all-reduce the shard across replicas
-                items.append(CommItem("dp", "all_reduce", params * g / n, 1, rs.dp // n,
-                                      "backward"))
+                items.append(
+                    CommItem("dp", "all_reduce", params * g / n, 1, rs.dp // n, "backward")
+                )
             gathers = 1.0 if z < 3 else 2.0 * m  # ZeRO-3: before forward and before backward
-            items.append(CommItem("dp", "all_gather", params * 2.0, gathers, n,
-                                  "step" if z < 3 else "forward+backward"))
+            items.append(
+                CommItem(
+                    "dp",
+                    "all_gather",
+                    params * 2.0,
+                    gathers,
+                    n,
+                    "step" if z < 3 else "forward+backward",
+                )
+            )
     return items
 
 

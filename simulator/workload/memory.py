@@ -34,8 +34,12 @@ class StageMemory:
     @property
     def total_gb(self) -> float:
         return (
-            self.weights_gb + self.gradients_gb + self.optimizer_gb + self.activations_gb
-            + self.gathered_params_gb + self.reserve_gb
+            self.weights_gb
+            + self.gradients_gb
+            + self.optimizer_gb
+            + self.activations_gb
+            + self.gathered_params_gb
+            + self.reserve_gb
         )
 
     def as_dict(self) -> dict[str, float]:

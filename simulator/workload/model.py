@@ -32,7 +32,10 @@ class ParamBreakdown:
     @property
     def total(self) -> int:
         return (
-            self.embedding + self.positions + self.layers * self.per_layer + self.final_norm
+            self.embedding
+            + self.positions
+            + self.layers * self.per_layer
+            + self.final_norm
             + self.lm_head
         )
 
@@ -108,6 +111,10 @@ def hardware_flops_per_token(m: ModelSpec, seq_len: int, recompute: str) -> floa
 def megatron_sc21_flops(batch: int, seq: int, layers: int, hidden: int, vocab: int) -> float:
     """The SC21 paper's FLOPs per iteration (with full recomputation), for comparison."""
     return (
-        96.0 * batch * seq * layers * hidden**2
+        96.0
+        * batch
+        * seq
+        * layers
+        * hidden**2
         * (1 + seq / (6.0 * hidden) + vocab / (16.0 * layers * hidden))
     )

@@ -67,8 +67,15 @@ def layer_ops(rs: ResolvedScenario) -> list[Op]:
     ]
     if rs.cp > 1:
         kv_bytes = 2 * T * kv * a / t
-        ops.append(Op("cp_kv_gather", "collective", collective="all_gather", group="cp",
-                      msg_bytes=kv_bytes * rs.cp))
+        ops.append(
+            Op(
+                "cp_kv_gather",
+                "collective",
+                collective="all_gather",
+                group="cp",
+                msg_bytes=kv_bytes * rs.cp,
+            )
+        )
     core = attention_core_flops_per_token(m, s) * T / t
     qkvo_bytes = T * (2 * h + 2 * kv) * a / t
     if rs.training.flash_attention:
@@ -119,19 +126,29 @@ def head_ops(rs: ResolvedScenario) -> list[Op]:
         Op("cross_entropy", "memory", bytes=T * m.vocab / t * (ACT_BYTES + 4 + 4)),
     ]
     if t > 1:
-        ops.append(Op("tp_loss_stats", "collective", collective="all_reduce", group="tp",
-                      msg_bytes=T * 4 * 2))
+        ops.append(
+            Op(
+                "tp_loss_stats",
+                "collective",
+                collective="all_reduce",
+                group="tp",
+                msg_bytes=T * 4 * 2,
+            )
+        )
     return ops
 
 
 def backward_op(op: Op) -> Op:
     """The backward counterpart of a forward operation."""
     if op.kind == "collective":
-        mirror: dict[str, CollKind] = {"all_gather": "reduce_scatter",
-                                       "reduce_scatter": "all_gather"}
+        mirror: dict[str, CollKind] = {
+            "all_gather": "reduce_scatter",
+            "reduce_scatter": "all_gather",
+        }
         coll = mirror.get(op.collective or "", op.collective)
-        return Op(op.name + "_bwd", "collective", collective=coll, group=op.group,
-                  msg_bytes=op.msg_bytes)
+        return Op(
+            op.name + "_bwd", "collective", collective=coll, group=op.group, msg_bytes=op.msg_bytes
+        )
     return Op(op.name + "_bwd", op.kind, flops=2 * op.flops, bytes=2 * op.bytes)
 
 

@@ -37,16 +37,31 @@ PRESETS: dict[str, ModelSpec] = {
     ),
     # Meta, "The Llama 3 Herd of Models" (2024), Table 3; sizes from the released checkpoints.
     "llama3-8b": ModelSpec(
-        name="llama3-8b", layers=32, hidden=4096, heads=32, ffn_hidden=14336,
-        published_params=8.03e9, **_LLAMA3,  # type: ignore[arg-type]
+        name="llama3-8b",
+        layers=32,
+        hidden=4096,
+        heads=32,
+        ffn_hidden=14336,
+        published_params=8.03e9,
+        **_LLAMA3,  # type: ignore[arg-type]
     ),
     "llama3-70b": ModelSpec(
-        name="llama3-70b", layers=80, hidden=8192, heads=64, ffn_hidden=28672,
-        published_params=70.6e9, **_LLAMA3,  # type: ignore[arg-type]
+        name="llama3-70b",
+        layers=80,
+        hidden=8192,
+        heads=64,
+        ffn_hidden=28672,
+        published_params=70.6e9,
+        **_LLAMA3,  # type: ignore[arg-type]
     ),
     "llama3-405b": ModelSpec(
-        name="llama3-405b", layers=126, hidden=16384, heads=128, ffn_hidden=53248,
-        published_params=405e9, **_LLAMA3,  # type: ignore[arg-type]
+        name="llama3-405b",
+        layers=126,
+        hidden=16384,
+        heads=128,
+        ffn_hidden=53248,
+        published_params=405e9,
+        **_LLAMA3,  # type: ignore[arg-type]
     ),
 }
 
@@ -67,6 +82,10 @@ MEGATRON_SC21 = [
 for _b, _heads, _hidden, _layers in MEGATRON_SC21:
     _name = "megatron-1t" if _b >= 1000 else f"megatron-{_b}b"
     PRESETS[_name] = ModelSpec(
-        name=_name, layers=_layers, hidden=_hidden, heads=_heads,
-        published_params=_b * 1e9, **_MEGATRON,  # type: ignore[arg-type]
+        name=_name,
+        layers=_layers,
+        hidden=_hidden,
+        heads=_heads,
+        published_params=_b * 1e9,
+        **_MEGATRON,  # type: ignore[arg-type]
     )
