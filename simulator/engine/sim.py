@@ -463,14 +463,19 @@ class Simulation:
                     hook_after(i)
 
         # ZeRO-1/2: the parameter all-gather after the previous optimizer step runs while this
-        # step starts; each layer's first forward waits for its own piece.
+        # step starts, in buckets of dp_bucket_mb as Megatron's distributed optimizer does; each
+        # layer's first forward waits for the bucket that holds its parameters.
         prefetched: dict[int, list[simpy.Event]] = {}
         if dp_on and self.z in (1, 2) and self.ov.param_gather:
+            layer_bytes = self.layer_params * 2.0
+            per_bucket = max(1, int(rs.parallelism.dp_bucket_mb * 1e6 // layer_bytes))
             for chunk in range(self.v):
-                prefetched[chunk] = [
-                    gather_now(self.layer_params * 2.0)
-                    for _ in range(self._chunk_layers[stage][chunk])
-                ]
+                n_layers = self._chunk_layers[stage][chunk]
+                events: list[simpy.Event] = []
+                for first in range(0, n_layers, per_bucket):
+                    count = min(per_bucket, n_layers - first)
+                    events += [gather_now(layer_bytes * count)] * count
+                prefetched[chunk] = events
         for kind, mb, ch in order:
             t_pass = env.now
             # 1. wait for the input of this pass
