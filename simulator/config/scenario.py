@@ -178,6 +178,20 @@ class ResolvedScenario(BaseModel):
         """Micro-batches per step per pipeline (gradient-accumulation steps)."""
         return self.training.global_batch // (self.dp * self.training.micro_batch)
 
+    def layout(self) -> dict[str, Any]:
+        """The parallel layout in a few plain figures (for reports)."""
+        par = self.parallelism
+        return {
+            "dp": self.dp,
+            "tp": self.tp,
+            "pp": self.pp,
+            "cp": self.cp,
+            "micro_batches": self.micro_batches,
+            "schedule": par.pp_schedule.kind,
+            "zero_stage": par.zero_stage,
+            "recompute": par.recompute,
+        }
+
     def stage_layers(self) -> list[int]:
         """Transformer layers held by each pipeline rank (all its virtual chunks together)."""
         if self.parallelism.stage_layers is not None:
