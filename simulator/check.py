@@ -22,10 +22,6 @@ from .workload.model import (
 class Lever:
     change: list[str]  # --set expressions
     peak_gb: float
-    fits: bool
-
-    def describe(self) -> str:
-        return " and ".join(self.change)
 
 
 @dataclass
@@ -116,7 +112,7 @@ def find_levers(rs: ResolvedScenario, limit: int = 5) -> list[Lever]:
                 continue
             rep = memory_report(alt)
             if rep.fits:
-                found.append(Lever(list(combo), rep.peak.total_gb, True))
+                found.append(Lever(list(combo), rep.peak.total_gb))
         if found:
             break
     return found[:limit]

@@ -14,6 +14,7 @@ network at run time.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from ..config.hardware import GPUProfile
 from ..workload.ops import Op
@@ -34,16 +35,19 @@ class Item:
 
 @dataclass
 class Program:
+    """Built once, then run many times: its summaries are computed on first use."""
+
     items: list[Item] = field(default_factory=list)
 
-    @property
+    @cached_property
     def analytic(self) -> bool:
         return all(i.kind == "span" for i in self.items)
 
-    @property
+    @cached_property
     def duration(self) -> float:
         return sum(i.dur for i in self.items)
 
+    @cached_property
     def categories(self) -> dict[str, float]:
         out: dict[str, float] = {}
         for i in self.items:
@@ -53,6 +57,8 @@ class Program:
 
     def extend(self, other: Program) -> None:
         self.items.extend(other.items)
+        for name in ("analytic", "duration", "categories"):
+            self.__dict__.pop(name, None)
 
 
 class OpTimer:

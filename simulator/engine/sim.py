@@ -30,7 +30,7 @@ from ..workload.comm import grad_bytes_per_param, pp_message_bytes
 from ..workload.memory import shard_group
 from ..workload.model import param_breakdown
 from ..workload.ops import backward_ops, embedding_ops, head_ops, layer_ops
-from .compute import Item, OpTimer, Program, build_program
+from .compute import OpTimer, Program, build_program
 from .schedule import schedule
 
 CATEGORIES = (
@@ -95,7 +95,6 @@ class Simulation:
         self.ov = rs.parallelism.overlap
         self.tracing = trace
         self.trace: list[dict[str, Any]] = []
-        self.events = 0
         self.fabric_tier = self.topo.fabric_tier()
         self.network_tier = self.topo.network_tier()
         if full:
@@ -174,9 +173,6 @@ class Simulation:
                 mult = 1.0
             out.append((key, frac * mult))
         return out
-
-    def _group_kind(self, kind: str) -> str:
-        return kind
 
     def _uses_fabric(self, kind: str) -> bool:
         rep = self.ranks[0]
@@ -426,7 +422,7 @@ class Simulation:
                 total = prog.duration * reps
                 if total > 0:
                     yield env.timeout(total)
-                for cat, dt in prog.categories().items():
+                for cat, dt in prog.categories.items():
                     acc[cat] += dt * reps
                 if self.tracing:
                     self._trace_program(rank, prog, reps, t0)
@@ -477,13 +473,10 @@ class Simulation:
                     events += [gather_now(layer_bytes * count)] * count
                 prefetched[chunk] = events
         for kind, mb, ch in order:
-            t_pass = env.now
             # 1. wait for the input of this pass
             if kind == "F":
-                src_stage, src_chunk = (stage - 1, ch) if stage > 0 else (self.p - 1, ch - 1)
                 needs = not (stage == 0 and ch == 0)
             else:
-                src_stage, src_chunk = (stage + 1, ch) if stage < self.p - 1 else (0, ch + 1)
                 needs = not (stage == self.p - 1 and ch == self.v - 1)
             if needs:
                 key = self._recv_key(kind, mb, ch, rank)
@@ -497,7 +490,6 @@ class Simulation:
                     split = min(max(sent, t0), env.now)
                     acc["pp_bubble"] += split - t0
                     acc["comm_pp"] += env.now - split
-            del src_stage, src_chunk
             layers = self._chunk_layers[stage][ch]
             t_compute = env.now
             # 2. the pass itself
@@ -539,7 +531,6 @@ class Simulation:
                 t_compute,
                 env.now - t_compute,
             )
-            del t_pass
             # 3. send the output onward
             if kind == "F" and not (stage == self.p - 1 and ch == self.v - 1):
                 dst_stage, dst_chunk = (stage + 1, ch) if stage < self.p - 1 else (0, ch + 1)
@@ -755,4 +746,4 @@ def run_engine(rs: ResolvedScenario, full: bool = False, trace: bool = False) ->
     return Simulation(rs, full=full, trace=trace).run()
 
 
-__all__ = ["BUSY", "CATEGORIES", "EngineResult", "Item", "RankResult", "run_engine"]
+__all__ = ["BUSY", "CATEGORIES", "EngineResult", "RankResult", "run_engine"]

@@ -45,7 +45,6 @@ class FlowNetwork:
         self.env = env
         self._capacity = capacity
         self.links: dict[Hashable, Link] = {}
-        self.events = 0
 
     def link(self, key: Hashable) -> Link:
         ln = self.links.get(key)
@@ -96,7 +95,6 @@ class FlowNetwork:
             rest = f.remaining if f.remaining > 1e-9 * f.nbytes else 0.0
             delay = rest / rate
             ev = self.env.timeout(delay)
-            self.events += 1
             ev.callbacks.append(self._finisher(f, f.version))
 
     def _finisher(self, flow: Flow, version: int) -> Callable[[simpy.Event], None]:

@@ -23,8 +23,6 @@ from .collectives import GroupShape, TierLink
 
 LinkKey = tuple
 
-GROUP_KINDS = ("tp", "cp", "dp", "pp")
-
 
 @dataclass(frozen=True)
 class Layout:

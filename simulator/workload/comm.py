@@ -126,7 +126,6 @@ def step_comm(rs: ResolvedScenario, stage: int = 0) -> list[CommItem]:
 
 def comm_summary(rs: ResolvedScenario) -> dict[str, float]:
     """Bytes each rank of the busiest stage moves per step, by group."""
-    out: dict[str, float] = {}
     best: dict[str, float] = {}
     for stage in range(rs.pp):
         per: dict[str, float] = {}
@@ -134,5 +133,4 @@ def comm_summary(rs: ResolvedScenario) -> dict[str, float]:
             per[it.group] = per.get(it.group, 0.0) + it.total_bytes
         for k, v in per.items():
             best[k] = max(best.get(k, 0.0), v)
-    out.update(best)
-    return out
+    return best
