@@ -55,6 +55,15 @@ def _beats(hb: Path) -> dict[int, dict]:
     return out
 
 
+def _failure(beats: dict[int, dict], rank: int, what: str) -> ProbeFailed:
+    """A ProbeFailed naming the phase (and detail) rank last reported in its heartbeat."""
+    phase = beats.get(rank, {}).get("phase", "start-up")
+    detail = beats.get(rank, {}).get("detail", "")
+    return ProbeFailed(
+        f"{what} in phase '{phase}'" + (f" ({detail})" if detail else ""), rank, phase
+    )
+
+
 def launch(
     out: Path,
     nproc: int,
@@ -115,14 +124,7 @@ def launch(
             bad = {r: c for r, c in codes.items() if c not in (None, 0)}
             if bad:
                 r = min(bad)
-                phase = beats.get(r, {}).get("phase", "start-up")
-                detail = beats.get(r, {}).get("detail", "")
-                failure = ProbeFailed(
-                    f"rank {r} died (exit code {bad[r]}) in phase '{phase}'"
-                    + (f" ({detail})" if detail else ""),
-                    r,
-                    phase,
-                )
+                failure = _failure(beats, r, f"rank {r} died (exit code {bad[r]})")
                 break
             if all(c == 0 for c in codes.values()):
                 break
@@ -140,14 +142,7 @@ def launch(
                         beats.get(q, {}).get("progress", 0),
                     ),
                 )
-                phase = beats.get(r, {}).get("phase", "start-up")
-                detail = beats.get(r, {}).get("detail", "")
-                failure = ProbeFailed(
-                    f"no progress for {timeout:g} s: rank {r} hung in phase '{phase}'"
-                    + (f" ({detail})" if detail else ""),
-                    r,
-                    phase,
-                )
+                failure = _failure(beats, r, f"no progress for {timeout:g} s: rank {r} hung")
                 break
             time.sleep(0.1)
     finally:
