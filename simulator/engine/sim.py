@@ -15,6 +15,7 @@ categories = wall time.
 
 from __future__ import annotations
 
+import gc
 import math
 from collections.abc import Generator
 from dataclasses import dataclass, field
@@ -30,6 +31,7 @@ from ..workload.comm import grad_bytes_per_param, pp_message_bytes
 from ..workload.memory import shard_group
 from ..workload.model import param_breakdown
 from ..workload.ops import backward_ops, embedding_ops, head_ops, layer_ops
+from .comm import Comm, Job, Stream
 from .compute import OpTimer, Program, build_program
 from .schedule import schedule
 
@@ -68,17 +70,6 @@ class EngineResult:
     loader_done: float
 
 
-class _Coll:
-    __slots__ = ("n", "arrived", "go", "finished", "done")
-
-    def __init__(self, env: simpy.Environment, n: int) -> None:
-        self.n = n
-        self.arrived = 0
-        self.finished = 0
-        self.go = env.event()
-        self.done = env.event()
-
-
 class Simulation:
     def __init__(self, rs: ResolvedScenario, full: bool = False, trace: bool = False) -> None:
         self.rs = rs
@@ -102,12 +93,12 @@ class Simulation:
         else:
             self.ranks = [self.lay.rank(0, 0, 0, s) for s in range(self.p)]
         self.results = {r: RankResult(r, self.lay.coords(r)[3]) for r in self.ranks}
-        self._colls: dict[tuple, _Coll] = {}
-        self._seq: dict[tuple[int, str], int] = {}
-        self._tails: dict[tuple[int, str], simpy.Event | None] = {}
-        self._recv: dict[tuple, simpy.Event] = {}
+        self._streams: dict[tuple[int, str], Stream] = {}
+        self._recv: dict[tuple, simpy.Event] = {}  # a receiver waiting for this input
+        self._arrived: set[tuple] = set()  # inputs delivered before their receiver asked
         self._sent_at: dict[tuple, float] = {}
         self._weights = self._symmetric_weights()
+        self.comm = Comm(self.env, self.topo, self.net, full, self._link_weights)
         self._analytic = self._analytic_groups()
         self._build_programs()
         self._chunk_layers = self._split_chunks()
@@ -290,77 +281,21 @@ class Simulation:
             ev.setdefault("args", {}).update(args)
         self.trace.append(ev)
 
-    def _stream_job(self, rank: int, stream: str, gen_fn: Any, name: str) -> simpy.Event:
-        """Queue a job on a rank's communication stream; returns its completion event."""
-        key = (rank, stream)
-        prev = self._tails.get(key)
+    def _submit(self, rank: int, stream: str, job: Job) -> Job:
+        """Queue ``job`` on one of ``rank``'s communication streams."""
+        if job.done:
+            return job
+        st = self._streams.get((rank, stream))
+        if st is None:
+            emit = self._emit if self.tracing else None
+            st = self._streams[(rank, stream)] = Stream(self.env, rank, stream, emit)
+        return st.submit(job)
 
-        def job() -> Generator:
-            if prev is not None and not prev.processed:
-                yield prev
-            t0 = self.env.now
-            yield from gen_fn()
-            self._emit(rank, stream.split(":")[0], name, t0, self.env.now - t0)
-
-        proc = self.env.process(job())
-        self._tails[key] = proc
-        return proc
-
-    def collective(self, rank: int, kind: str, coll: str, size: float) -> Generator:
-        """Run one collective for ``rank`` through the flow network."""
-        if size <= 0:
-            return
-        shape = self.topo.shape(rank, kind)
-        if shape.n <= 1:
-            return
-        inst = None
-        if self.full:
-            seq = self._seq.get((rank, kind), 0)
-            self._seq[(rank, kind)] = seq + 1
-            leader = self.topo.leader(rank, kind)
-            key = (kind, leader, seq)
-            inst = self._colls.get(key)
-            if inst is None:
-                inst = self._colls[key] = _Coll(self.env, shape.n)
-            inst.arrived += 1
-            if inst.arrived == inst.n:
-                inst.go.succeed()
-            yield inst.go
-        # The algorithm is chosen on the group's own view of the network: a group that spans
-        # leaves sees the oversubscribed up-links its traffic crosses.
-        _algo, phases, _t = choose(
-            coll,  # type: ignore[arg-type]
-            shape,
-            size,
-            self.fabric_tier,  # type: ignore[arg-type]
-            self.topo.network_tier(rank, kind),
-        )
-        for ph in phases:
-            if ph.latency > 0:
-                yield self.env.timeout(ph.latency)
-            if ph.tier == "fabric":
-                links = [(k, 1.0) for k in self.topo.fabric_links(rank)]
-            else:
-                links = self.topo.network_links(rank, kind)
-            yield self.net.transfer(self._link_weights(rank, links), ph.wire_bytes)
-        if inst is not None:
-            inst.finished += 1
-            if inst.finished == inst.n:
-                self._colls.pop(
-                    (kind, self.topo.leader(rank, kind), self._seq[(rank, kind)] - 1), None
-                )
-                inst.done.succeed()
-            yield inst.done
-
-    def p2p(self, src: int, dst: int, size: float) -> Generator:
-        alpha = self.topo.fabric_alpha
-        if self.lay.node(src) == self.lay.node(dst):
-            links = [(k, 1.0) for k in self.topo.fabric_links(src)]
-        else:
-            alpha = self.topo.net_alpha
-            links = self.topo.network_links(src, "pp", peer=dst)
-        yield self.env.timeout(alpha)
-        yield self.net.transfer(self._link_weights(src, links), size)
+    def _wait(self, job: Job) -> Generator:
+        """Wait (in a rank's process) until ``job`` is done."""
+        ev = job.event(self.env)
+        if ev is not None:
+            yield ev
 
     # -- the rank process ---------------------------------------------------------------------
     def run_rank(self, rank: int) -> Generator:
@@ -376,7 +311,7 @@ class Simulation:
         grad_b = grad_bytes_per_param(rs)
         bucket_target = rs.parallelism.dp_bucket_mb * 1e6
         pending_grads = 0.0
-        dp_jobs: list[simpy.Event] = []
+        dp_jobs: list[Job] = []
         last_b = {ch: None for ch in range(self.v)}
         for kind, mb, ch in order:
             if kind == "B":
@@ -391,27 +326,13 @@ class Simulation:
 
         def launch_dp(nbytes: float) -> None:
             coll = "all_reduce" if self.z == 0 else "reduce_scatter"
-            dp_jobs.append(
-                self._stream_job(
-                    rank,
-                    "dp",
-                    lambda: self.collective(rank, gather_kind, coll, nbytes),
-                    f"{coll} {nbytes / 1e6:.0f} MB",
-                )
-            )
+            label = lambda: f"{coll} {nbytes / 1e6:.0f} MB"  # noqa: E731
+            job = self.comm.collective(rank, gather_kind, coll, nbytes, label)
+            dp_jobs.append(self._submit(rank, "dp", job))
 
-        def gather_now(nbytes: float) -> simpy.Event:
-            return self._stream_job(
-                rank,
-                "dp",
-                lambda: self.collective(rank, gather_kind, "all_gather", nbytes),
-                "param all_gather",
-            )
-
-        def gather(nbytes: float, label: str) -> simpy.Event:
-            return self._stream_job(
-                rank, "dp", lambda: self.collective(rank, gather_kind, "all_gather", nbytes), label
-            )
+        def gather(nbytes: float, label: str) -> Job:
+            job = self.comm.collective(rank, gather_kind, "all_gather", nbytes, label)
+            return self._submit(rank, "dp", job)
 
         def run_items(prog: Program, reps: int, name: str) -> Generator:
             """Run a program ``reps`` times; analytic programs are one timeout."""
@@ -441,7 +362,11 @@ class Simulation:
                             it.dur,
                         )
                     else:
-                        yield from self.collective(rank, it.group or "tp", it.coll or "", it.size)
+                        job = self.comm.collective(rank, it.group or "tp", it.coll or "", it.size)
+                        if not job.done:
+                            assert job.start is not None
+                            job.start(job)  # on the compute stream: runs now
+                            yield from self._wait(job)
                         mark(f"comm_{it.group}", t0)
                         self._emit(rank, it.group or "tp", it.name, t0, env.now - t0)
 
@@ -451,27 +376,44 @@ class Simulation:
             if hook_before is None and hook_after is None:
                 yield from run_items(prog, layers, name)
                 return
+            # Layer by layer: the hooks wait for parameters or launch gradient buckets.
+            analytic = prog.analytic
+            dur = prog.duration
+            cats = prog.categories.items()
             for i in range(layers):
                 if hook_before is not None:
-                    yield from hook_before(i)
-                yield from run_items(prog, 1, name)
+                    ev = hook_before(i)
+                    if ev is not None:
+                        t0 = env.now
+                        yield ev
+                        acc["comm_dp"] += env.now - t0
+                if analytic:
+                    t0 = env.now
+                    if dur > 0:
+                        yield env.timeout(dur)
+                    for cat, dt in cats:
+                        acc[cat] += dt
+                    if self.tracing:
+                        self._trace_program(rank, prog, 1, t0)
+                else:
+                    yield from run_items(prog, 1, name)
                 if hook_after is not None:
                     hook_after(i)
 
         # ZeRO-1/2: the parameter all-gather after the previous optimizer step runs while this
         # step starts, in buckets of dp_bucket_mb as Megatron's distributed optimizer does; each
         # layer's first forward waits for the bucket that holds its parameters.
-        prefetched: dict[int, list[simpy.Event]] = {}
+        prefetched: dict[int, list[Job]] = {}
         if dp_on and self.z in (1, 2) and self.ov.param_gather:
             layer_bytes = self.layer_params * 2.0
             per_bucket = max(1, int(rs.parallelism.dp_bucket_mb * 1e6 // layer_bytes))
             for chunk in range(self.v):
                 n_layers = self._chunk_layers[stage][chunk]
-                events: list[simpy.Event] = []
+                jobs: list[Job] = []
                 for first in range(0, n_layers, per_bucket):
                     count = min(per_bucket, n_layers - first)
-                    events += [gather_now(layer_bytes * count)] * count
-                prefetched[chunk] = events
+                    jobs += [gather(layer_bytes * count, "param all_gather")] * count
+                prefetched[chunk] = jobs
         for kind, mb, ch in order:
             # 1. wait for the input of this pass
             if kind == "F":
@@ -480,11 +422,11 @@ class Simulation:
                 needs = not (stage == self.p - 1 and ch == self.v - 1)
             if needs:
                 key = self._recv_key(kind, mb, ch, rank)
-                ev = self._recv.get(key)
-                if ev is None:
-                    ev = self._recv[key] = env.event()
-                if not ev.processed:
+                if key in self._arrived:
+                    self._arrived.discard(key)
+                else:
                     t0 = env.now
+                    ev = self._recv[key] = env.event()
                     yield ev
                     sent = self._sent_at.get(key, t0)
                     split = min(max(sent, t0), env.now)
@@ -498,9 +440,9 @@ class Simulation:
                     yield from run_items(self.p_emb_f, 1, "embedding")
                 before = None
                 if dp_on and self.z >= 3:
-                    before = self._gather_hook(rank, acc, gather, layers)
+                    before = self._gather_hook(gather, layers)
                 elif ch in prefetched and ch not in first_f_done:
-                    before = self._wait_hook(acc, prefetched[ch])
+                    before = self._wait_hook(prefetched[ch])
                 first_f_done.add(ch)
                 yield from layer_pass(self.p_fwd, layers, before, None, "fwd")
                 if stage == self.p - 1 and ch == self.v - 1:
@@ -511,7 +453,7 @@ class Simulation:
                 before = None
                 after = None
                 if dp_on and self.z >= 3:
-                    before = self._gather_hook(rank, acc, gather, layers)
+                    before = self._gather_hook(gather, layers)
                 if dp_on and self.ov.dp_grad and (grads_every_mb or mb == last_b[ch]):
 
                     def after(i: int) -> None:
@@ -561,18 +503,13 @@ class Simulation:
                     * grad_b
                     / self.shard_n
                 )
-                dp_jobs.append(
-                    self._stream_job(
-                        rank,
-                        "dp",
-                        lambda: self.collective(rank, "dp_rep", "all_reduce", total),
-                        "replica all_reduce",
-                    )
+                job = self.comm.collective(
+                    rank, "dp_rep", "all_reduce", total, "replica all_reduce"
                 )
+                dp_jobs.append(self._submit(rank, "dp", job))
             t0 = env.now
             for job in dp_jobs:
-                if not job.processed:
-                    yield job
+                yield from self._wait(job)
             mark("comm_dp", t0)
         # 5. optimizer step over this rank's shard, then (ZeRO-1/2 without overlap) the gather
         params = sum(self._chunk_layers[stage]) * self.layer_params + self.extra_params.get(
@@ -586,39 +523,28 @@ class Simulation:
         self._emit(rank, "compute", "optimizer", t0, t_opt)
         if dp_on and self.z in (1, 2) and not self.ov.param_gather:
             t0 = env.now
-            yield gather(params * 2.0, "param all_gather")
+            yield from self._wait(gather(params * 2.0, "param all_gather"))
             mark("comm_dp", t0)
         res.finish = env.now
 
-    def _gather_hook(self, rank: int, acc: dict[str, float], gather: Any, layers: int) -> Any:
-        """Before each layer: wait for its parameters (prefetched one layer ahead)."""
+    def _gather_hook(self, gather: Any, layers: int) -> Any:
+        """Before each layer: the event its parameters arrive by (None if they have), with the
+        next layer's gather queued behind it (prefetch one layer ahead)."""
         size = self.layer_params * 2.0
-        pending: dict[int, simpy.Event] = {}
+        pending: dict[int, Job] = {}
 
-        def hook(i: int) -> Generator:
+        def hook(i: int) -> simpy.Event | None:
             if i == 0:
                 pending[0] = gather(size, "layer all_gather")
             if i + 1 < layers:
                 pending[i + 1] = gather(size, "layer all_gather")
-            ev = pending.pop(i)
-            if not ev.processed:
-                t0 = self.env.now
-                yield ev
-                acc["comm_dp"] += self.env.now - t0
+            return pending.pop(i).event(self.env)
 
         return hook
 
-    def _wait_hook(self, acc: dict[str, float], events: list[simpy.Event]) -> Any:
-        """Before each layer: wait for its prefetched parameters."""
-
-        def hook(i: int) -> Generator:
-            ev = events[i]
-            if not ev.processed:
-                t0 = self.env.now
-                yield ev
-                acc["comm_dp"] += self.env.now - t0
-
-        return hook
+    def _wait_hook(self, jobs: list[Job]) -> Any:
+        """Before each layer: the event its prefetched parameters arrive by (or None)."""
+        return lambda i: jobs[i].event(self.env)
 
     def _optimizer_time(self, shard_params: float) -> float:
         tr = self.rs.training
@@ -639,18 +565,22 @@ class Simulation:
         t, c, d, _ = self.lay.coords(rank)
         dst = self.lay.rank(t, c, d, dst_stage)
         key = self._recv_key(kind, mb, chunk, dst)
-        ev = self._recv.get(key)
-        if ev is None:
-            ev = self._recv[key] = self.env.event()
         stream = "pp-fwd" if kind == "F" else "pp-bwd"
         sent_at = self._sent_at
+        env = self.env
 
-        def job() -> Generator:
-            sent_at[key] = self.env.now
-            yield from self.p2p(rank, dst, size)
-            ev.succeed()
+        def started() -> None:
+            sent_at[key] = env.now
 
-        self._stream_job(rank, stream, job, f"send {kind}{mb} → stage {dst_stage}")
+        def delivered() -> None:
+            ev = self._recv.pop(key, None)
+            if ev is None:
+                self._arrived.add(key)
+            else:
+                ev.succeed()
+
+        label = lambda: f"send {kind}{mb} → stage {dst_stage}"  # noqa: E731
+        self._submit(rank, stream, self.comm.send(rank, dst, size, started, delivered, label))
 
     # -- data loader --------------------------------------------------------------------------
     def loader(self) -> Generator:
@@ -689,7 +619,16 @@ class Simulation:
         self.loader_done = 0.0
         procs = [self.env.process(self.run_rank(r)) for r in self.ranks]
         self.env.process(self.loader())
-        self.env.run()
+        # The run allocates millions of short-lived objects (events, flows, jobs) that
+        # reference counting frees; the cyclic collector would rescan the live heap again and
+        # again and doubles the run time. Nothing here leaves garbage cycles worth waiting for.
+        gc_was_on = gc.isenabled()
+        gc.disable()
+        try:
+            self.env.run()
+        finally:
+            if gc_was_on:
+                gc.enable()
         for p in procs:
             if not p.processed:
                 raise RuntimeError("simulation deadlocked: a rank never finished")

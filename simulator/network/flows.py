@@ -3,9 +3,12 @@
 Each link divides its capacity equally among the flows on it, counting a flow of weight w as w
 flows (in symmetric mode one simulated flow stands for w identical ones, and its bytes are those
 of one of them). A flow moves at the smallest share among the links it crosses: capacity / total
-weight on the link. Whenever a flow starts or ends, the rates of the
-flows sharing a link with it are recomputed and their completions rescheduled; stale completion
+weight on the link. Whenever a flow starts or ends, the rates of the flows sharing a link with it
+whose bottleneck changed are recomputed and their completions rescheduled; stale completion
 events are recognised by a version number and ignored.
+
+:meth:`FlowNetwork.start` calls a plain callback when a flow is done (the engine's streams are
+callback-driven); :meth:`FlowNetwork.transfer` returns a SimPy event instead.
 """
 
 from __future__ import annotations
@@ -14,30 +17,55 @@ from collections.abc import Callable, Hashable, Iterable
 from typing import Any
 
 import simpy
+from simpy.events import NORMAL, Timeout
 
 
 class Link:
-    __slots__ = ("key", "capacity", "flows", "weight", "busy_bytes")
+    __slots__ = ("key", "capacity", "flows", "weight", "top")
 
     def __init__(self, key: Hashable, capacity: float) -> None:
         self.key = key
         self.capacity = capacity
         self.flows: dict[Flow, None] = {}  # insertion-ordered, so runs are reproducible
         self.weight = 0.0
-        self.busy_bytes = 0.0
+        # No flow on the link is faster than this (an upper bound, reset when the link
+        # empties): a share at or above it slows nobody and frees nobody, so the flows on a
+        # busy link that is nobody's bottleneck need not be scanned.
+        self.top = 0.0
 
 
 class Flow:
-    __slots__ = ("links", "nbytes", "remaining", "weight", "rate", "t_last", "done", "version")
+    __slots__ = ("links", "nbytes", "remaining", "rate", "t_last", "on_done", "version")
 
-    def __init__(self, links: list[tuple[Link, float]], nbytes: float, done: simpy.Event) -> None:
+    def __init__(
+        self, links: list[tuple[Link, float]], nbytes: float, on_done: Callable[[], Any]
+    ) -> None:
         self.links = links
         self.nbytes = nbytes
         self.remaining = nbytes
         self.rate = 0.0
         self.t_last = 0.0
-        self.done = done
+        self.on_done = on_done
         self.version = 0
+
+
+class _Completion(Timeout):
+    """The scheduled end of one flow at one rate (stale once the flow's version moves on)."""
+
+    __slots__ = ("flow", "version")
+
+    def __init__(
+        self, env: simpy.Environment, delay: float, flow: Flow, callback: Callable[[Any], None]
+    ) -> None:
+        # Timeout's own initialisation, inlined as SimPy does: this runs once per flow rate.
+        self.env = env
+        self.callbacks = [callback]
+        self._value = None
+        self._delay = delay
+        self._ok = True
+        self.flow = flow
+        self.version = flow.version
+        env.schedule(self, NORMAL, delay)
 
 
 class FlowNetwork:
@@ -53,68 +81,95 @@ class FlowNetwork:
             self.links[key] = ln
         return ln
 
+    def resolve(self, links: Iterable[tuple[Hashable, float]]) -> list[tuple[Link, float]]:
+        """(key, weight) pairs as (link, weight), for :meth:`start`."""
+        return [(self.link(k), w) for k, w in links]
+
     def transfer(self, links: Iterable[tuple[Hashable, float]], nbytes: float) -> simpy.Event:
         """Move ``nbytes`` across the given links (key, weight); the event fires when done."""
         done = self.env.event()
-        if nbytes <= 0:
-            done.succeed()
-            return done
-        lk = [(self.link(k), w) for k, w in links]
-        if not lk:
-            done.succeed()
-            return done
-        flow = Flow(lk, nbytes, done)
-        flow.t_last = self.env.now
-        slowed: dict[Flow, None] = {}
-        for ln, w in lk:
-            ln.weight += w
-            share = ln.capacity / ln.weight
-            # Only flows now faster than the link's new share slow down; the others keep
-            # their rate (another link is their bottleneck) and their scheduled completion.
-            for f in ln.flows:
-                if f.rate > share * (1 + 1e-12):
-                    slowed[f] = None
-            ln.flows[flow] = None
-        slowed[flow] = None
-        self._rerate(slowed)
+        self.start(self.resolve(links), nbytes, done.succeed)
         return done
+
+    def start(
+        self, links: list[tuple[Link, float]], nbytes: float, on_done: Callable[[], Any]
+    ) -> None:
+        """Move ``nbytes`` across ``links``; ``on_done()`` is called when the last byte is
+        through (never from inside this call: an empty transfer ends through the event
+        queue)."""
+        if nbytes <= 0 or not links:
+            Timeout(self.env, 0.0).callbacks.append(lambda _e: on_done())  # type: ignore[union-attr]
+            return
+        flow = Flow(links, nbytes, on_done)
+        flow.t_last = self.env.now
+        slowed: dict[Flow, None] | None = None
+        for ln, w in links:
+            ln.weight += w
+            if ln.flows and ln.top > ln.capacity / ln.weight:
+                share = ln.capacity / ln.weight
+                # Only flows now faster than the link's new share slow down; the others keep
+                # their rate (another link is their bottleneck) and their scheduled completion.
+                for f in ln.flows:
+                    if f.rate > share * (1 + 1e-12):
+                        if slowed is None:
+                            slowed = {}
+                        slowed[f] = None
+            ln.flows[flow] = None
+        if slowed is None:
+            self._rate(flow, self.env.now)
+        else:
+            slowed[flow] = None
+            self._rerate(slowed)
 
     def _rerate(self, flows: Iterable[Flow]) -> None:
         now = self.env.now
         for f in flows:
-            if f.rate > 0:
-                f.remaining -= f.rate * (now - f.t_last)
-            f.t_last = now
-            rate = min([ln.capacity / ln.weight for ln, _w in f.links])
-            if f.rate > 0 and abs(rate - f.rate) <= 1e-12 * f.rate:
-                continue  # unchanged: its scheduled completion still holds
-            f.version += 1
-            f.rate = rate
-            # What rounding leaves of a flow that is in fact done finishes now, not an ulp
-            # later: identical flows stay in step (full mode keeps a symmetric cluster symmetric).
-            rest = f.remaining if f.remaining > 1e-9 * f.nbytes else 0.0
-            delay = rest / rate
-            ev = self.env.timeout(delay)
-            ev.callbacks.append(self._finisher(f, f.version))
+            self._rate(f, now)
 
-    def _finisher(self, flow: Flow, version: int) -> Callable[[simpy.Event], None]:
-        return lambda _e: self._finish(flow, version)
+    def _rate(self, f: Flow, now: float) -> None:
+        if f.rate > 0:
+            f.remaining -= f.rate * (now - f.t_last)
+        f.t_last = now
+        rate = -1.0
+        for ln, _w in f.links:
+            share = ln.capacity / ln.weight
+            if rate < 0 or share < rate:
+                rate = share
+        if f.rate > 0 and abs(rate - f.rate) <= 1e-12 * f.rate:
+            return  # unchanged: its scheduled completion still holds
+        f.version += 1
+        f.rate = rate
+        for ln, _w in f.links:
+            if rate > ln.top:
+                ln.top = rate
+        # What rounding leaves of a flow that is in fact done finishes now, not an ulp
+        # later: identical flows stay in step (full mode keeps a symmetric cluster symmetric).
+        rest = f.remaining if f.remaining > 1e-9 * f.nbytes else 0.0
+        _Completion(self.env, rest / rate, f, self._finish)
 
-    def _finish(self, flow: Flow, version: int) -> None:
-        if version != flow.version or flow.done.triggered:
-            return
-        freed: dict[Flow, None] = {}
+    def _finish(self, ev: _Completion) -> None:
+        flow: Flow = ev.flow
+        if ev.version != flow.version:
+            return  # stale: the flow was re-rated (or is done)
+        freed: dict[Flow, None] | None = None
         for ln, w in flow.links:
             old_share = ln.capacity / ln.weight
-            ln.flows.pop(flow, None)
+            del ln.flows[flow]
             ln.weight -= w
-            if ln.weight < 1e-12:
+            if not ln.flows:
                 ln.weight = 0.0
+                ln.top = 0.0
+                continue
+            if ln.top < old_share * (1 - 1e-9):
+                continue  # nobody's bottleneck
             # Only flows whose bottleneck was this link can speed up.
             for f in ln.flows:
                 if f.rate >= old_share * (1 - 1e-9):
+                    if freed is None:
+                        freed = {}
                     freed[f] = None
         flow.remaining = 0.0
-        flow.done.succeed()
-        if freed:
+        flow.version = -1
+        if freed is not None:
             self._rerate(freed)
+        flow.on_done()

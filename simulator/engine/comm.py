@@ -1,0 +1,281 @@
+"""Communication streams, collectives and point-to-point sends, driven by callbacks.
+
+A rank's communication stream runs one :class:`Job` at a time in submission order, like a CUDA
+stream. Jobs are not SimPy processes: a job's work schedules its own timeouts and flows and
+calls :meth:`Job.complete` when it is done, which starts the next job on the stream. A process
+that must wait for a job asks for :meth:`Job.event`; the event is made only then, so work that
+nobody waits for costs no extra events. This keeps full mode (every rank simulated) cheap per
+event.
+
+A collective runs as one group: in full mode it starts when every member has reached it on its
+stream (NCCL's kernels start together), its phases run in lockstep (each ring step waits for the
+neighbours), and it ends for all members at once. Each phase is one α timeout for the group,
+then one flow per simulated member through the links of that member's tier. In symmetric mode
+the group has one simulated member whose flows carry the weight of the class members sharing
+each link.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+import simpy
+from simpy.events import Timeout
+
+from ..network.collectives import Phase, choose
+from ..network.flows import FlowNetwork, Link
+from ..network.topology import Topology
+
+Label = str | Callable[[], str]
+Emit = Callable[[int, str, str, float, float], None]
+
+
+class Job:
+    """One unit of work on a stream; ``complete()`` marks it done."""
+
+    __slots__ = ("stream", "start", "done", "waiter", "t0", "label", "args")
+
+    def __init__(
+        self, start: Callable[[Job], None] | None, label: Label = "", args: tuple = ()
+    ) -> None:
+        self.stream: Stream | None = None
+        self.start = start  # called with the job when the stream reaches it
+        self.done = start is None
+        self.waiter: simpy.Event | None = None
+        self.t0 = 0.0
+        self.label = label
+        self.args = args  # for ``start``
+
+    def event(self, env: simpy.Environment) -> simpy.Event | None:
+        """An event that fires when the job is done; ``None`` if it already is."""
+        if self.done:
+            return None
+        if self.waiter is None:
+            self.waiter = env.event()
+        return self.waiter
+
+    def complete(self) -> None:
+        self.done = True
+        if self.waiter is not None:
+            self.waiter.succeed()
+        stream = self.stream
+        if stream is not None:
+            stream.finished(self)
+
+
+DONE = Job(None)  # work of size zero: nothing to wait for
+
+
+class Stream:
+    """Jobs of one rank's stream, run one at a time in order."""
+
+    __slots__ = ("env", "rank", "name", "queue", "busy", "emit")
+
+    def __init__(self, env: simpy.Environment, rank: int, name: str, emit: Emit | None) -> None:
+        self.env = env
+        self.rank = rank
+        self.name = name
+        self.queue: deque[Job] = deque()
+        self.busy = False
+        self.emit = emit
+
+    def submit(self, job: Job) -> Job:
+        job.stream = self
+        if self.busy:
+            self.queue.append(job)
+        else:
+            self._run(job)
+        return job
+
+    def _run(self, job: Job) -> None:
+        self.busy = True
+        job.t0 = self.env.now
+        assert job.start is not None
+        job.start(job)
+
+    def finished(self, job: Job) -> None:
+        if self.emit is not None:
+            label = job.label if isinstance(job.label, str) else job.label()
+            self.emit(self.rank, self.name, label, job.t0, self.env.now - job.t0)
+        self.busy = False
+        if self.queue:
+            self._run(self.queue.popleft())
+
+
+class _Group:
+    """One running collective: its phases and the jobs of its simulated members."""
+
+    __slots__ = ("comm", "kind", "phases", "members", "phase", "pending")
+
+    def __init__(self, comm: Comm, kind: str, phases: list[Phase]) -> None:
+        self.comm = comm
+        self.kind = kind
+        self.phases = phases
+        self.members: list[tuple[int, Job]] = []
+        self.phase = -1
+        self.pending = 0
+
+    def next_phase(self, _ev: Any = None) -> None:
+        self.phase += 1
+        if self.phase == len(self.phases):
+            for _rank, job in self.members:
+                job.complete()
+            return
+        ph = self.phases[self.phase]
+        if ph.latency > 0:
+            Timeout(self.comm.env, ph.latency).callbacks.append(self.transfer)  # type: ignore[union-attr]
+        else:
+            self.transfer()
+
+    def transfer(self, _ev: Any = None) -> None:
+        ph = self.phases[self.phase]
+        if ph.wire_bytes <= 0:
+            self.next_phase()
+            return
+        comm = self.comm
+        self.pending = len(self.members)
+        for rank, _job in self.members:
+            comm.net.start(comm.links(rank, self.kind, ph.tier), ph.wire_bytes, self.flow_done)
+
+    def flow_done(self) -> None:
+        self.pending -= 1
+        if self.pending == 0:
+            self.next_phase()
+
+
+class Comm:
+    """Collectives and sends of the simulated ranks over the shared flow network."""
+
+    def __init__(
+        self,
+        env: simpy.Environment,
+        topo: Topology,
+        net: FlowNetwork,
+        full: bool,
+        weights: Callable[[int, list[tuple[tuple, float]]], list[tuple[tuple, float]]],
+    ) -> None:
+        self.env = env
+        self.topo = topo
+        self.lay = topo.layout
+        self.net = net
+        self.full = full
+        self._weights = weights
+        self.fabric_tier = topo.fabric_tier()
+        self._links: dict[tuple, list[tuple[Link, float]]] = {}
+        self._plans: dict[tuple, list[Phase]] = {}
+        self._seq: dict[tuple[int, str], int] = {}
+        self._open: dict[tuple[str, int, int], _Group] = {}
+        self._groups: dict[tuple[int, str], tuple[int, int]] = {}
+
+    # -- links and plans ----------------------------------------------------------------------
+    def links(self, rank: int, kind: str, tier: str) -> list[tuple[Link, float]]:
+        """The flow-network links (with weights) one transfer of ``rank`` crosses."""
+        key = (rank, kind, tier)
+        out = self._links.get(key)
+        if out is None:
+            if tier == "fabric":
+                raw = [(k, 1.0) for k in self.topo.fabric_links(rank)]
+            else:
+                raw = self.topo.network_links(rank, kind)
+            out = self._links[key] = self.net.resolve(self._weights(rank, raw))
+        return out
+
+    def _p2p_links(self, src: int, dst: int) -> tuple[float, list[tuple[Link, float]]]:
+        key = (src, "p2p", dst)
+        out = self._links.get(key)
+        if out is None:
+            if self.lay.node(src) == self.lay.node(dst):
+                raw = [(k, 1.0) for k in self.topo.fabric_links(src)]
+            else:
+                raw = self.topo.network_links(src, "pp", peer=dst)
+            out = self._links[key] = self.net.resolve(self._weights(src, raw))
+        same = self.lay.node(src) == self.lay.node(dst)
+        return (self.topo.fabric_alpha if same else self.topo.net_alpha), out
+
+    def _plan(self, rank: int, kind: str, coll: str, size: float) -> list[Phase]:
+        """The phases of the algorithm chosen on the group's own view of the network: a group
+        that spans leaves sees the oversubscribed up-links its traffic crosses."""
+        shape = self.topo.shape(rank, kind)
+        net_tier = self.topo.network_tier(rank, kind)
+        key = (coll, shape, size, net_tier)
+        plan = self._plans.get(key)
+        if plan is None:
+            plan = self._plans[key] = choose(
+                coll,  # type: ignore[arg-type]
+                shape,
+                size,
+                self.fabric_tier,
+                net_tier,
+            )[1]
+        return plan
+
+    # -- jobs -----------------------------------------------------------------------------------
+    def collective(self, rank: int, kind: str, coll: str, size: float, label: Label = "") -> Job:
+        """A job running one collective of ``rank``'s group of ``kind`` (not yet submitted);
+        :data:`DONE` when there is nothing to do."""
+        gk = (rank, kind)
+        info = self._groups.get(gk)
+        if info is None:
+            info = self._groups[gk] = (self.topo.shape(rank, kind).n, self.topo.leader(rank, kind))
+        if size <= 0 or info[0] <= 1:
+            return DONE
+        return Job(self._arrive, label, (rank, kind, coll, size, info))
+
+    def _arrive(self, job: Job) -> None:
+        rank, kind, coll, size, (n, leader) = job.args
+        if self.full:
+            sk = (rank, kind)
+            seq = self._seq.get(sk, 0)
+            self._seq[sk] = seq + 1
+            key = (kind, leader, seq)
+            group = self._open.get(key)
+            if group is None:
+                group = self._open[key] = _Group(self, kind, self._plan(rank, kind, coll, size))
+            group.members.append((rank, job))
+            if len(group.members) < n:
+                return
+            del self._open[key]
+        else:
+            group = _Group(self, kind, self._plan(rank, kind, coll, size))
+            group.members.append((rank, job))
+        if not any(ph.latency > 0 or ph.wire_bytes > 0 for ph in group.phases):
+            # Nothing to time: finish through the event queue, never inside the caller.
+            Timeout(self.env, 0.0).callbacks.append(group.next_phase)  # type: ignore[union-attr]
+            return
+        group.next_phase()
+
+    def send(
+        self,
+        src: int,
+        dst: int,
+        size: float,
+        on_start: Callable[[], None],
+        on_done: Callable[[], None],
+        label: Label = "",
+    ) -> Job:
+        """A job sending ``size`` bytes from ``src`` to ``dst``: α, then the transfer."""
+        alpha, links = self._p2p_links(src, dst)
+        net = self.net
+        env = self.env
+
+        def start(job: Job) -> None:
+            on_start()
+
+            def arrived() -> None:
+                on_done()
+                job.complete()
+
+            def go(_ev: Any = None) -> None:
+                net.start(links, size, arrived)
+
+            if alpha > 0:
+                Timeout(env, alpha).callbacks.append(go)  # type: ignore[union-attr]
+            else:
+                go()
+
+        return Job(start, label)
+
+
+__all__ = ["DONE", "Comm", "Job", "Stream"]
