@@ -86,41 +86,54 @@ class Stream:
         if self.busy:
             self.queue.append(job)
         else:
-            self._run(job)
+            self.busy = True
+            job.t0 = self.env.now
+            job.start(job)  # type: ignore[misc]
         return job
-
-    def _run(self, job: Job) -> None:
-        self.busy = True
-        job.t0 = self.env.now
-        assert job.start is not None
-        job.start(job)
 
     def finished(self, job: Job) -> None:
         if self.emit is not None:
             label = job.label if isinstance(job.label, str) else job.label()
             self.emit(self.rank, self.name, label, job.t0, self.env.now - job.t0)
-        self.busy = False
         if self.queue:
-            self._run(self.queue.popleft())
+            nxt = self.queue.popleft()
+            nxt.t0 = self.env.now
+            nxt.start(nxt)  # type: ignore[misc]
+        else:
+            self.busy = False
+
+
+class Endpoint:
+    """One rank's place in one of its communicators (its TP, DP, ... group)."""
+
+    __slots__ = ("rank", "kind", "n", "open", "seq", "fabric", "network")
+
+    def __init__(self, rank: int, kind: str, n: int, open_groups: dict[int, _Group]) -> None:
+        self.rank = rank
+        self.kind = kind
+        self.n = n
+        self.open = open_groups  # shared by the members: collectives waiting for arrivals
+        self.seq = 0  # collectives this rank has entered on the communicator
+        self.fabric: list[tuple[Link, float]] | None = None
+        self.network: list[tuple[Link, float]] | None = None
 
 
 class _Group:
     """One running collective: its phases and the jobs of its simulated members."""
 
-    __slots__ = ("comm", "kind", "phases", "members", "phase", "pending")
+    __slots__ = ("comm", "phases", "members", "phase", "pending")
 
-    def __init__(self, comm: Comm, kind: str, phases: list[Phase]) -> None:
+    def __init__(self, comm: Comm, phases: list[Phase]) -> None:
         self.comm = comm
-        self.kind = kind
         self.phases = phases
-        self.members: list[tuple[int, Job]] = []
+        self.members: list[tuple[Endpoint, Job]] = []
         self.phase = -1
         self.pending = 0
 
     def next_phase(self, _ev: Any = None) -> None:
         self.phase += 1
         if self.phase == len(self.phases):
-            for _rank, job in self.members:
+            for _ep, job in self.members:
                 job.complete()
             return
         ph = self.phases[self.phase]
@@ -135,9 +148,14 @@ class _Group:
             self.next_phase()
             return
         comm = self.comm
+        start = comm.net.start
         self.pending = len(self.members)
-        for rank, _job in self.members:
-            comm.net.start(comm.links(rank, self.kind, ph.tier), ph.wire_bytes, self.flow_done)
+        fabric = ph.tier == "fabric"
+        for ep, _job in self.members:
+            links = ep.fabric if fabric else ep.network
+            if links is None:
+                links = comm.links(ep, ph.tier)
+            start(links, ph.wire_bytes, self.flow_done)
 
     def flow_done(self) -> None:
         self.pending -= 1
@@ -163,36 +181,45 @@ class Comm:
         self.full = full
         self._weights = weights
         self.fabric_tier = topo.fabric_tier()
-        self._links: dict[tuple, list[tuple[Link, float]]] = {}
+        self._p2p: dict[tuple[int, int], tuple[float, list[tuple[Link, float]]]] = {}
         self._plans: dict[tuple, list[Phase]] = {}
-        self._seq: dict[tuple[int, str], int] = {}
-        self._open: dict[tuple[str, int, int], _Group] = {}
-        self._groups: dict[tuple[int, str], tuple[int, int]] = {}
+        self._endpoints: dict[tuple[int, str], Endpoint] = {}
+        self._open: dict[tuple[str, int], dict[int, _Group]] = {}
 
     # -- links and plans ----------------------------------------------------------------------
-    def links(self, rank: int, kind: str, tier: str) -> list[tuple[Link, float]]:
-        """The flow-network links (with weights) one transfer of ``rank`` crosses."""
-        key = (rank, kind, tier)
-        out = self._links.get(key)
-        if out is None:
-            if tier == "fabric":
-                raw = [(k, 1.0) for k in self.topo.fabric_links(rank)]
-            else:
-                raw = self.topo.network_links(rank, kind)
-            out = self._links[key] = self.net.resolve(self._weights(rank, raw))
-        return out
+    def endpoint(self, rank: int, kind: str) -> Endpoint:
+        ep = self._endpoints.get((rank, kind))
+        if ep is None:
+            n = self.topo.shape(rank, kind).n
+            comm_key = (kind, self.topo.leader(rank, kind))
+            open_groups = self._open.setdefault(comm_key, {})
+            ep = self._endpoints[(rank, kind)] = Endpoint(rank, kind, n, open_groups)
+        return ep
+
+    def links(self, ep: Endpoint, tier: str) -> list[tuple[Link, float]]:
+        """The flow-network links (with weights) one transfer of ``ep`` on ``tier`` crosses."""
+        if tier == "fabric":
+            if ep.fabric is None:
+                raw = [(k, 1.0) for k in self.topo.fabric_links(ep.rank)]
+                ep.fabric = self.net.resolve(self._weights(ep.rank, raw))
+            return ep.fabric
+        if ep.network is None:
+            raw = self.topo.network_links(ep.rank, ep.kind)
+            ep.network = self.net.resolve(self._weights(ep.rank, raw))
+        return ep.network
 
     def _p2p_links(self, src: int, dst: int) -> tuple[float, list[tuple[Link, float]]]:
-        key = (src, "p2p", dst)
-        out = self._links.get(key)
+        key = (src, dst)
+        out = self._p2p.get(key)
         if out is None:
             if self.lay.node(src) == self.lay.node(dst):
                 raw = [(k, 1.0) for k in self.topo.fabric_links(src)]
+                alpha = self.topo.fabric_alpha
             else:
                 raw = self.topo.network_links(src, "pp", peer=dst)
-            out = self._links[key] = self.net.resolve(self._weights(src, raw))
-        same = self.lay.node(src) == self.lay.node(dst)
-        return (self.topo.fabric_alpha if same else self.topo.net_alpha), out
+                alpha = self.topo.net_alpha
+            out = self._p2p[key] = (alpha, self.net.resolve(self._weights(src, raw)))
+        return out
 
     def _plan(self, rank: int, kind: str, coll: str, size: float) -> list[Phase]:
         """The phases of the algorithm chosen on the group's own view of the network: a group
@@ -212,34 +239,28 @@ class Comm:
         return plan
 
     # -- jobs -----------------------------------------------------------------------------------
-    def collective(self, rank: int, kind: str, coll: str, size: float, label: Label = "") -> Job:
-        """A job running one collective of ``rank``'s group of ``kind`` (not yet submitted);
+    def collective(self, ep: Endpoint, coll: str, size: float, label: Label = "") -> Job:
+        """A job running one collective on ``ep``'s communicator (not yet submitted);
         :data:`DONE` when there is nothing to do."""
-        gk = (rank, kind)
-        info = self._groups.get(gk)
-        if info is None:
-            info = self._groups[gk] = (self.topo.shape(rank, kind).n, self.topo.leader(rank, kind))
-        if size <= 0 or info[0] <= 1:
+        if size <= 0 or ep.n <= 1:
             return DONE
-        return Job(self._arrive, label, (rank, kind, coll, size, info))
+        return Job(self._arrive, label, (ep, coll, size))
 
     def _arrive(self, job: Job) -> None:
-        rank, kind, coll, size, (n, leader) = job.args
+        ep, coll, size = job.args
         if self.full:
-            sk = (rank, kind)
-            seq = self._seq.get(sk, 0)
-            self._seq[sk] = seq + 1
-            key = (kind, leader, seq)
-            group = self._open.get(key)
+            seq = ep.seq
+            ep.seq = seq + 1
+            group = ep.open.get(seq)
             if group is None:
-                group = self._open[key] = _Group(self, kind, self._plan(rank, kind, coll, size))
-            group.members.append((rank, job))
-            if len(group.members) < n:
+                group = ep.open[seq] = _Group(self, self._plan(ep.rank, ep.kind, coll, size))
+            group.members.append((ep, job))
+            if len(group.members) < ep.n:
                 return
-            del self._open[key]
+            del ep.open[seq]
         else:
-            group = _Group(self, kind, self._plan(rank, kind, coll, size))
-            group.members.append((rank, job))
+            group = _Group(self, self._plan(ep.rank, ep.kind, coll, size))
+            group.members.append((ep, job))
         if not any(ph.latency > 0 or ph.wire_bytes > 0 for ph in group.phases):
             # Nothing to time: finish through the event queue, never inside the caller.
             Timeout(self.env, 0.0).callbacks.append(group.next_phase)  # type: ignore[union-attr]
@@ -278,4 +299,4 @@ class Comm:
         return Job(start, label)
 
 
-__all__ = ["DONE", "Comm", "Job", "Stream"]
+__all__ = ["DONE", "Comm", "Endpoint", "Job", "Stream"]

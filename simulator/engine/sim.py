@@ -324,15 +324,16 @@ class Simulation:
         def mark(cat: str, t0: float) -> None:
             acc[cat] += env.now - t0
 
+        dp_ep = self.comm.endpoint(rank, gather_kind)
+        collective = self.comm.collective
+        grad_coll = "all_reduce" if self.z == 0 else "reduce_scatter"
+
         def launch_dp(nbytes: float) -> None:
-            coll = "all_reduce" if self.z == 0 else "reduce_scatter"
-            label = lambda: f"{coll} {nbytes / 1e6:.0f} MB"  # noqa: E731
-            job = self.comm.collective(rank, gather_kind, coll, nbytes, label)
-            dp_jobs.append(self._submit(rank, "dp", job))
+            label = lambda: f"{grad_coll} {nbytes / 1e6:.0f} MB"  # noqa: E731
+            dp_jobs.append(self._submit(rank, "dp", collective(dp_ep, grad_coll, nbytes, label)))
 
         def gather(nbytes: float, label: str) -> Job:
-            job = self.comm.collective(rank, gather_kind, "all_gather", nbytes, label)
-            return self._submit(rank, "dp", job)
+            return self._submit(rank, "dp", collective(dp_ep, "all_gather", nbytes, label))
 
         def run_items(prog: Program, reps: int, name: str) -> Generator:
             """Run a program ``reps`` times; analytic programs are one timeout."""
@@ -362,7 +363,8 @@ class Simulation:
                             it.dur,
                         )
                     else:
-                        job = self.comm.collective(rank, it.group or "tp", it.coll or "", it.size)
+                        ep = self.comm.endpoint(rank, it.group or "tp")
+                        job = collective(ep, it.coll or "", it.size)
                         if not job.done:
                             assert job.start is not None
                             job.start(job)  # on the compute stream: runs now
@@ -466,13 +468,14 @@ class Simulation:
                 yield from layer_pass(self.p_bwd, layers, before, after, "bwd")
                 if stage == 0 and ch == 0:
                     yield from run_items(self.p_emb_b, 1, "embedding_bwd")
-            self._emit(
-                rank,
-                "compute",
-                f"{kind}{mb}" + (f".{ch}" if self.v > 1 else ""),
-                t_compute,
-                env.now - t_compute,
-            )
+            if self.tracing:
+                self._emit(
+                    rank,
+                    "compute",
+                    f"{kind}{mb}" + (f".{ch}" if self.v > 1 else ""),
+                    t_compute,
+                    env.now - t_compute,
+                )
             # 3. send the output onward
             if kind == "F" and not (stage == self.p - 1 and ch == self.v - 1):
                 dst_stage, dst_chunk = (stage + 1, ch) if stage < self.p - 1 else (0, ch + 1)
@@ -503,9 +506,8 @@ class Simulation:
                     * grad_b
                     / self.shard_n
                 )
-                job = self.comm.collective(
-                    rank, "dp_rep", "all_reduce", total, "replica all_reduce"
-                )
+                rep_ep = self.comm.endpoint(rank, "dp_rep")
+                job = collective(rep_ep, "all_reduce", total, "replica all_reduce")
                 dp_jobs.append(self._submit(rank, "dp", job))
             t0 = env.now
             for job in dp_jobs:

@@ -122,31 +122,39 @@ class Topology:
     def gpus_per_nic(self) -> float:
         return max(1.0, self.rs.gpus_per_node / self.nics)
 
+    def _learn(self, rank: int, kind: str) -> None:
+        """Shape, leaves spanned and leader of ``rank``'s group, cached for every member."""
+        members = self.layout.group(rank, kind)
+        nodes = {self.layout.node(r) for r in members}
+        shape = GroupShape(len(members), len(nodes))
+        spanned = len({self.leaf(n) for n in nodes})
+        leader = min(members)
+        for r in members:
+            key = (kind, r)
+            self._shapes[key] = shape
+            self._spanned[key] = spanned
+            self._leaders[key] = leader
+
     def shape(self, rank: int, kind: str) -> GroupShape:
         key = (kind, rank)
         cached = self._shapes.get(key)
         if cached is None:
-            members = self.layout.group(rank, kind)
-            nodes = len({self.layout.node(r) for r in members})
-            cached = GroupShape(len(members), nodes)
-            self._shapes[key] = cached
+            self._learn(rank, kind)
+            cached = self._shapes[key]
         return cached
 
     def leaves_spanned(self, rank: int, kind: str) -> int:
         key = (kind, rank)
-        n = self._spanned.get(key)
-        if n is None:
-            members = self.layout.group(rank, kind)
-            n = self._spanned[key] = len({self.leaf(self.layout.node(r)) for r in members})
-        return n
+        if key not in self._spanned:
+            self._learn(rank, kind)
+        return self._spanned[key]
 
     def leader(self, rank: int, kind: str) -> int:
         """The lowest rank of ``rank``'s group of this kind (names the communicator)."""
         key = (kind, rank)
-        r = self._leaders.get(key)
-        if r is None:
-            r = self._leaders[key] = min(self.layout.group(rank, kind))
-        return r
+        if key not in self._leaders:
+            self._learn(rank, kind)
+        return self._leaders[key]
 
     # -- contention-free per-rank view (for algorithm choice) --------------------------------
     def fabric_tier(self) -> TierLink:
