@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import simpy
+from simpy.events import Timeout
 
 from ..config.scenario import ResolvedScenario
 from ..network.collectives import choose
@@ -343,7 +344,7 @@ class Simulation:
                 t0 = env.now
                 total = prog.duration * reps
                 if total > 0:
-                    yield env.timeout(total)
+                    yield Timeout(env, total)
                 for cat, dt in prog.categories.items():
                     acc[cat] += dt * reps
                 if self.tracing:
@@ -353,7 +354,7 @@ class Simulation:
                 for it in prog.items:
                     t0 = env.now
                     if it.kind == "span":
-                        yield env.timeout(it.dur)
+                        yield Timeout(env, it.dur)
                         acc[it.cat] += it.dur
                         self._emit(
                             rank,
@@ -392,7 +393,7 @@ class Simulation:
                 if analytic:
                     t0 = env.now
                     if dur > 0:
-                        yield env.timeout(dur)
+                        yield Timeout(env, dur)
                     for cat, dt in cats:
                         acc[cat] += dt
                     if self.tracing:
