@@ -12,8 +12,8 @@
     ``simulate(rs, full=True, scaling=False)`` call, best of 3) and the wall time. Events are
     SimPy's: every event the engine schedules, stale flow completions included. The engine
     schedules no event it does not need (stream jobs and collectives run on callbacks; a job's
-    completion event is made only when a process waits for it), so fewer events is never a way
-    to a better figure here. Also printed: bare SimPy's timeouts/s on this machine, measured in
+    completion event is made only when a process waits for it), so the count is not padded with
+    bookkeeping events. Also printed: bare SimPy's timeouts/s on this machine, measured in
     the same run. Goal: >= 200,000 events/s.
 
 Usage::
