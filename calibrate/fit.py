@@ -77,7 +77,12 @@ def _r2(y: np.ndarray, yhat: np.ndarray) -> float:
 
 
 def fit_alpha_beta(op: str, n: int, sizes: Any, times: Any, group: str = "intra") -> AlphaBeta:
-    """Fit α (s) and β (s/byte) ≥ 0 of ``t = a(n)·α + b(n)·S·β`` minimising relative error."""
+    """Fit α (s) and β (s/byte) ≥ 0 of ``t = a(n)·α + b(n)·S·β`` to timings over sizes.
+
+    Residuals are log(model/measured): relative, so small and large messages count alike, and
+    symmetric, so a model half the measurement weighs as much as one twice it (plain relative
+    error caps the first at -1 and lets a single low outlier drag the fit down). A soft-L1 loss
+    beyond 20% keeps one spoiled timing on a shared machine from steering the fit."""
     S = np.asarray(sizes, dtype=float)
     t = np.asarray(times, dtype=float)
     if len(S) < 2:
@@ -86,15 +91,17 @@ def fit_alpha_beta(op: str, n: int, sizes: Any, times: Any, group: str = "intra"
     # Work in µs and s/GB so both unknowns are O(1) for the optimiser.
     A = np.column_stack([a * np.ones_like(S) * 1e-6, b * S * 1e-9]) / t[:, None]
     x0, *_ = np.linalg.lstsq(A, np.ones_like(t), rcond=None)
-    x0 = np.clip(x0, 1e-9, None)
+    x0 = np.clip(x0, 1e-6, None)
 
     def resid(x: np.ndarray) -> np.ndarray:
-        return A @ x - 1.0
+        return np.log(np.maximum(A @ x, 1e-300))
 
     sol = least_squares(
         resid,
         x0,
         bounds=([0.0, 0.0], [np.inf, np.inf]),
+        loss="soft_l1",
+        f_scale=0.2,
         x_scale="jac",
         xtol=1e-15,
         ftol=1e-15,
@@ -310,22 +317,6 @@ def calibrate(probe: dict[str, Any], file: str, name: str) -> Calibration:
             max(r["tflops"] for r in rs),
             peak_what.replace(train_dtype, d, 1) if d != train_dtype else peak_what,
         )
-    notes = []
-    if train_dtype == "fp32":
-        measured_bf16 = peaks.get("bf16", {}).get("value")
-        peaks["bf16"] = S(
-            best,
-            f"the measured fp32 peak ({peak_what}), entered as bf16 on purpose",
-            note="the probe's training job runs in fp32 and scenarios "
-            "can only declare bf16/fp16/fp8, so this entry carries the fp32 "
-            "figure"
-            + (
-                f"; measured bf16 matmul peak was {measured_bf16:.4g} TFLOP/s"
-                if measured_bf16
-                else ""
-            ),
-        )
-        notes.append("peak_tflops.bf16 holds the measured fp32 peak (training runs in fp32)")
     att = probe.get("attention") or {}
     att_eff = (att.get("tflops", 0) / best) if att else 0.5
     mem = probe["memory"]
@@ -353,8 +344,7 @@ def calibrate(probe: dict[str, Any], file: str, name: str) -> Calibration:
             f"{ppn} processes shared {cores} cores during the probe. "
             if is_cpu
             else ""
-        )
-        + " ".join(notes),
+        ),
         "vendor": "other" if is_cpu else "nvidia",
         "memory_gb": S(
             max(gpu_mem, 0.1),
@@ -441,6 +431,7 @@ def calibrate(probe: dict[str, Any], file: str, name: str) -> Calibration:
         "cpu_count": cores,
         "threads_per_process": threads,
         "procs_per_node": ppn,
+        "hosts": probe.get("hosts"),
         "world_size": probe.get("world_size"),
         "train": probe.get("train"),
         "fits": [f.as_dict() for f in fits],
@@ -490,7 +481,7 @@ def in_sample(name: str, sidecar: dict[str, Any]) -> dict[str, Any] | None:
     from simulator.config.loading import resolve_dict
     from simulator.simulate import simulate
 
-    from .scenario import job_scenario
+    from .scenario import cpu_comm_overlaps, job_scenario
 
     tr = sidecar.get("train")
     if not tr:
@@ -502,7 +493,14 @@ def in_sample(name: str, sidecar: dict[str, Any]) -> dict[str, Any] | None:
     net = None
     if nodes > 1 and f"{name}-network" not in sidecar["profiles"]:
         return None
-    rs = resolve_dict(job_scenario(name, tr["model"], int(tr["procs_per_node"]), nodes, net))
+    ppn = int(tr["procs_per_node"])
+    overlap = cpu_comm_overlaps(
+        str(sidecar.get("device_type")),
+        ppn * nodes if sidecar.get("hosts") == 1 else ppn,
+        int(tr.get("threads_per_process") or 1),
+        int(sidecar.get("cpu_count") or 1),
+    )
+    rs = resolve_dict(job_scenario(name, tr["model"], ppn, nodes, net, overlap=overlap))
     pred = simulate(rs, scaling=False).metrics.step_time_s
     meas = tr["step_time_median_s"]
     return {

@@ -9,14 +9,21 @@ from .model import model_spec
 
 
 def job_scenario(
-    profile: str, model_cfg: dict[str, Any], nproc: int, nodes: int = 1, network: Any = None
+    profile: str,
+    model_cfg: dict[str, Any],
+    nproc: int,
+    nodes: int = 1,
+    network: Any = None,
+    overlap: bool = True,
 ) -> dict[str, Any]:
-    """Data-parallel training of the probe transformer: ``nodes × nproc`` ranks, each with a
-    micro-batch of ``model_cfg['batch']`` sequences (one micro-batch per step), fp32 gradients
-    all-reduced in 25 MB buckets overlapped with backward (DDP), AdamW without master weights.
+    """Data-parallel training of the probe transformer in fp32: ``nodes × nproc`` ranks, each
+    with a micro-batch of ``model_cfg['batch']`` sequences (one micro-batch per step), gradients
+    all-reduced in 25 MB buckets (DDP), AdamW (fp32 weights, so no master copy).
 
-    The job trains in fp32; the schema's precision is bf16/fp16/fp8 only, so it is declared
-    ``bf16`` and the calibrated GPU profile's ``bf16`` peak holds the measured fp32 figure."""
+    ``overlap``: whether the all-reduce runs alongside backward, as DDP means it to. Where the
+    devices are CPU processes that use every core for compute, gloo's reduction and socket
+    copies run on those same cores, so nothing overlaps: pass ``False`` (see
+    :func:`cpu_comm_overlaps`)."""
     cluster: dict[str, Any] = {
         "gpu": profile,
         "gpus_per_node": nproc,
@@ -39,11 +46,24 @@ def job_scenario(
             "seq_len": model_cfg["seq"],
             "global_batch": model_cfg["batch"] * world,
             "micro_batch": model_cfg["batch"],
-            "precision": "bf16",
+            "precision": "fp32",
             "optimizer": {"kind": "adamw", "master_weights_fp32": False},
             "flash_attention": True,
             "grad_reduce_dtype": "fp32",
             "memory_reserve_gb": 0.0,
         },
-        "parallelism": {"dp": "auto", "dp_bucket_mb": 25.0},
+        "parallelism": {
+            "dp": "auto",
+            "dp_bucket_mb": 25.0,
+            "overlap": {"dp_grad": overlap},
+        },
     }
+
+
+def cpu_comm_overlaps(device_type: str, world_on_host: int, threads: int, cores: int) -> bool:
+    """Can communication run alongside compute? On GPUs, yes (copy engines and NCCL kernels
+    beside compute kernels). On CPU processes, only if cores are left over after every
+    process's compute threads: gloo reduces and copies on CPU threads."""
+    if device_type != "cpu":
+        return True
+    return world_on_host * threads < cores

@@ -19,7 +19,7 @@ from typing import Any
 from simulator.errors import UserError
 
 from .launch import ProbeFailed, launch
-from .scenario import job_scenario
+from .scenario import cpu_comm_overlaps, job_scenario
 
 
 def load_sidecar(profile: str) -> tuple[dict[str, Any], Path]:
@@ -76,7 +76,9 @@ def loopback_network(profile: str) -> dict[str, Any]:
     }
 
 
-def predict(profile: str, model_cfg: dict[str, Any], nproc: int, nodes: int) -> tuple[float, str]:
+def predict(
+    profile: str, model_cfg: dict[str, Any], nproc: int, nodes: int, overlap: bool = True
+) -> tuple[float, str]:
     from simulator.catalog import load_catalog
     from simulator.config.loading import resolve_dict
     from simulator.simulate import simulate
@@ -89,7 +91,7 @@ def predict(profile: str, model_cfg: dict[str, Any], nproc: int, nodes: int) -> 
         else:
             net = loopback_network(profile)
             note = "network: loopback, derived from the fabric fit"
-    rs = resolve_dict(job_scenario(profile, model_cfg, nproc, nodes, net))
+    rs = resolve_dict(job_scenario(profile, model_cfg, nproc, nodes, net, overlap=overlap))
     return simulate(rs, scaling=False).metrics.step_time_s, note
 
 
@@ -165,7 +167,13 @@ def validate(
                 if log:
                     log(f"live run: {nodes} node(s) × {nproc} process(es)…")
                 live = run_live(model_cfg, nproc, nodes, threads, steps, timeout, Path(tmp))
-                pred, note = predict(profile, model_cfg, nproc, nodes)
+                # Every process of a layout runs on this host.
+                overlap = cpu_comm_overlaps(str(side.get("device_type")), world, threads, cores)
+                pred, note = predict(profile, model_cfg, nproc, nodes, overlap)
+                if not overlap:
+                    note = "; ".join(
+                        filter(None, [note, "no comm/compute overlap: every core computes"])
+                    )
                 meas = live["step_time_median_s"]
                 row.update(
                     {

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 from conftest import resolve_inline
 
+from simulator.errors import UserError
 from simulator.workload.memory import (
     activation_bytes_per_layer,
     inflight_microbatches,
@@ -424,3 +425,28 @@ def test_fits_follows_capacity() -> None:
     big = resolve_inline("llama3-8b", tp=8, gpu_memory_gb=1000)
     assert not memory_report(small).fits
     assert memory_report(big).fits
+
+
+def test_fp32_training_holds_fp32_weights_gradients_and_activations() -> None:
+    # Plain fp32 training (no mixed precision): 4 + 4 bytes of weights and gradients and Adam's
+    # 8 bytes of states per parameter, no master copy; every activation element twice bf16's.
+    from simulator.config.loading import resolve_dict
+
+    base = _dp64()
+    psi = param_count(base.model, base.training.seq_len)
+    with pytest.raises(UserError, match="fp32 peak") as err:
+        resolve_dict(dict(base.raw), ["training.precision=fp32"])
+    assert err.value.path == "training.precision"
+    fp32 = resolve_dict(
+        dict(base.raw),
+        [
+            "training.precision=fp32",
+            "cluster.gpu.peak_tflops.fp32={value: 19.5, source: test}",
+        ],
+    )
+    st = memory_report(fp32).peak
+    assert st.weights_gb == pytest.approx(4 * psi / GB)
+    assert st.gradients_gb == pytest.approx(4 * psi / GB)
+    assert st.optimizer_gb == pytest.approx(8 * psi / GB)
+    flash = activation_bytes_per_layer(base)
+    assert activation_bytes_per_layer(fp32) > 1.9 * flash

@@ -74,3 +74,38 @@ def test_validate_unknown_profile_exits_2(tmp_path: Path) -> None:
     r = clustersim("validate", "--profile", "no-such-cluster", cwd=tmp_path, timeout=60)
     assert r.returncode == 2
     assert "unknown gpu profile 'no-such-cluster'" in r.stderr
+
+
+def test_cpu_processes_that_fill_the_cores_do_not_overlap_comm() -> None:
+    from calibrate.scenario import cpu_comm_overlaps, job_scenario
+
+    assert cpu_comm_overlaps("cuda", 8, 1, 2)
+    assert cpu_comm_overlaps("cpu", 1, 1, 2)  # a core is left for gloo's threads
+    assert not cpu_comm_overlaps("cpu", 2, 1, 2)
+    assert not cpu_comm_overlaps("cpu", 1, 2, 2)
+    cfg = {"layers": 2, "hidden": 64, "heads": 2, "vocab": 128, "seq": 16, "batch": 2}
+    sc = job_scenario("x", cfg, 2, overlap=False)
+    assert sc["parallelism"]["overlap"] == {"dp_grad": False}
+    assert sc["training"]["precision"] == "fp32"
+
+
+def test_no_overlap_exposes_the_whole_all_reduce() -> None:
+    # DP over 2 GPUs: without overlap the gradient all-reduce follows backward in full, so the
+    # step grows by at least the exposed communication the overlapped run hides.
+    from conftest import resolve_inline
+
+    from simulator.simulate import simulate
+
+    on = resolve_inline("megatron-1.7b", nodes=1, gpus_per_node=2, global_batch=8, tp=1, pp=1)
+    off = resolve_inline(
+        "megatron-1.7b",
+        nodes=1,
+        gpus_per_node=2,
+        global_batch=8,
+        tp=1,
+        pp=1,
+        overlap={"dp_grad": False},
+    )
+    a, b = simulate(on, scaling=False).metrics, simulate(off, scaling=False).metrics
+    assert b.step_time_s > a.step_time_s
+    assert b.idle_s["comm_dp"] > a.idle_s["comm_dp"]

@@ -110,8 +110,9 @@ class GPUProfile(_Profile):
     )
 
     def peak_flops(self, dtype: str) -> float:
-        """Dense peak in FLOP/s for a dtype; fp8 falls back to bf16/fp16 where unsupported."""
-        for d in (dtype, "bf16", "fp16"):
+        """Dense peak in FLOP/s for a dtype; fp8 falls back to bf16/fp16 where unsupported
+        (fp32 has no fallback: a 16-bit peak would overstate it many times)."""
+        for d in (dtype,) if dtype == "fp32" else (dtype, "bf16", "fp16"):
             if d in self.peak_tflops:
                 return self.peak_tflops[d].value * 1e12  # type: ignore[index]
         raise KeyError(dtype)

@@ -306,6 +306,13 @@ def resolve(
     """Look profiles up, expand the model, derive DP and check the layout."""
     c = sc.cluster
     gpu = _resolve_profile(c.gpu, GPUProfile, ("gpu",), file, "cluster.gpu")
+    if sc.training.precision == "fp32" and "fp32" not in gpu.peak_tflops:
+        raise UserError(
+            f"precision fp32 needs an fp32 peak, and GPU profile '{gpu.name}' has none",
+            file=file,
+            path="training.precision",
+            hint="add cluster.gpu.peak_tflops.fp32 {value, source}, or train in bf16",
+        )
     fabric = _resolve_profile(c.fabric, FabricProfile, ("fabric",), file, "cluster.fabric")
     network = None
     nics = 0

@@ -84,7 +84,13 @@ class TrainingSpec(BaseModel):
     seq_len: int = Field(ge=1, description="tokens per sequence")
     global_batch: int = Field(ge=1, description="sequences per optimizer step")
     micro_batch: int = Field(default=1, ge=1, description="sequences per micro-batch per replica")
-    precision: Literal["bf16", "fp16", "fp8"] = "bf16"
+    precision: Literal["bf16", "fp16", "fp8", "fp32"] = Field(
+        default="bf16",
+        description="bf16/fp16: mixed precision (16-bit weights and activations, fp32 master "
+        "weights per optimizer.master_weights_fp32); fp8: fp8 GEMMs, 16-bit activations; fp32: "
+        "everything in fp32 (weights, activations, gradients; no master copy), timed at the "
+        "GPU's fp32 peak (as PyTorch without TF32)",
+    )
     optimizer: OptimizerSpec = OptimizerSpec()
     flash_attention: bool = Field(
         default=True, description="fused attention: no s×s score matrix kept for backward"

@@ -29,7 +29,7 @@ from ..network.collectives import choose
 from ..network.flows import FlowNetwork
 from ..network.topology import Topology
 from ..workload.comm import grad_bytes_per_param, pp_message_bytes
-from ..workload.memory import shard_group
+from ..workload.memory import bytes_per_param, shard_group
 from ..workload.model import param_breakdown
 from ..workload.ops import backward_ops, embedding_ops, head_ops, layer_ops
 from .comm import Comm, Job, Stream
@@ -550,11 +550,11 @@ class Simulation:
         return lambda i: jobs[i].event(self.env)
 
     def _optimizer_time(self, shard_params: float) -> float:
-        tr = self.rs.training
-        states = {"adam": 8.0, "adamw": 8.0, "sgd": 4.0, "adafactor": 0.5}[tr.optimizer.kind]
-        master = 4.0 if tr.optimizer.master_weights_fp32 else 0.0
-        # read gradient; read+write master weights and states; write 16-bit weights
-        nbytes = shard_params * (grad_bytes_per_param(self.rs) + 2 * (states + master) + 2)
+        w, _g, opt = bytes_per_param(self.rs)  # opt: optimizer states + master weights
+        # read the gradient, read+write states and master weights; with a master copy write the
+        # working weights from it, without one update the weights in place (read+write)
+        master = opt > 0 and self.rs.training.optimizer.master_weights_fp32 and w < 4
+        nbytes = shard_params * (grad_bytes_per_param(self.rs) + 2 * opt + (w if master else 2 * w))
         return self.timer.memory_time(nbytes)
 
     def _recv_key(self, kind: str, mb: int, chunk: int, rank: int) -> tuple:

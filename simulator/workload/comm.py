@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from ..config.scenario import ResolvedScenario
 from .memory import shard_group, stage_params
-from .ops import ACT_BYTES, embedding_ops, head_ops, layer_ops, tokens_per_rank
+from .ops import act_bytes, embedding_ops, head_ops, layer_ops, tokens_per_rank
 
 
 @dataclass(frozen=True)
@@ -29,7 +29,9 @@ class CommItem:
 
 
 def grad_bytes_per_param(rs: ResolvedScenario) -> float:
-    return 4.0 if rs.training.grad_reduce_dtype == "fp32" else 2.0
+    """Bytes per gradient element as reduced over DP (fp32 training has fp32 gradients)."""
+    fp32 = rs.training.grad_reduce_dtype == "fp32" or rs.training.precision == "fp32"
+    return 4.0 if fp32 else 2.0
 
 
 def pp_message_bytes(rs: ResolvedScenario) -> float:
@@ -37,7 +39,7 @@ def pp_message_bytes(rs: ResolvedScenario) -> float:
 
     With SP the tensor is already split over TP ranks; without it, each TP rank sends a 1/t
     slice and the receiver all-gathers it over the fast fabric (Megatron's scatter/gather)."""
-    return tokens_per_rank(rs) * rs.model.hidden * ACT_BYTES / rs.tp
+    return tokens_per_rank(rs) * rs.model.hidden * act_bytes(rs) / rs.tp
 
 
 def dp_buckets(rs: ResolvedScenario, stage: int = 0) -> list[float]:

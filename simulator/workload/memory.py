@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass
 from ..config.parallelism import FSDPSharding
 from ..config.scenario import ResolvedScenario
 from .model import param_breakdown
+from .ops import act_bytes
 
 GB = 1e9
 
@@ -83,12 +84,15 @@ def stage_params(rs: ResolvedScenario, stage: int) -> float:
     return p
 
 
-def _bytes_per_param(rs: ResolvedScenario) -> tuple[float, float, float]:
+def bytes_per_param(rs: ResolvedScenario) -> tuple[float, float, float]:
     """(weights, gradients, optimizer) bytes per parameter before sharding."""
     tr = rs.training
-    w = 2.0  # 16-bit working weights (fp8 training keeps 16-bit weights and casts per GEMM)
-    g = 4.0 if tr.grad_reduce_dtype == "fp32" else 2.0
-    master = 4.0 if tr.optimizer.master_weights_fp32 else 0.0
+    fp32 = tr.precision == "fp32"
+    # 16-bit working weights (fp8 training keeps 16-bit weights and casts per GEMM); fp32
+    # training has fp32 weights and gradients and no separate master copy.
+    w = 4.0 if fp32 else 2.0
+    g = 4.0 if fp32 or tr.grad_reduce_dtype == "fp32" else 2.0
+    master = 4.0 if tr.optimizer.master_weights_fp32 and not fp32 else 0.0
     states = {"adam": 8.0, "adamw": 8.0, "sgd": 4.0, "adafactor": 0.5}[tr.optimizer.kind]
     return w, g, master + states
 
@@ -112,27 +116,28 @@ def activation_bytes_per_layer(rs: ResolvedScenario) -> float:
     s = rs.training.seq_len // cp
     h, kv, f = m.hidden, m.kv_dim, m.ffn
     sbh = s * b * h
-    # Tensors outside the TP regions: norm inputs and the matmul inputs they feed (2 bytes each),
+    a = act_bytes(rs)  # 2 bytes per element in Korthikanti et al.'s 16-bit accounting
+    # Tensors outside the TP regions: norm inputs and the matmul inputs they feed (a bytes each),
     # plus dropout masks (1 byte). SP shards them over TP; otherwise every TP rank holds them.
-    outside = float(4 * 2 * sbh + (2 * sbh if m.dropout else 0))
+    outside = float(4 * a * sbh + (2 * sbh if m.dropout else 0))
     if sp:
         outside /= t
     # Inside the attention region: Q (h) and K, V (kv each), the output-projection input (h).
-    inside = 2 * s * b * (2 * h + 2 * kv)
+    inside = a * s * b * (2 * h + 2 * kv)
     if rs.training.flash_attention:
         inside += 4 * b * m.heads * s  # fp32 log-sum-exp per head and query
     else:
         scores = b * m.heads * s * rs.training.seq_len
-        inside += scores * (2 + 2 + (1 if m.dropout else 0))  # softmax out, dropout out, mask
+        inside += scores * (a + a + (1 if m.dropout else 0))  # softmax out, dropout out, mask
     # Inside the MLP region: activation inputs and the down-projection input.
-    inside += 2 * s * b * (3 * f if m.mlp == "swiglu" else 2 * f)
+    inside += a * s * b * (3 * f if m.mlp == "swiglu" else 2 * f)
     return outside + inside / t
 
 
 def _full_recompute_bytes_per_layer(rs: ResolvedScenario) -> float:
     """Full recomputation keeps only each layer's input (sharded over TP with SP)."""
     s = rs.training.seq_len // rs.cp
-    x = 2 * s * rs.training.micro_batch * rs.model.hidden
+    x = act_bytes(rs) * s * rs.training.micro_batch * rs.model.hidden
     return x / rs.tp if rs.parallelism.sequence_parallel else x
 
 
@@ -165,7 +170,7 @@ def inflight_microbatches(rs: ResolvedScenario, stage: int) -> float:
 
 def stage_memory(rs: ResolvedScenario, stage: int) -> StageMemory:
     params = stage_params(rs, stage)
-    w_b, g_b, o_b = _bytes_per_param(rs)
+    w_b, g_b, o_b = bytes_per_param(rs)
     z = rs.parallelism.zero_stage
     n = shard_group(rs)
     weights = params * w_b / (n if z >= 3 else 1)

@@ -17,7 +17,11 @@ from .model import attention_core_flops_per_token
 OpKind = Literal["gemm", "attention", "memory", "collective"]
 CollKind = Literal["all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "p2p"]
 
-ACT_BYTES = 2  # activations are 16-bit under bf16, fp16 and fp8 (fp8 GEMM inputs are cast)
+
+def act_bytes(rs: ResolvedScenario) -> int:
+    """Bytes per activation element: 16-bit under bf16, fp16 and fp8 (fp8 GEMM inputs are
+    cast), 32-bit under fp32."""
+    return 4 if rs.training.precision == "fp32" else 2
 
 
 @dataclass(frozen=True)
@@ -56,7 +60,7 @@ def layer_ops(rs: ResolvedScenario) -> list[Op]:
     T = tokens_per_rank(rs)
     s = rs.training.seq_len
     h, kv, f = m.hidden, m.kv_dim, m.ffn
-    a = ACT_BYTES
+    a = act_bytes(rs)
     act = T * h * a  # one hidden-state tensor of the micro-batch
     norm_tokens = T // t if sp else T  # SP shards the norm/dropout regions over the sequence
     n_in = 2 if m.mlp == "swiglu" else 1
@@ -107,8 +111,9 @@ def embedding_ops(rs: ResolvedScenario) -> list[Op]:
     """First pipeline stage: vocabulary-parallel embedding lookup (and its TP reduction)."""
     T = tokens_per_rank(rs)
     h = rs.model.hidden
-    ops = [Op("embedding", "memory", bytes=2 * T * h * ACT_BYTES)]
-    ops += _tp_comm(rs, "tp_embedding", T * h * ACT_BYTES, closing=True)
+    a = act_bytes(rs)
+    ops = [Op("embedding", "memory", bytes=2 * T * h * a)]
+    ops += _tp_comm(rs, "tp_embedding", T * h * a, closing=True)
     return ops
 
 
@@ -117,13 +122,14 @@ def head_ops(rs: ResolvedScenario) -> list[Op]:
     m = rs.model
     T = tokens_per_rank(rs)
     t = rs.tp
+    a = act_bytes(rs)
     norm_tokens = T // t if rs.parallelism.sequence_parallel else T
     ops = [
-        Op("final_norm", "memory", bytes=2 * norm_tokens * m.hidden * ACT_BYTES),
-        *_tp_comm(rs, "tp_head_in", T * m.hidden * ACT_BYTES, closing=False),
+        Op("final_norm", "memory", bytes=2 * norm_tokens * m.hidden * a),
+        *_tp_comm(rs, "tp_head_in", T * m.hidden * a, closing=False),
         Op("logits", "gemm", flops=2.0 * T * m.hidden * m.vocab / t),
         # fp32 softmax over the vocabulary shard: read logits, write probabilities, read back.
-        Op("cross_entropy", "memory", bytes=T * m.vocab / t * (ACT_BYTES + 4 + 4)),
+        Op("cross_entropy", "memory", bytes=T * m.vocab / t * (a + 4 + 4)),
     ]
     if t > 1:
         ops.append(
