@@ -1,13 +1,15 @@
 """The SimPy model of one training step.
 
-Per simulated rank: a compute stream (the rank's main process, running its pipeline schedule)
+Per simulated rank: a compute stream (the rank's SimPy process, running its pipeline schedule)
 and communication streams (DP, PP forward, PP backward) that run one job at a time, like CUDA
-streams. Links are shared through :class:`~simulator.network.flows.FlowNetwork`; storage reads
-for the data loader go through the same mechanism.
+streams; the streams and collectives are callback-driven (:mod:`.comm`). Links are shared
+through :class:`~simulator.network.flows.FlowNetwork`; storage reads for the data loader go
+through the same mechanism.
 
 Symmetric mode simulates one rank per pipeline stage (the rank class) and weights its flows by
 the number of class members that share each link; full mode simulates every rank, with
-collectives that start when all members have arrived and end when all members are done.
+collectives that start when all members have arrived, run their phases in lockstep and end for
+all members together.
 
 Every moment of each rank's step is attributed to exactly one category, so busy + idle
 categories = wall time.
