@@ -48,6 +48,12 @@ class Job:
         self.label = label
         self.args = args  # for ``start``
 
+    def begin(self, now: float) -> None:
+        """Start the job's work (its stream, if any, has reached it)."""
+        self.t0 = now
+        assert self.start is not None, "DONE has no work to begin"
+        self.start(self)
+
     def event(self, env: simpy.Environment) -> simpy.Event | None:
         """An event that fires when the job is done; ``None`` if it already is."""
         if self.done:
@@ -87,8 +93,7 @@ class Stream:
             self.queue.append(job)
         else:
             self.busy = True
-            job.t0 = self.env.now
-            job.start(job)  # type: ignore[misc]
+            job.begin(self.env.now)
         return job
 
     def finished(self, job: Job) -> None:
@@ -96,9 +101,7 @@ class Stream:
             label = job.label if isinstance(job.label, str) else job.label()
             self.emit(self.rank, self.name, label, job.t0, self.env.now - job.t0)
         if self.queue:
-            nxt = self.queue.popleft()
-            nxt.t0 = self.env.now
-            nxt.start(nxt)  # type: ignore[misc]
+            self.queue.popleft().begin(self.env.now)
         else:
             self.busy = False
 

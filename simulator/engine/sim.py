@@ -31,7 +31,7 @@ from ..network.collectives import choose
 from ..network.flows import FlowNetwork
 from ..network.topology import Topology
 from ..workload.comm import grad_bytes_per_param, pp_message_bytes
-from ..workload.memory import bytes_per_param, shard_group
+from ..workload.memory import bytes_per_param, has_master_copy, shard_group
 from ..workload.model import param_breakdown
 from ..workload.ops import backward_ops, embedding_ops, head_ops, layer_ops
 from .comm import Comm, Job, Stream
@@ -338,6 +338,13 @@ class Simulation:
         def gather(nbytes: float, label: str) -> Job:
             return self._submit(rank, "dp", collective(dp_ep, "all_gather", nbytes, label))
 
+        def charge(prog: Program, reps: int, t0: float) -> None:
+            """Book ``reps`` runs of an analytic program that started at ``t0``."""
+            for cat, dt in prog.categories.items():
+                acc[cat] += dt * reps
+            if self.tracing:
+                self._trace_program(rank, prog, reps, t0)
+
         def run_items(prog: Program, reps: int, name: str) -> Generator:
             """Run a program ``reps`` times; analytic programs are one timeout."""
             if reps <= 0:
@@ -347,10 +354,7 @@ class Simulation:
                 total = prog.duration * reps
                 if total > 0:
                     yield Timeout(env, total)
-                for cat, dt in prog.categories.items():
-                    acc[cat] += dt * reps
-                if self.tracing:
-                    self._trace_program(rank, prog, reps, t0)
+                charge(prog, reps, t0)
                 return
             for _ in range(reps):
                 for it in prog.items:
@@ -369,8 +373,7 @@ class Simulation:
                         ep = self.comm.endpoint(rank, it.group or "tp")
                         job = collective(ep, it.coll or "", it.size)
                         if not job.done:
-                            assert job.start is not None
-                            job.start(job)  # on the compute stream: runs now
+                            job.begin(env.now)  # on the compute stream: runs now
                             yield from self._wait(job)
                         mark(f"comm_{it.group}", t0)
                         self._emit(rank, it.group or "tp", it.name, t0, env.now - t0)
@@ -381,10 +384,10 @@ class Simulation:
             if hook_before is None and hook_after is None:
                 yield from run_items(prog, layers, name)
                 return
-            # Layer by layer: the hooks wait for parameters or launch gradient buckets.
+            # Layer by layer: the hooks wait for parameters or launch gradient buckets. An
+            # analytic layer is one timeout here, not a nested generator per layer.
             analytic = prog.analytic
             dur = prog.duration
-            cats = prog.categories.items()
             for i in range(layers):
                 if hook_before is not None:
                     ev = hook_before(i)
@@ -396,10 +399,7 @@ class Simulation:
                     t0 = env.now
                     if dur > 0:
                         yield Timeout(env, dur)
-                    for cat, dt in cats:
-                        acc[cat] += dt
-                    if self.tracing:
-                        self._trace_program(rank, prog, 1, t0)
+                    charge(prog, 1, t0)
                 else:
                     yield from run_items(prog, 1, name)
                 if hook_after is not None:
@@ -555,8 +555,8 @@ class Simulation:
         w, _g, opt = bytes_per_param(self.rs)  # opt: optimizer states + master weights
         # read the gradient, read+write states and master weights; with a master copy write the
         # working weights from it, without one update the weights in place (read+write)
-        master = opt > 0 and self.rs.training.optimizer.master_weights_fp32 and w < 4
-        nbytes = shard_params * (grad_bytes_per_param(self.rs) + 2 * opt + (w if master else 2 * w))
+        weights = w if has_master_copy(self.rs) else 2 * w
+        nbytes = shard_params * (grad_bytes_per_param(self.rs) + 2 * opt + weights)
         return self.timer.memory_time(nbytes)
 
     def _recv_key(self, kind: str, mb: int, chunk: int, rank: int) -> tuple:

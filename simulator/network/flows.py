@@ -116,18 +116,7 @@ class FlowNetwork:
                         slowed[f] = None
             ln.flows[flow] = None
         if slowed is None:
-            # Nobody else changes rate: the new flow runs at its bottleneck share.
-            rate = -1.0
-            for ln, _w in links:
-                share = ln.capacity / ln.weight
-                if rate < 0 or share < rate:
-                    rate = share
-            flow.rate = rate
-            flow.version = 1
-            for ln, _w in links:
-                if rate > ln.top:
-                    ln.top = rate
-            _Completion(self.env, nbytes / rate, flow, self._finish)
+            self._rate(flow, self.env.now)  # nobody else changes rate
         else:
             slowed[flow] = None
             self._rerate(slowed)

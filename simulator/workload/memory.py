@@ -84,6 +84,12 @@ def stage_params(rs: ResolvedScenario, stage: int) -> float:
     return p
 
 
+def has_master_copy(rs: ResolvedScenario) -> bool:
+    """Mixed precision with fp32 master weights; fp32 training updates its weights directly."""
+    tr = rs.training
+    return tr.optimizer.master_weights_fp32 and tr.precision != "fp32"
+
+
 def bytes_per_param(rs: ResolvedScenario) -> tuple[float, float, float]:
     """(weights, gradients, optimizer) bytes per parameter before sharding."""
     tr = rs.training
@@ -92,7 +98,7 @@ def bytes_per_param(rs: ResolvedScenario) -> tuple[float, float, float]:
     # training has fp32 weights and gradients and no separate master copy.
     w = 4.0 if fp32 else 2.0
     g = 4.0 if fp32 or tr.grad_reduce_dtype == "fp32" else 2.0
-    master = 4.0 if tr.optimizer.master_weights_fp32 and not fp32 else 0.0
+    master = 4.0 if has_master_copy(rs) else 0.0
     states = {"adam": 8.0, "adamw": 8.0, "sgd": 4.0, "adafactor": 0.5}[tr.optimizer.kind]
     return w, g, master + states
 
