@@ -313,6 +313,14 @@ def resolve(
             path="training.precision",
             hint="add cluster.gpu.peak_tflops.fp32 {value, source}, or train in bf16",
         )
+    if sc.run.stragglers != "off" and gpu.speed_cv is None:
+        raise UserError(
+            f"run.stragglers: {sc.run.stragglers} needs the GPU's speed variation, and GPU "
+            f"profile '{gpu.name}' has no speed_cv",
+            file=file,
+            path="run.stragglers",
+            hint="add cluster.gpu.speed_cv {value, source}, or set run.stragglers: off",
+        )
     fabric = _resolve_profile(c.fabric, FabricProfile, ("fabric",), file, "cluster.fabric")
     network = None
     nics = 0

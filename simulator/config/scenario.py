@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from .hardware import (
     CloudPrice,
@@ -116,6 +116,18 @@ class RunSpec(BaseModel):
     scaling_reference: ReferenceLayout | None = Field(
         default=None, description="layout to measure scaling against; none: fewest nodes that fit"
     )
+    stragglers: Literal["off", "expected"] = Field(
+        default="off",
+        description=(
+            "off: every GPU runs at its profile's speed; expected: each step waits for the "
+            "expected slowest of the job's GPUs (the GPU profile's speed_cv)"
+        ),
+    )
+
+    @field_validator("stragglers", mode="before")
+    @classmethod
+    def _yaml_off(cls, v: Any) -> Any:
+        return "off" if v is False else v  # YAML 1.1 reads a bare `off` as false
 
 
 class Scenario(BaseModel):

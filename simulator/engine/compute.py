@@ -28,6 +28,7 @@ class Item:
     name: str
     dur: float = 0.0
     cat: str = "compute"  # accounting category of a span
+    wait: float = 0.0  # part of ``dur`` that is straggler wait (see engine.stragglers)
     group: str | None = None
     coll: str | None = None
     size: float = 0.0
@@ -52,7 +53,9 @@ class Program:
         out: dict[str, float] = {}
         for i in self.items:
             if i.kind == "span":
-                out[i.cat] = out.get(i.cat, 0.0) + i.dur
+                out[i.cat] = out.get(i.cat, 0.0) + i.dur - i.wait
+                if i.wait:
+                    out["straggler"] = out.get("straggler", 0.0) + i.wait
         return out
 
     def extend(self, other: Program) -> None:
@@ -98,9 +101,13 @@ def build_program(
     coll_time: dict[str, float | None],
     cat: str = "compute",
     overlap_tp: bool = False,
+    pace: float = 1.0,
 ) -> Program:
     """Compute spans merged where adjacent; a collective becomes a span when ``coll_time`` gives
     its analytic time for the group (key ``"group:coll:size"``), else a flow-network item.
+
+    ``pace`` (≥ 1) stretches every compute span to the expected slowest GPU's; the stretch is the
+    span's ``wait``.
 
     With ``overlap_tp`` an analytic TP collective hides behind the GEMM next to it (as in
     Megatron's TP communication overlap); only what the GEMM cannot cover stays exposed."""
@@ -116,8 +123,9 @@ def build_program(
                 Item(
                     "span",
                     "+".join(pending_name[:3]) + ("…" if len(pending_name) > 3 else ""),
-                    pending,
+                    pending * pace,
                     cat,
+                    wait=pending * (pace - 1.0),
                 )
             )
         pending, pending_name = 0.0, []
@@ -133,7 +141,7 @@ def build_program(
                 )
                 continue
             if overlap_tp and op.group == "tp":
-                t = max(0.0, t - last_gemm)
+                t = max(0.0, t - last_gemm * pace)
             if t > 0:
                 flush()
                 prog.items.append(Item("span", op.name, t, f"comm_{op.group}"))

@@ -37,6 +37,7 @@ from ..workload.ops import backward_ops, embedding_ops, head_ops, layer_ops
 from .comm import Comm, Job, Stream
 from .compute import OpTimer, Program, build_program
 from .schedule import schedule
+from .stragglers import pace as straggler_pace
 
 CATEGORIES = (
     "compute",
@@ -48,6 +49,7 @@ CATEGORIES = (
     "pp_bubble",
     "data_stall",
     "imbalance",
+    "straggler",
 )
 BUSY = ("compute", "optimizer")
 
@@ -82,6 +84,7 @@ class Simulation:
         self.lay = self.topo.layout
         self.net = FlowNetwork(self.env, self._capacity)
         self.timer = OpTimer(rs.gpu, rs.training.precision)
+        self.pace = straggler_pace(rs)
         self.p = rs.pp
         self.v = rs.parallelism.virtual_stages
         self.m = rs.micro_batches
@@ -216,7 +219,9 @@ class Simulation:
         return out
 
     def _prog(self, ops: list) -> Program:
-        return build_program(ops, self.timer, self._coll_times(ops), overlap_tp=self.ov.tp_comm)
+        return build_program(
+            ops, self.timer, self._coll_times(ops), overlap_tp=self.ov.tp_comm, pace=self.pace
+        )
 
     def _build_programs(self) -> None:
         rs = self.rs
@@ -361,7 +366,9 @@ class Simulation:
                     t0 = env.now
                     if it.kind == "span":
                         yield Timeout(env, it.dur)
-                        acc[it.cat] += it.dur
+                        acc[it.cat] += it.dur - it.wait
+                        if it.wait:
+                            acc["straggler"] += it.wait
                         self._emit(
                             rank,
                             "compute" if it.cat == "compute" else it.cat[5:],
@@ -523,9 +530,10 @@ class Simulation:
         shard = params / (self.shard_n if self.z >= 1 else 1)
         t_opt = self._optimizer_time(shard)
         t0 = env.now
-        yield env.timeout(t_opt)
+        yield env.timeout(t_opt * self.pace)
         acc["optimizer"] += t_opt
-        self._emit(rank, "compute", "optimizer", t0, t_opt)
+        acc["straggler"] += t_opt * (self.pace - 1.0)
+        self._emit(rank, "compute", "optimizer", t0, t_opt * self.pace)
         if dp_on and self.z in (1, 2) and not self.ov.param_gather:
             t0 = env.now
             yield from self._wait(gather(params * 2.0, "param all_gather"))

@@ -167,6 +167,7 @@ def print_simulation(d: dict[str, Any], console: Console) -> None:
         "pp_bubble": "pipeline bubble",
         "data_stall": "data-loader stall",
         "imbalance": "waiting on other stages",
+        "straggler": "waiting for the slowest GPU",
     }
     for k, v in d["breakdown_s"].items():
         if v > 0 or k in ("compute",):
