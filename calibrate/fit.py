@@ -148,6 +148,15 @@ NEEDED = {
 }
 
 
+def fit_speed_cv(block_times: list[list[float]]) -> tuple[float, int]:
+    """Coefficient of variation of per-block time over every rank's blocks together (so it holds
+    both a device's step-to-step jitter and the spread between devices), and the block count."""
+    xs = np.asarray([t for rank in block_times for t in rank], dtype=float)
+    if xs.size < 2 or not np.all(xs > 0):
+        raise ValueError("speed variation needs at least two positive block times")
+    return float(np.std(xs, ddof=1) / np.mean(xs)), int(xs.size)
+
+
 def load_probe(path: str | Path) -> dict[str, Any]:
     p = Path(path)
     file = str(path)
@@ -392,6 +401,17 @@ def calibrate(probe: dict[str, Any], file: str, name: str) -> Calibration:
             ),
         },
     }
+    sv = probe.get("speed_variation") or {}
+    speed: dict[str, Any] | None = None
+    if sv.get("block_times_s"):
+        cv, nblocks = fit_speed_cv(sv["block_times_s"])
+        per_rank = [float(np.mean(r)) for r in sv["block_times_s"]]
+        gpu["speed_cv"] = S(
+            cv,
+            f"std/mean of {nblocks} block times ({len(per_rank)} processes at once, each block "
+            f"{sv.get('work')}, about {sv.get('block_target_s', 0) * 1e3:.0f} ms)",
+        )
+        speed = {"cv": cv, "blocks": nblocks, "mean_block_s_per_rank": per_rank}
     st = probe.get("storage") or {}
     if st:
         storage = {
@@ -435,6 +455,7 @@ def calibrate(probe: dict[str, Any], file: str, name: str) -> Calibration:
         "world_size": probe.get("world_size"),
         "train": probe.get("train"),
         "fits": [f.as_dict() for f in fits],
+        "speed_variation": speed,
         "compute_fit": {
             "dtype": train_dtype,
             "peak_tflops": best,
@@ -500,7 +521,16 @@ def in_sample(name: str, sidecar: dict[str, Any]) -> dict[str, Any] | None:
         int(tr.get("threads_per_process") or 1),
         int(sidecar.get("cpu_count") or 1),
     )
-    rs = resolve_dict(job_scenario(name, tr["model"], ppn, nodes, net, overlap=overlap))
+    sc = job_scenario(
+        name,
+        tr["model"],
+        ppn,
+        nodes,
+        net,
+        overlap=overlap,
+        stragglers=bool(sidecar.get("speed_variation")),
+    )
+    rs = resolve_dict(sc)
     pred = simulate(rs, scaling=False).metrics.step_time_s
     meas = tr["step_time_median_s"]
     return {

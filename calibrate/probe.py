@@ -151,6 +151,17 @@ class Probe:
         self.dist.all_reduce(t, op=self.dist.ReduceOp.MAX)
         return float(t.item())
 
+    def gather_floats(self, xs: list[float]) -> list[list[float]]:
+        """Every rank's list (all of the same length), in rank order."""
+        t = self.torch.tensor(xs, dtype=self.torch.float64)
+        if self.world <= 1:
+            return [xs]
+        if self.backend == "nccl":
+            t = t.to(self.device)
+        out = [self.torch.empty_like(t) for _ in range(self.world)]
+        self.dist.all_gather(out, t)
+        return [[float(v) for v in o.cpu().tolist()] for o in out]
+
     def over_budget(self) -> bool:
         """Rank 0's clock decides, so every rank skips the same measurements."""
         return self.reduce_max(1.0 if time.monotonic() > self.deadline else 0.0) > 0
@@ -553,6 +564,49 @@ class Probe:
             "iters": it,
             "tflops": fl / t / 1e12,
             "kernel": "scaled_dot_product_attention(is_causal=True)",
+        }
+
+        self.save()
+        self._speed_variation()
+
+    def _speed_variation(self, block_s: float = 0.1, blocks: int = 24, warmup: int = 2) -> None:
+        """How much a device's speed varies from one step-sized stretch of work to the next,
+        and between devices: every rank at once runs the same block (a GEMM of the training
+        job's MLP shape and a GELU over its output) back to back, timed block by block, with no
+        synchronisation in between. Feeds ``speed_cv`` (stragglers)."""
+        torch = self.torch
+        cfg = self.model_config()
+        T, h = cfg["batch"] * cfg["seq"], cfg["hidden"]
+        x = torch.randn(T, h, device=self.device)  # fp32, as the training job
+        w = torch.randn(h, 4 * h, device=self.device)
+
+        def unit() -> None:
+            torch.nn.functional.gelu(torch.matmul(x, w))
+
+        self.beat(detail="speed variation")
+        for _ in range(3):
+            unit()
+        self._sync_dev()
+        t0 = time.perf_counter()
+        for _ in range(5):
+            unit()
+        self._sync_dev()
+        per = max((time.perf_counter() - t0) / 5, 1e-7)
+        reps = int(self.reduce_max(max(1, round(block_s / per))))
+        self.sync()
+        times: list[float] = []
+        for _ in range(blocks + warmup):
+            t0 = time.perf_counter()
+            for _ in range(reps):
+                unit()
+            self._sync_dev()
+            times.append(time.perf_counter() - t0)
+        per_rank = self.gather_floats(times[warmup:])
+        self.result["speed_variation"] = {
+            "work": f"{reps} × (matmul {T}x{h}x{4 * h} + GELU), fp32",
+            "block_target_s": block_s,
+            "warmup_blocks": warmup,
+            "block_times_s": per_rank,
         }
 
     def phase_memory(self) -> None:

@@ -15,6 +15,7 @@ def job_scenario(
     nodes: int = 1,
     network: Any = None,
     overlap: bool = True,
+    stragglers: bool = False,
 ) -> dict[str, Any]:
     """Data-parallel training of the probe transformer in fp32: ``nodes × nproc`` ranks, each
     with a micro-batch of ``model_cfg['batch']`` sequences (one micro-batch per step), gradients
@@ -23,7 +24,10 @@ def job_scenario(
     ``overlap``: whether the all-reduce runs alongside backward, as DDP means it to. Where the
     devices are CPU processes that use every core for compute, gloo's reduction and socket
     copies run on those same cores, so nothing overlaps: pass ``False`` (see
-    :func:`cpu_comm_overlaps`)."""
+    :func:`cpu_comm_overlaps`).
+
+    ``stragglers``: every step waits for the expected slowest rank (``run.stragglers:
+    expected``); needs a profile with a measured ``speed_cv``."""
     cluster: dict[str, Any] = {
         "gpu": profile,
         "gpus_per_node": nproc,
@@ -57,6 +61,7 @@ def job_scenario(
             "dp_bucket_mb": 25.0,
             "overlap": {"dp_grad": overlap},
         },
+        "run": {"stragglers": "expected" if stragglers else "off"},
     }
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import statistics
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -91,7 +92,17 @@ def predict(
         else:
             net = loopback_network(profile)
             note = "network: loopback, derived from the fabric fit"
-    rs = resolve_dict(job_scenario(profile, model_cfg, nproc, nodes, net, overlap=overlap))
+    gpu = load_catalog().get(profile, "gpu")
+    sc = job_scenario(
+        profile,
+        model_cfg,
+        nproc,
+        nodes,
+        net,
+        overlap=overlap,
+        stragglers=getattr(gpu, "speed_cv", None) is not None,
+    )
+    rs = resolve_dict(sc)
     return simulate(rs, scaling=False).metrics.step_time_s, note
 
 
@@ -138,7 +149,12 @@ def validate(
     steps: int = 8,
     timeout: float = 120.0,
     log: Any = None,
+    repeats: int = 3,
 ) -> dict[str, Any]:
+    """Live runs vs predictions. Each layout runs ``repeats`` times, the layouts interleaved
+    (1×1, 1×2, …, then again), so a machine whose speed drifts over minutes (a shared VM) is
+    measured evenly across layouts; the measured step time is the median over every timed step
+    of every repeat, and the spread of the per-run medians is reported beside it."""
     side, path = load_sidecar(profile)
     tr = side["train"]
     model_cfg = {k: tr["model"][k] for k in ("layers", "hidden", "heads", "vocab", "seq", "batch")}
@@ -146,46 +162,60 @@ def validate(
     cores = os.cpu_count() or 1
     if any(n < 1 for n in nprocs + nodes_list):
         raise UserError("process and node counts must be at least 1", path="--nproc/--nodes")
+    if repeats < 1 or steps < 1:
+        raise UserError("--repeats and --steps must be at least 1", path="--repeats/--steps")
     rows: list[dict[str, Any]] = []
-    with tempfile.TemporaryDirectory(prefix="clustersim-validate-") as tmp:
-        for nodes in sorted(set(nodes_list)):
-            for nproc in sorted(set(nprocs)):
-                world = nodes * nproc
-                row: dict[str, Any] = {
-                    "nodes": nodes,
-                    "nproc_per_node": nproc,
-                    "world_size": world,
-                    "threads_per_process": threads,
-                }
-                if world * threads > cores:
-                    row["skipped"] = (
-                        f"{world} processes × {threads} thread(s) > {cores} "
-                        "cores (would measure oversubscription)"
-                    )
-                    rows.append(row)
-                    continue
-                if log:
-                    log(f"live run: {nodes} node(s) × {nproc} process(es)…")
-                live = run_live(model_cfg, nproc, nodes, threads, steps, timeout, Path(tmp))
-                # Every process of a layout runs on this host.
-                overlap = cpu_comm_overlaps(str(side.get("device_type")), world, threads, cores)
-                pred, note = predict(profile, model_cfg, nproc, nodes, overlap)
-                if not overlap:
-                    note = "; ".join(
-                        filter(None, [note, "no comm/compute overlap: every core computes"])
-                    )
-                meas = live["step_time_median_s"]
-                row.update(
-                    {
-                        "measured_s": meas,
-                        "predicted_s": pred,
-                        "error_pct": 100.0 * (pred - meas) / meas,
-                        "measured_steps_s": live["step_times_s"],
-                    }
+    todo: list[dict[str, Any]] = []
+    for nodes in sorted(set(nodes_list)):
+        for nproc in sorted(set(nprocs)):
+            world = nodes * nproc
+            row: dict[str, Any] = {
+                "nodes": nodes,
+                "nproc_per_node": nproc,
+                "world_size": world,
+                "threads_per_process": threads,
+            }
+            rows.append(row)
+            if world * threads > cores:
+                row["skipped"] = (
+                    f"{world} processes × {threads} thread(s) > {cores} "
+                    "cores (would measure oversubscription)"
                 )
-                if note:
-                    row["note"] = note
-                rows.append(row)
+            else:
+                todo.append(row)
+    runs: dict[int, list[dict[str, Any]]] = {id(r): [] for r in todo}
+    with tempfile.TemporaryDirectory(prefix="clustersim-validate-") as tmp:
+        for rep in range(repeats):
+            for row in todo:
+                nodes, nproc = row["nodes"], row["nproc_per_node"]
+                if log:
+                    log(f"live run {rep + 1}/{repeats}: {nodes} node(s) × {nproc} process(es)…")
+                runs[id(row)].append(
+                    run_live(model_cfg, nproc, nodes, threads, steps, timeout, Path(tmp))
+                )
+    for row in todo:
+        nodes, nproc, world = row["nodes"], row["nproc_per_node"], row["world_size"]
+        # Every process of a layout runs on this host.
+        overlap = cpu_comm_overlaps(str(side.get("device_type")), world, threads, cores)
+        pred, note = predict(profile, model_cfg, nproc, nodes, overlap)
+        if not overlap:
+            note = "; ".join(filter(None, [note, "no comm/compute overlap: every core computes"]))
+        lives = runs[id(row)]
+        all_steps = [t for live in lives for t in live["step_times_s"]]
+        meas = statistics.median(all_steps)
+        run_medians = [live["step_time_median_s"] for live in lives]
+        row.update(
+            {
+                "measured_s": meas,
+                "predicted_s": pred,
+                "error_pct": 100.0 * (pred - meas) / meas,
+                "run_medians_s": run_medians,
+                "run_spread_pct": 100.0 * (max(run_medians) - min(run_medians)) / meas,
+                "measured_steps_s": all_steps,
+            }
+        )
+        if note:
+            row["note"] = note
     done = [r for r in rows if "measured_s" in r]
     if done:
         ref = min(done, key=lambda r: r["world_size"])
@@ -200,6 +230,7 @@ def validate(
         "threads_per_process": threads,
         "cores": cores,
         "steps": steps,
+        "repeats": repeats,
         "scaling": "weak (batch per process fixed); reference: the smallest run",
         "rows": rows,
         "max_abs_error_pct": max((abs(r["error_pct"]) for r in done), default=None),

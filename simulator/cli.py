@@ -328,6 +328,9 @@ def validate(
     nproc: Annotated[str, typer.Option(help="processes per node, comma list")] = "1,2",
     nodes: Annotated[str, typer.Option(help="'nodes' (process groups on this host)")] = "1",
     steps: Annotated[int, typer.Option(help="timed training steps per run")] = 8,
+    repeats: Annotated[
+        int, typer.Option(help="runs per layout, interleaved across layouts (median of all)")
+    ] = 3,
     timeout: Annotated[float, typer.Option(help="seconds before a stuck run is stopped")] = 120.0,
     fmt: Annotated[Fmt, typer.Option("--format")] = Fmt.table,
 ) -> None:
@@ -351,6 +354,7 @@ def validate(
         steps,
         timeout,
         log=lambda m: err.print(m, highlight=False),
+        repeats=repeats,
     )
     if fmt == Fmt.json:
         _json(rep)
@@ -363,6 +367,7 @@ def validate(
             "measured_s",
             "predicted_s",
             "error_pct",
+            "run_spread_pct",
             "measured_scaling",
             "predicted_scaling",
             "skipped",
@@ -381,6 +386,7 @@ def validate(
         "meas. ms",
         "pred. ms",
         "error",
+        "run spread",
         "scal. meas.",
         "scal. pred.",
         "",
@@ -397,6 +403,7 @@ def validate(
                 "-",
                 "-",
                 "-",
+                "-",
                 "skipped*",
             )
             notes.append(f"* {r['nodes']}×{r['nproc_per_node']} skipped: {r['skipped']}")
@@ -408,6 +415,7 @@ def validate(
             f"{r['measured_s'] * 1e3:.1f}",
             f"{r['predicted_s'] * 1e3:.1f}",
             f"{r['error_pct']:+.1f}%",
+            f"{r['run_spread_pct']:.0f}%" if len(r["run_medians_s"]) > 1 else "-",
             f"{r['measured_scaling']:.2f}",
             f"{r['predicted_scaling']:.2f}",
             "†" if r.get("note") else "",
@@ -418,7 +426,11 @@ def validate(
     for n in notes:
         out.print(escape(n))
     if rep["max_abs_error_pct"] is not None:
-        out.print(f"largest |error|: {rep['max_abs_error_pct']:.1f}%; scaling is {rep['scaling']}")
+        out.print(
+            f"largest |error|: {rep['max_abs_error_pct']:.1f}%; measured: median of "
+            f"{rep['repeats']} interleaved run(s) × {rep['steps']} steps (run spread: max − min "
+            f"of the runs' medians); scaling is {rep['scaling']}"
+        )
 
 
 def _csv_rows(keys: list[str], rows: list[dict[str, Any]]) -> None:

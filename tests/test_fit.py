@@ -101,3 +101,19 @@ def test_one_spoiled_timing_does_not_steer_the_fit() -> None:
         assert fit.alpha_s == pytest.approx(alpha, rel=0.1)
         others = [r for i, r in enumerate(fit.residuals_rel) if i != 5]
         assert max(abs(r) for r in others) < 0.05
+
+
+def test_speed_cv_recovered_from_block_times() -> None:
+    from calibrate.fit import fit_speed_cv
+
+    rng = np.random.default_rng(1)
+    blocks = [list(0.1 * (1 + rng.normal(0, 0.05, 400))) for _ in range(2)]
+    cv, n = fit_speed_cv(blocks)
+    assert n == 800 and cv == pytest.approx(0.05, rel=0.1)
+    # a device that is steadily slower than the other widens the spread
+    slow = [blocks[0], [t * 1.1 for t in blocks[1]]]
+    assert fit_speed_cv(slow)[0] > cv
+    # identical blocks: no variation
+    assert fit_speed_cv([[0.1] * 5, [0.1] * 5])[0] == pytest.approx(0.0, abs=1e-12)
+    with pytest.raises(ValueError):
+        fit_speed_cv([[0.1]])

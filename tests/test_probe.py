@@ -7,7 +7,9 @@ import json
 import os
 from pathlib import Path
 
+import numpy as np
 import pytest
+import yaml
 
 torch = pytest.importorskip("torch")
 
@@ -45,6 +47,8 @@ def test_probe_calibrate_simulate(tmp_path: Path) -> None:
     for c in d["collectives"]:
         assert c["time_s"] > 0 and c["busbw_gbps"] >= 0
     assert d["matmul"] and d["memory"] and d["storage"]["write_gbps"] > 0
+    sv = d["speed_variation"]["block_times_s"]
+    assert len(sv) == 2 and len(sv[0]) == len(sv[1]) >= 10 and min(map(min, sv)) > 0
     tr = d["train"]
     assert tr["params"] > 1e6 and len(tr["step_times_s"]) >= 3 and tr["wrapper"] == "ddp"
     assert not list(tmp_path.glob("**/clustersim-probe-*.bin"))
@@ -58,6 +62,16 @@ def test_probe_calibrate_simulate(tmp_path: Path) -> None:
         assert (cal / f"{n}.yaml").is_file()
     assert "probe probe.json" in (cal / "t-cluster-fabric.yaml").read_text()
     assert "R²=" in (cal / "t-cluster-fabric.yaml").read_text()
+    gpu_yaml = yaml.safe_load((cal / "t-cluster.yaml").read_text())
+    assert 0 <= gpu_yaml["speed_cv"]["value"] < 1
+    assert "block times" in gpu_yaml["speed_cv"]["source"]
+    # A probe file from before the speed-variation measurement still calibrates, without a
+    # speed_cv (so predictions for it leave stragglers off).
+    old = tmp_path / "runs" / "old.json"
+    old.write_text(json.dumps({k: v for k, v in d.items() if k != "speed_variation"}))
+    r = clustersim("calibrate", str(old), "--name", "t-old", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "speed_cv" not in yaml.safe_load((cal / "t-old.yaml").read_text())
 
     # Scenarios find the calibrated profiles by name (relative to the working directory).
     from calibrate.model import ProbeTransformer, model_spec
@@ -72,13 +86,18 @@ def test_probe_calibrate_simulate(tmp_path: Path) -> None:
         from simulator.catalog import _load
 
         _load.cache_clear()
-        rs = resolve_dict(job_scenario("t-cluster", tr["model"], 2))
+        rs = resolve_dict(job_scenario("t-cluster", tr["model"], 2, stragglers=True))
         res = simulate(rs, scaling=False)
     finally:
         os.chdir(cwd)
         _load.cache_clear()
     assert rs.gpu.name == "t-cluster" and rs.fabric.name == "t-cluster-fabric"
     assert 0 < res.metrics.step_time_s < 100
+    cv = gpu_yaml["speed_cv"]["value"]
+    compute = res.metrics.breakdown_s["compute"] + res.metrics.breakdown_s["optimizer"]
+    assert res.metrics.breakdown_s["straggler"] == pytest.approx(
+        cv / np.sqrt(np.pi) * compute, rel=1e-6
+    )
     # The simulated model is the trained one: same parameter count.
     m = tr["model"]
     net = ProbeTransformer(m["layers"], m["hidden"], m["heads"], m["vocab"], m["seq"])

@@ -8,6 +8,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -51,6 +52,8 @@ def test_validate_reports_error(tmp_path: Path) -> None:
         "1,2",
         "--steps",
         "4",
+        "--repeats",
+        "2",
         "--format",
         "json",
         cwd=tmp_path,
@@ -64,6 +67,10 @@ def test_validate_reports_error(tmp_path: Path) -> None:
         assert row["error_pct"] == pytest.approx(
             100 * (row["predicted_s"] - row["measured_s"]) / row["measured_s"]
         )
+        # two interleaved runs of four steps each; the measured time is their median
+        assert len(row["run_medians_s"]) == 2 and len(row["measured_steps_s"]) == 8
+        assert row["measured_s"] == pytest.approx(np.median(row["measured_steps_s"]))
+    assert rep["repeats"] == 2
     assert rows[1]["measured_scaling"] == 1.0
     assert 0 < rows[2]["predicted_scaling"] <= 1.0
     # A loose sanity bound (a shared CI CPU is noisy); the 10% goal is checked by hand.
