@@ -157,6 +157,78 @@ def fit_speed_cv(block_times: list[list[float]]) -> tuple[float, int]:
     return float(np.std(xs, ddof=1) / np.mean(xs)), int(xs.size)
 
 
+# Which probe measurement times which of the simulator's memory-bound operations (by name), and
+# whether the measurement covers the operation's forward and backward together.
+JOB_OP_OF = {
+    "attn_norm": "layernorm",
+    "mlp_norm": "layernorm",
+    "final_norm": "layernorm",
+    "activation": "gelu",
+    "residual_add": "add",
+    "cross_entropy": "cross_entropy",
+}
+FWD_BWD = {"layernorm", "gelu", "cross_entropy"}  # timed forward+backward; "add": one add
+
+
+def job_memory_fit(probe: dict[str, Any], copy_gbps: float, op_s: float) -> dict[str, Any] | None:
+    """Bandwidth fractions from the probe's timings of the training job's own memory-bound
+    operations and optimizer step, with bytes counted as the simulator counts them (so the
+    simulated time of those operations is the measured one)."""
+    jo, tr = probe.get("job_ops"), probe.get("train")
+    if not jo or not tr:
+        return None
+    from simulator.config.loading import resolve_dict
+    from simulator.workload.memory import optimizer_bytes_per_param
+    from simulator.workload.ops import backward_ops, head_ops, layer_ops
+
+    from .scenario import inline_job_scenario
+
+    rs = resolve_dict(inline_job_scenario(tr["model"]))
+    layers = rs.model.layers
+    nbytes = 0.0
+    secs = 0.0
+    used: dict[str, int] = {}
+    for reps, fwd in ((layers, layer_ops(rs)), (1, head_ops(rs))):
+        for ops in (fwd, backward_ops(fwd)):
+            for op in ops:
+                if op.kind != "memory":
+                    continue
+                key = JOB_OP_OF.get(op.name.removesuffix("_bwd"))
+                if key is None or key not in jo:
+                    continue
+                nbytes += reps * op.bytes
+                is_bwd = op.name.endswith("_bwd")
+                if key in FWD_BWD:
+                    # one measurement covers forward and backward: charge it with the forward
+                    if is_bwd:
+                        continue
+                    secs += reps * max(jo[key]["time_s"] - 2 * op_s, 1e-9)
+                else:
+                    secs += reps * max(jo[key]["time_s"] - op_s, 1e-9)
+                used[key] = used.get(key, 0) + reps
+    if nbytes <= 0 or secs <= 0:
+        return None
+    frac = min(1.0, nbytes / secs / (copy_gbps * 1e9))
+    out: dict[str, Any] = {
+        "memory_fraction": frac,
+        "memory_what": (
+            "the training job's own memory-bound operations on its shapes ("
+            + ", ".join(f"{jo[k]['op']} ×{n}" for k, n in sorted(used.items()))
+            + f"): {nbytes / 1e6:.1f} MB as the simulator counts them in {secs * 1e3:.2f} ms "
+            f"(less per-op overhead), over copy {copy_gbps:.3g} GB/s"
+        ),
+    }
+    o = jo.get("optimizer")
+    if o and o.get("params"):
+        ob = o["params"] * optimizer_bytes_per_param(rs)
+        out["optimizer_fraction"] = min(1.0, ob / max(o["time_s"] - op_s, 1e-9) / (copy_gbps * 1e9))
+        out["optimizer_what"] = (
+            f"{o['op']}: {o['time_s'] * 1e3:.2f} ms for {ob / 1e6:.0f} MB counted as the "
+            f"simulator counts optimizer traffic (each tensor once), over copy {copy_gbps:.3g} GB/s"
+        )
+    return out
+
+
 def load_probe(path: str | Path) -> dict[str, Any]:
     p = Path(path)
     file = str(path)
@@ -333,11 +405,12 @@ def calibrate(probe: dict[str, Any], file: str, name: str) -> Calibration:
     bw = max(r["gbps"] for r in copies)
     elem = [r for r in mem if r["kind"] != "copy"]
     elem_bw = max((r["gbps"] for r in elem), default=bw)
-    # The simulator counts 16-bit activations (2 bytes); the job's are fp32, so the fraction of
-    # bandwidth its memory-bound operations reach is halved to give the right time.
-    act_scale = 0.5 if train_dtype == "fp32" else 1.0
-    mem_eff = min(1.0, elem_bw / bw) * act_scale
+    mem_eff = min(1.0, elem_bw / bw)
+    mem_what = f"elementwise (GELU + copy) {elem_bw:.3g} GB/s over copy {bw:.3g} GB/s"
     ovh = (probe.get("op_overhead") or {}).get("time_s", 5e-6)
+    job = job_memory_fit(probe, bw, ovh)
+    if job is not None:
+        mem_eff, mem_what = job["memory_fraction"], job["memory_what"]
     mem_bytes = float(probe.get("memory_bytes") or 0)
     gpu_mem = mem_bytes / max(1, ppn) / 1e9 if is_cpu else mem_bytes / 1e9
     device = (probe.get("cpu_model") if is_cpu else (probe.get("devices") or ["?"])[0]) or "?"
@@ -386,21 +459,16 @@ def calibrate(probe: dict[str, Any], file: str, name: str) -> Calibration:
                 f"{att.get('tflops', 0):.4g} "
                 "TFLOP/s in the simulator's FLOP convention, over the peak",
             ),
-            "memory_bandwidth": S(
-                max(mem_eff, 1e-3),
-                f"elementwise (GELU + copy) {elem_bw:.3g} "
-                f"GB/s over copy {bw:.3g} GB/s"
-                + (
-                    ", halved: the job's activations are fp32 and the simulator counts 16-bit ones"
-                    if act_scale < 1
-                    else ""
-                ),
-            ),
+            "memory_bandwidth": S(max(mem_eff, 1e-3), mem_what),
             "kernel_launch_us": S(
                 ovh * 1e6, "time of a one-element in-place add (per-op dispatch overhead)"
             ),
         },
     }
+    if job is not None and job.get("optimizer_fraction"):
+        gpu["efficiency"]["optimizer_bandwidth"] = S(
+            job["optimizer_fraction"], job["optimizer_what"]
+        )
     sv = probe.get("speed_variation") or {}
     speed: dict[str, Any] | None = None
     if sv.get("block_times_s"):

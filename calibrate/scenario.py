@@ -65,6 +65,51 @@ def job_scenario(
     }
 
 
+def inline_job_scenario(model_cfg: dict[str, Any]) -> dict[str, Any]:
+    """The probe job on one placeholder device given inline, for what depends only on the model
+    and the training settings (operation shapes and byte counts), not on any profile."""
+    fig = {"value": 1.0, "source": "placeholder: only shapes and byte counts are read"}
+    sc = job_scenario("inline", model_cfg, 1)
+    sc["cluster"] = {
+        "gpu": {
+            "name": "inline-device",
+            "display_name": "inline device",
+            "vendor": "other",
+            "memory_gb": {"value": 1e6, "source": fig["source"]},
+            "memory_bandwidth_gbps": fig,
+            "tdp_w": fig,
+            "peak_tflops": {"fp32": fig},
+            "efficiency": {
+                "matmul_max": fig,
+                "matmul_half_flops": fig,
+                "attention_max": fig,
+                "memory_bandwidth": fig,
+                "kernel_launch_us": fig,
+            },
+        },
+        "gpus_per_node": 1,
+        "nodes": 1,
+        "fabric": {
+            "name": "inline-fabric",
+            "display_name": "inline fabric",
+            "technology": "pcie_host",
+            "bandwidth_gbps": fig,
+            "latency_us": fig,
+            "achievable_fraction": fig,
+            "max_gpus": 1,
+        },
+        "storage": {
+            "name": "inline-storage",
+            "display_name": "inline storage",
+            "technology": "local_nvme",
+            "read_gbps_per_client": fig,
+            "write_gbps_per_client": fig,
+            "latency_ms": fig,
+        },
+    }
+    return sc
+
+
 def cpu_comm_overlaps(device_type: str, world_on_host: int, threads: int, cores: int) -> bool:
     """Can communication run alongside compute? On GPUs, yes (copy engines and NCCL kernels
     beside compute kernels). On CPU processes, only if cores are left over after every

@@ -117,3 +117,47 @@ def test_speed_cv_recovered_from_block_times() -> None:
     assert fit_speed_cv([[0.1] * 5, [0.1] * 5])[0] == pytest.approx(0.0, abs=1e-12)
     with pytest.raises(ValueError):
         fit_speed_cv([[0.1]])
+
+
+def _job_ops_for(frac: float, opt_frac: float, bw_gbps: float, op_s: float):
+    """Probe-like job-op timings of a device whose memory-bound operations reach ``frac`` of
+    the copy bandwidth (bytes counted as the simulator counts them) and optimizer ``opt_frac``."""
+    from calibrate.scenario import inline_job_scenario
+    from simulator.config.loading import resolve_dict
+    from simulator.workload.memory import optimizer_bytes_per_param
+    from simulator.workload.model import param_count
+    from simulator.workload.ops import backward_ops, head_ops, layer_ops
+
+    model = {"layers": 2, "hidden": 256, "heads": 4, "vocab": 4096, "seq": 128, "batch": 4}
+    rs = resolve_dict(inline_job_scenario(model))
+    per: dict[str, float] = {}
+    for fwd in (layer_ops(rs), head_ops(rs)):
+        for op in fwd + backward_ops(fwd):
+            if op.kind == "memory":
+                per[op.name] = op.bytes
+    bw = bw_gbps * 1e9 * frac
+    t = {
+        "layernorm": (per["attn_norm"] + per["attn_norm_bwd"]) / bw + 2 * op_s,
+        "gelu": (per["activation"] + per["activation_bwd"]) / bw + 2 * op_s,
+        "add": per["residual_add"] / bw + op_s,
+        "cross_entropy": (per["cross_entropy"] + per["cross_entropy_bwd"]) / bw + 2 * op_s,
+    }
+    n = param_count(rs.model, model["seq"])
+    t_opt = n * optimizer_bytes_per_param(rs) / (bw_gbps * 1e9 * opt_frac) + op_s
+    ops = {k: {"op": k, "time_s": v} for k, v in t.items()}
+    ops["optimizer"] = {"op": "adamw", "params": n, "time_s": t_opt}
+    return {"job_ops": ops, "train": {"model": model}}
+
+
+def test_job_memory_fractions_recovered() -> None:
+    from calibrate.fit import job_memory_fit
+
+    # residual_add_bwd is counted by the simulator at twice the forward's bytes; the probe times
+    # one add for each, so give it its own weight: recover within a few per cent
+    probe = _job_ops_for(0.4, 0.2, 50.0, 2e-6)
+    fit = job_memory_fit(probe, 50.0, 2e-6)
+    assert fit is not None
+    assert fit["memory_fraction"] == pytest.approx(0.4, rel=0.15)
+    assert fit["optimizer_fraction"] == pytest.approx(0.2, rel=1e-6)
+    assert "as the simulator counts them" in fit["memory_what"]
+    assert job_memory_fit({"train": probe["train"]}, 50.0, 2e-6) is None

@@ -49,6 +49,9 @@ def test_probe_calibrate_simulate(tmp_path: Path) -> None:
     assert d["matmul"] and d["memory"] and d["storage"]["write_gbps"] > 0
     sv = d["speed_variation"]["block_times_s"]
     assert len(sv) == 2 and len(sv[0]) == len(sv[1]) >= 10 and min(map(min, sv)) > 0
+    jo = d["job_ops"]
+    assert {"layernorm", "gelu", "add", "cross_entropy", "optimizer"} <= set(jo)
+    assert all(v["time_s"] > 0 for v in jo.values()) and jo["optimizer"]["params"] > 1e6
     tr = d["train"]
     assert tr["params"] > 1e6 and len(tr["step_times_s"]) >= 3 and tr["wrapper"] == "ddp"
     assert not list(tmp_path.glob("**/clustersim-probe-*.bin"))
@@ -65,6 +68,9 @@ def test_probe_calibrate_simulate(tmp_path: Path) -> None:
     gpu_yaml = yaml.safe_load((cal / "t-cluster.yaml").read_text())
     assert 0 <= gpu_yaml["speed_cv"]["value"] < 1
     assert "block times" in gpu_yaml["speed_cv"]["source"]
+    eff = gpu_yaml["efficiency"]
+    assert "job's own memory-bound operations" in eff["memory_bandwidth"]["source"]
+    assert 0 < eff["optimizer_bandwidth"]["value"] <= 1
     # A probe file from before the speed-variation measurement still calibrates, without a
     # speed_cv (so predictions for it leave stragglers off).
     old = tmp_path / "runs" / "old.json"

@@ -125,3 +125,20 @@ def test_cli_stragglers_flag_and_bad_value(tmp_path) -> None:
     bad = run_cli("simulate", "scenarios/llama3-8b-8xh100.yaml", "--set", "run.stragglers=maybe")
     assert bad.returncode == 2
     assert "run.stragglers" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_optimizer_bandwidth_sets_the_optimizer_step_time() -> None:
+    """efficiency.optimizer_bandwidth (unset: memory_bandwidth) times the optimizer step:
+    half the fraction, twice the time (less the one launch overhead)."""
+    base = scenario(nodes=1, gpn=8)
+    base["cluster"]["gpu"] = copy.deepcopy(GPU_80GB)
+    t0 = sim(base).metrics.breakdown_s["optimizer"]
+    launch = GPU_80GB["efficiency"]["kernel_launch_us"]["value"] * 1e-6
+    half = copy.deepcopy(base)
+    mem = GPU_80GB["efficiency"]["memory_bandwidth"]["value"]
+    half["cluster"]["gpu"]["efficiency"]["optimizer_bandwidth"] = {
+        "value": mem / 2,
+        "source": "test",
+    }
+    t1 = sim(half).metrics.breakdown_s["optimizer"]
+    assert t1 - launch == pytest.approx(2 * (t0 - launch), rel=1e-9)

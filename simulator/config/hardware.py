@@ -92,6 +92,15 @@ class GPUEfficiency(BaseModel):
     attention_max: Num = Field(description="fraction of dense peak reached by fused attention")
     memory_bandwidth: Num = Field(description="fraction of HBM bandwidth reached by copies")
     kernel_launch_us: Num = Field(description="fixed overhead per kernel, microseconds")
+    optimizer_bandwidth: Num | None = Field(
+        default=None,
+        description=(
+            "fraction of memory bandwidth the optimizer step reaches, its traffic counted with "
+            "each tensor touched once (a fused optimizer comes close to that; an unfused, "
+            "per-operation one moves several times as much, so its fraction is lower); "
+            "unset: memory_bandwidth"
+        ),
+    )
 
 
 class GPUProfile(_Profile):

@@ -74,6 +74,8 @@ class OpTimer:
         self.attn_eff = e.attention_max.value
         self.mem_bw = gpu.memory_bandwidth_gbps.value * 1e9 * e.memory_bandwidth.value
         self.launch = e.kernel_launch_us.value * 1e-6
+        opt = e.optimizer_bandwidth or e.memory_bandwidth
+        self.opt_bw = gpu.memory_bandwidth_gbps.value * 1e9 * opt.value
 
     def gemm_efficiency(self, flops: float) -> float:
         return self.mm_max * flops / (flops + self.mm_half)
@@ -93,6 +95,10 @@ class OpTimer:
 
     def memory_time(self, nbytes: float) -> float:
         return nbytes / self.mem_bw + self.launch
+
+    def optimizer_time(self, nbytes: float) -> float:
+        """The optimizer step over ``nbytes`` of traffic, counted with each tensor touched once."""
+        return nbytes / self.opt_bw + self.launch
 
 
 def build_program(

@@ -31,7 +31,7 @@ from ..network.collectives import choose
 from ..network.flows import FlowNetwork
 from ..network.topology import Topology
 from ..workload.comm import grad_bytes_per_param, pp_message_bytes
-from ..workload.memory import bytes_per_param, has_master_copy, shard_group
+from ..workload.memory import optimizer_bytes_per_param, shard_group
 from ..workload.model import param_breakdown
 from ..workload.ops import backward_ops, embedding_ops, head_ops, layer_ops
 from .comm import Comm, Job, Stream
@@ -560,12 +560,7 @@ class Simulation:
         return lambda i: jobs[i].event(self.env)
 
     def _optimizer_time(self, shard_params: float) -> float:
-        w, _g, opt = bytes_per_param(self.rs)  # opt: optimizer states + master weights
-        # read the gradient, read+write states and master weights; with a master copy write the
-        # working weights from it, without one update the weights in place (read+write)
-        weights = w if has_master_copy(self.rs) else 2 * w
-        nbytes = shard_params * (grad_bytes_per_param(self.rs) + 2 * opt + weights)
-        return self.timer.memory_time(nbytes)
+        return self.timer.optimizer_time(shard_params * optimizer_bytes_per_param(self.rs))
 
     def _recv_key(self, kind: str, mb: int, chunk: int, rank: int) -> tuple:
         if self.full:

@@ -103,6 +103,15 @@ def bytes_per_param(rs: ResolvedScenario) -> tuple[float, float, float]:
     return w, g, master + states
 
 
+def optimizer_bytes_per_param(rs: ResolvedScenario) -> float:
+    """Memory traffic of the optimizer step per parameter, each tensor touched once: read the
+    gradient, read and write the states and master weights; with a master copy write the working
+    weights from it, without one update the weights in place (read and write)."""
+    w, g, opt = bytes_per_param(rs)  # opt: optimizer states + master weights
+    weights = w if has_master_copy(rs) else 2 * w
+    return g + 2 * opt + weights
+
+
 def shard_group(rs: ResolvedScenario) -> int:
     """DP ranks over which ZeRO/FSDP shards state (hybrid sharding: within a node's worth)."""
     sh = rs.parallelism.sharding
