@@ -414,7 +414,7 @@ def calibrate(probe: dict[str, Any], file: str, name: str) -> Calibration:
     mem_bytes = float(probe.get("memory_bytes") or 0)
     gpu_mem = mem_bytes / max(1, ppn) / 1e9 if is_cpu else mem_bytes / 1e9
     device = (probe.get("cpu_model") if is_cpu else (probe.get("devices") or ["?"])[0]) or "?"
-    gpu = {
+    gpu: dict[str, Any] = {
         "kind": "gpu",
         "name": name,
         "display_name": f"{name}: {device}"
