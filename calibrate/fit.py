@@ -150,11 +150,17 @@ NEEDED = {
 
 def fit_speed_cv(block_times: list[list[float]]) -> tuple[float, int]:
     """Coefficient of variation of per-block time over every rank's blocks together (so it holds
-    both a device's step-to-step jitter and the spread between devices), and the block count."""
+    both a device's step-to-step jitter and the spread between devices), and the block count.
+
+    The spread is the normal-equivalent one from the interquartile range (IQR / 1.349, over the
+    median): a shared machine's rare multi-second hiccups would otherwise dominate a plain
+    standard deviation of a couple of dozen blocks, and they are not the steady variation the
+    straggler model describes."""
     xs = np.asarray([t for rank in block_times for t in rank], dtype=float)
     if xs.size < 2 or not np.all(xs > 0):
         raise ValueError("speed variation needs at least two positive block times")
-    return float(np.std(xs, ddof=1) / np.mean(xs)), int(xs.size)
+    q1, med, q3 = np.percentile(xs, [25, 50, 75])
+    return float((q3 - q1) / 1.349 / med), int(xs.size)
 
 
 # Which probe measurement times which of the simulator's memory-bound operations (by name), and
@@ -476,10 +482,21 @@ def calibrate(probe: dict[str, Any], file: str, name: str) -> Calibration:
         per_rank = [float(np.mean(r)) for r in sv["block_times_s"]]
         gpu["speed_cv"] = S(
             cv,
-            f"std/mean of {nblocks} block times ({len(per_rank)} processes at once, each block "
+            f"IQR/1.349 over the median of {nblocks} block times "
+            f"({len(per_rank)} processes at once, each block "
             f"{sv.get('work')}, about {sv.get('block_target_s', 0) * 1e3:.0f} ms)",
         )
-        speed = {"cv": cv, "blocks": nblocks, "mean_block_s_per_rank": per_rank}
+        speed = {
+            "cv": cv,
+            "blocks": nblocks,
+            "mean_block_s_per_rank": per_rank,
+            "work": sv.get("work"),
+            # time of one unit of the block's work: what validate re-measures to see drift
+            "unit_s": float(np.mean(per_rank)) / int(sv.get("reps") or 1)
+            if sv.get("reps")
+            else None,
+            "procs": len(per_rank),
+        }
     st = probe.get("storage") or {}
     if st:
         storage = {

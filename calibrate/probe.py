@@ -37,7 +37,7 @@ from typing import Any
 
 FORMAT = "clustersim-probe"
 VERSION = 1
-PHASES = ("init", "collectives", "compute", "memory", "storage", "train")
+PHASES = ("init", "collectives", "compute", "speed", "memory", "storage", "train")
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all", "p2p")
 
 # The probe's training job: small enough for a CPU, big enough that compute dominates noise.
@@ -566,10 +566,7 @@ class Probe:
             "kernel": "scaled_dot_product_attention(is_causal=True)",
         }
 
-        self.save()
-        self._speed_variation()
-
-    def _speed_variation(self, block_s: float = 0.1, blocks: int = 24, warmup: int = 2) -> None:
+    def phase_speed(self, block_s: float = 0.1, blocks: int = 24, warmup: int = 2) -> None:
         """How much a device's speed varies from one step-sized stretch of work to the next,
         and between devices: every rank at once runs the same block (a GEMM of the training
         job's MLP shape and a GELU over its output) back to back, timed block by block, with no
@@ -604,6 +601,7 @@ class Probe:
         per_rank = self.gather_floats(times[warmup:])
         self.result["speed_variation"] = {
             "work": f"{reps} × (matmul {T}x{h}x{4 * h} + GELU), fp32",
+            "reps": reps,
             "block_target_s": block_s,
             "warmup_blocks": warmup,
             "block_times_s": per_rank,

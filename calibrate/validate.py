@@ -142,6 +142,21 @@ def run_live(
     return json.loads(out.read_text())["train"]
 
 
+def speed_check(procs: int, threads: int, timeout: float, workdir: Path) -> float:
+    """Seconds per unit of the probe's speed-variation work, measured now the way the probe
+    measured it (same processes at once, same threads)."""
+    out = workdir / "speed.json"
+    try:
+        launch(out, procs, 1, ["--phases", "speed", "--threads", str(threads)], timeout=timeout)
+    except ProbeFailed as exc:
+        raise UserError(
+            f"speed check failed: {exc}", hint="re-run with a larger --timeout if it hung"
+        ) from None
+    sv = json.loads(out.read_text())["speed_variation"]
+    per_rank = [statistics.mean(r) for r in sv["block_times_s"]]
+    return statistics.mean(per_rank) / int(sv["reps"])
+
+
 def validate(
     profile: str,
     nprocs: list[int],
@@ -154,7 +169,12 @@ def validate(
     """Live runs vs predictions. Each layout runs ``repeats`` times, the layouts interleaved
     (1×1, 1×2, …, then again), so a machine whose speed drifts over minutes (a shared VM) is
     measured evenly across layouts; the measured step time is the median over every timed step
-    of every repeat, and the spread of the per-run medians is reported beside it."""
+    of every repeat, and the spread of the per-run medians is reported beside it.
+
+    Drift: before each repeat the probe's reference work (its speed-variation blocks) runs again
+    as the probe ran it, and how much slower or faster it is now than during the probe is
+    reported: a diagnostic for a machine whose speed changes (re-probe if it is large). The
+    prediction always uses the profile as calibrated."""
     side, path = load_sidecar(profile)
     tr = side["train"]
     model_cfg = {k: tr["model"][k] for k in ("layers", "hidden", "heads", "vocab", "seq", "batch")}
@@ -184,8 +204,17 @@ def validate(
             else:
                 todo.append(row)
     runs: dict[int, list[dict[str, Any]]] = {id(r): [] for r in todo}
+    speed = side.get("speed_variation") or {}
+    ref_unit = speed.get("unit_s")
+    checks: list[float] = []
     with tempfile.TemporaryDirectory(prefix="clustersim-validate-") as tmp:
         for rep in range(repeats):
+            if ref_unit and todo and int(speed.get("procs") or 1) * threads <= cores:
+                if log:
+                    log(f"speed check {rep + 1}/{repeats} (the probe's reference work)…")
+                checks.append(
+                    speed_check(int(speed.get("procs") or 1), threads, timeout, Path(tmp))
+                )
             for row in todo:
                 nodes, nproc = row["nodes"], row["nproc_per_node"]
                 if log:
@@ -216,6 +245,7 @@ def validate(
         )
         if note:
             row["note"] = note
+    drift = statistics.median(checks) / ref_unit - 1.0 if checks and ref_unit else None
     done = [r for r in rows if "measured_s" in r]
     if done:
         ref = min(done, key=lambda r: r["world_size"])
@@ -231,6 +261,10 @@ def validate(
         "cores": cores,
         "steps": steps,
         "repeats": repeats,
+        "drift_pct": None if drift is None else 100.0 * drift,
+        "drift_checks_unit_s": checks,
+        "drift_reference_unit_s": ref_unit,
+        "drift_work": speed.get("work"),
         "scaling": "weak (batch per process fixed); reference: the smallest run",
         "rows": rows,
         "max_abs_error_pct": max((abs(r["error_pct"]) for r in done), default=None),

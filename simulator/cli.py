@@ -425,6 +425,15 @@ def validate(
     out.print(t)
     for n in notes:
         out.print(escape(n))
+    if rep.get("drift_pct") is not None:
+        out.print(
+            escape(
+                f"machine drift: the probe's reference work ({rep['drift_work']}) runs "
+                f"{abs(rep['drift_pct']):.1f}% {'slower' if rep['drift_pct'] >= 0 else 'faster'} "
+                f"now than during the probe (median of {len(rep['drift_checks_unit_s'])} "
+                "checks): a shared machine's speed changes; re-probe if this is large"
+            )
+        )
     if rep["max_abs_error_pct"] is not None:
         out.print(
             f"largest |error|: {rep['max_abs_error_pct']:.1f}%; measured: median of "

@@ -115,6 +115,9 @@ def test_speed_cv_recovered_from_block_times() -> None:
     assert fit_speed_cv(slow)[0] > cv
     # identical blocks: no variation
     assert fit_speed_cv([[0.1] * 5, [0.1] * 5])[0] == pytest.approx(0.0, abs=1e-12)
+    # one multi-second hiccup among the blocks barely moves it (a plain std would triple)
+    hiccup = [blocks[0][:-1] + [2.0], blocks[1]]
+    assert fit_speed_cv(hiccup)[0] == pytest.approx(cv, rel=0.05)
     with pytest.raises(ValueError):
         fit_speed_cv([[0.1]])
 

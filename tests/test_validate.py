@@ -71,6 +71,11 @@ def test_validate_reports_error(tmp_path: Path) -> None:
         assert len(row["run_medians_s"]) == 2 and len(row["measured_steps_s"]) == 8
         assert row["measured_s"] == pytest.approx(np.median(row["measured_steps_s"]))
     assert rep["repeats"] == 2
+    # the probe's reference work ran again before each repeat: the machine's drift is reported
+    assert len(rep["drift_checks_unit_s"]) == 2 and rep["drift_reference_unit_s"] > 0
+    assert rep["drift_pct"] == pytest.approx(
+        100 * (np.median(rep["drift_checks_unit_s"]) / rep["drift_reference_unit_s"] - 1)
+    )
     assert rows[1]["measured_scaling"] == 1.0
     assert 0 < rows[2]["predicted_scaling"] <= 1.0
     # A loose sanity bound (a shared CI CPU is noisy); the 10% goal is checked by hand.
