@@ -148,6 +148,12 @@ NEEDED = {
 }
 
 
+def unit_seconds(block_times: list[list[float]], reps: int) -> float:
+    """Seconds per unit of the speed-variation work: the mean block over ranks, over its reps
+    (what validate re-measures to see how the machine drifted since the probe)."""
+    return float(np.mean([np.mean(r) for r in block_times])) / reps
+
+
 def fit_speed_cv(block_times: list[list[float]]) -> tuple[float, int]:
     """Coefficient of variation of per-block time over every rank's blocks together (so it holds
     both a device's step-to-step jitter and the spread between devices), and the block count.
@@ -491,8 +497,7 @@ def calibrate(probe: dict[str, Any], file: str, name: str) -> Calibration:
             "blocks": nblocks,
             "mean_block_s_per_rank": per_rank,
             "work": sv.get("work"),
-            # time of one unit of the block's work: what validate re-measures to see drift
-            "unit_s": float(np.mean(per_rank)) / int(sv.get("reps") or 1)
+            "unit_s": unit_seconds(sv["block_times_s"], int(sv["reps"]))
             if sv.get("reps")
             else None,
             "procs": len(per_rank),

@@ -153,9 +153,9 @@ class Probe:
 
     def gather_floats(self, xs: list[float]) -> list[list[float]]:
         """Every rank's list (all of the same length), in rank order."""
-        t = self.torch.tensor(xs, dtype=self.torch.float64)
         if self.world <= 1:
             return [xs]
+        t = self.torch.tensor(xs, dtype=self.torch.float64)
         if self.backend == "nccl":
             t = t.to(self.device)
         out = [self.torch.empty_like(t) for _ in range(self.world)]

@@ -19,6 +19,7 @@ from typing import Any
 
 from simulator.errors import UserError
 
+from .fit import unit_seconds
 from .launch import ProbeFailed, launch
 from .scenario import cpu_comm_overlaps, job_scenario
 
@@ -78,7 +79,12 @@ def loopback_network(profile: str) -> dict[str, Any]:
 
 
 def predict(
-    profile: str, model_cfg: dict[str, Any], nproc: int, nodes: int, overlap: bool = True
+    profile: str,
+    model_cfg: dict[str, Any],
+    nproc: int,
+    nodes: int,
+    overlap: bool = True,
+    stragglers: bool = False,
 ) -> tuple[float, str]:
     from simulator.catalog import load_catalog
     from simulator.config.loading import resolve_dict
@@ -92,16 +98,7 @@ def predict(
         else:
             net = loopback_network(profile)
             note = "network: loopback, derived from the fabric fit"
-    gpu = load_catalog().get(profile, "gpu")
-    sc = job_scenario(
-        profile,
-        model_cfg,
-        nproc,
-        nodes,
-        net,
-        overlap=overlap,
-        stragglers=getattr(gpu, "speed_cv", None) is not None,
-    )
+    sc = job_scenario(profile, model_cfg, nproc, nodes, net, overlap=overlap, stragglers=stragglers)
     rs = resolve_dict(sc)
     return simulate(rs, scaling=False).metrics.step_time_s, note
 
@@ -153,8 +150,7 @@ def speed_check(procs: int, threads: int, timeout: float, workdir: Path) -> floa
             f"speed check failed: {exc}", hint="re-run with a larger --timeout if it hung"
         ) from None
     sv = json.loads(out.read_text())["speed_variation"]
-    per_rank = [statistics.mean(r) for r in sv["block_times_s"]]
-    return statistics.mean(per_rank) / int(sv["reps"])
+    return unit_seconds(sv["block_times_s"], int(sv["reps"]))
 
 
 def validate(
@@ -226,7 +222,8 @@ def validate(
         nodes, nproc, world = row["nodes"], row["nproc_per_node"], row["world_size"]
         # Every process of a layout runs on this host.
         overlap = cpu_comm_overlaps(str(side.get("device_type")), world, threads, cores)
-        pred, note = predict(profile, model_cfg, nproc, nodes, overlap)
+        # the profile has a speed_cv exactly when its calibration measured speed variation
+        pred, note = predict(profile, model_cfg, nproc, nodes, overlap, bool(speed))
         if not overlap:
             note = "; ".join(filter(None, [note, "no comm/compute overlap: every core computes"]))
         lives = runs[id(row)]

@@ -33,6 +33,12 @@ class Item:
     coll: str | None = None
     size: float = 0.0
 
+    def book(self, acc: dict[str, float]) -> None:
+        """Add this span's time to ``acc``: its category, less the straggler wait it holds."""
+        acc[self.cat] = acc.get(self.cat, 0.0) + self.dur - self.wait
+        if self.wait:
+            acc["straggler"] = acc.get("straggler", 0.0) + self.wait
+
 
 @dataclass
 class Program:
@@ -53,9 +59,7 @@ class Program:
         out: dict[str, float] = {}
         for i in self.items:
             if i.kind == "span":
-                out[i.cat] = out.get(i.cat, 0.0) + i.dur - i.wait
-                if i.wait:
-                    out["straggler"] = out.get("straggler", 0.0) + i.wait
+                i.book(out)
         return out
 
     def extend(self, other: Program) -> None:

@@ -366,9 +366,7 @@ class Simulation:
                     t0 = env.now
                     if it.kind == "span":
                         yield Timeout(env, it.dur)
-                        acc[it.cat] += it.dur - it.wait
-                        if it.wait:
-                            acc["straggler"] += it.wait
+                        it.book(acc)
                         self._emit(
                             rank,
                             "compute" if it.cat == "compute" else it.cat[5:],
