@@ -163,9 +163,10 @@ def validate(
     repeats: int = 3,
 ) -> dict[str, Any]:
     """Live runs vs predictions. Each layout runs ``repeats`` times, the layouts interleaved
-    (1×1, 1×2, …, then again), so a machine whose speed drifts over minutes (a shared VM) is
-    measured evenly across layouts; the measured step time is the median over every timed step
-    of every repeat, and the spread of the per-run medians is reported beside it.
+    (1×1, 1×2, 2×1, then 1×2, 2×1, 1×1, …: rotated each repeat), so a machine whose speed
+    drifts over minutes (a shared VM) is measured evenly across layouts; the measured step time
+    is the median over every timed step of every repeat, and the spread of the per-run medians
+    is reported beside it.
 
     Drift: before each repeat the probe's reference work (its speed-variation blocks) runs again
     as the probe ran it, and how much slower or faster it is now than during the probe is
@@ -211,7 +212,10 @@ def validate(
                 checks.append(
                     speed_check(int(speed.get("procs") or 1), threads, timeout, Path(tmp))
                 )
-            for row in todo:
+            # Rotated each repeat, so that no layout always runs right after the same other one
+            # (on a shared VM, a run's speed depends on what ran just before it).
+            k = rep % len(todo) if todo else 0
+            for row in todo[k:] + todo[:k]:
                 nodes, nproc = row["nodes"], row["nproc_per_node"]
                 if log:
                     log(f"live run {rep + 1}/{repeats}: {nodes} node(s) × {nproc} process(es)…")
