@@ -241,6 +241,40 @@ def job_memory_fit(probe: dict[str, Any], copy_gbps: float, op_s: float) -> dict
     return out
 
 
+def simulated_compute_s(gpu: dict[str, Any], model_cfg: dict[str, Any]) -> float:
+    """Compute-stream time (compute + optimizer) of one step of the probe job on one device of
+    the (not yet written) GPU profile ``gpu``."""
+    from simulator.config.loading import resolve_dict
+    from simulator.simulate import simulate
+
+    from .scenario import inline_job_scenario
+
+    sc = inline_job_scenario(model_cfg)
+    sc["cluster"]["gpu"] = gpu
+    bd = simulate(resolve_dict(sc), scaling=False).metrics.breakdown_s
+    return bd.get("compute", 0.0) + bd.get("optimizer", 0.0)
+
+
+def in_step_fit(gpu: dict[str, Any], train: dict[str, Any] | None) -> tuple[float, str] | None:
+    """How much slower the job's operations run inside its training step than the fitted
+    per-operation figures say: the probe's step without gradient synchronisation (all ranks at
+    once), over the simulated compute and optimizer time of the same step."""
+    if not train or not train.get("compute_step_median_s"):
+        return None
+    measured = float(train["compute_step_median_s"])
+    simulated = simulated_compute_s(gpu, train["model"])
+    if simulated <= 0:
+        return None
+    n = sum(len(r) for r in train.get("compute_step_times_s") or [])
+    what = (
+        f"median of {n} training steps without communication ("
+        + str(train.get("compute_step_how", ""))
+        + f"): {measured * 1e3:.1f} ms, over the {simulated * 1e3:.1f} ms of compute and "
+        "optimizer that the fitted per-operation figures give for the same step"
+    )
+    return measured / simulated, what
+
+
 def load_probe(path: str | Path) -> dict[str, Any]:
     p = Path(path)
     file = str(path)
@@ -481,6 +515,9 @@ def calibrate(probe: dict[str, Any], file: str, name: str) -> Calibration:
         gpu["efficiency"]["optimizer_bandwidth"] = S(
             job["optimizer_fraction"], job["optimizer_what"]
         )
+    step_fit = in_step_fit(gpu, probe.get("train"))
+    if step_fit is not None:
+        gpu["efficiency"]["in_step_factor"] = S(*step_fit)
     sv = probe.get("speed_variation") or {}
     speed: dict[str, Any] | None = None
     if sv.get("block_times_s"):
@@ -552,6 +589,7 @@ def calibrate(probe: dict[str, Any], file: str, name: str) -> Calibration:
             "matmul_max": eff_m,
             "matmul_half_flops": eff_h,
             "r2": eff_r2,
+            "in_step_factor": step_fit[0] if step_fit else None,
         },
         "profiles": [name, f"{name}-fabric", f"{name}-storage"]
         + ([f"{name}-network"] if network else []),

@@ -23,6 +23,7 @@ launcher reads to name the rank and phase that died or hung.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
 import json
 import os
@@ -793,11 +794,12 @@ class Probe:
         tokens = tokens.to(self.device)
         lossf = torch.nn.functional.cross_entropy
 
-        def step() -> float:
+        def step(grad_sync: bool = True) -> float:
             opt.zero_grad(set_to_none=True)
-            logits = model(tokens[:, :-1])
-            loss = lossf(logits.reshape(-1, cfg["vocab"]), tokens[:, 1:].reshape(-1))
-            loss.backward()
+            with contextlib.nullcontext() if grad_sync else model.no_sync():  # type: ignore[operator]
+                logits = model(tokens[:, :-1])
+                loss = lossf(logits.reshape(-1, cfg["vocab"]), tokens[:, 1:].reshape(-1))
+                loss.backward()
             opt.step()
             self._sync_dev()
             return float(loss.detach())
@@ -806,12 +808,27 @@ class Probe:
         for i in range(self.args.train_warmup):
             self.beat(detail=f"train warm-up {i}")
             step()
+        # The same step without gradient synchronisation (DDP's no_sync: no all-reduce, no
+        # bucket copies), every rank at once: the compute-stream work of one step on a device
+        # whose host is fully busy, as the simulator's compute and optimizer time describe it.
+        compute_only: list[list[float]] | None = None
+        if wrap == "ddp":
+            self.sync()
+            own: list[float] = []
+            for i in range(self.args.train_steps):
+                self.beat(detail=f"train step without gradient sync {i}")
+                t0 = time.perf_counter()
+                step(grad_sync=False)
+                own.append(time.perf_counter() - t0)
+            compute_only = self.gather_floats(own)
         self.sync()
         for i in range(self.args.train_steps):
             self.beat(detail=f"train step {i}")
             t0 = time.perf_counter()
             step()
             times.append(time.perf_counter() - t0)
+        if wrap == "none":  # one process: the step is all compute-stream work
+            compute_only = [list(times)]
         # per-step time = slowest rank's (MAX over ranks, step by step)
         times = [self.reduce_max(t) for t in times]
         self.result["train"] = {
@@ -839,6 +856,21 @@ class Probe:
             "step_time_median_s": statistics.median(times),
             "step_time_min_s": min(times),
         }
+        if compute_only is not None:
+            self.result["train"].update(
+                {
+                    "compute_step_times_s": compute_only,
+                    "compute_step_median_s": statistics.median(
+                        t for rank_times in compute_only for t in rank_times
+                    ),
+                    "compute_step_how": (
+                        "the same step with DDP's no_sync (no all-reduce, no bucket copies), "
+                        "every rank at once; per rank"
+                        if wrap == "ddp"
+                        else "the step itself (one process: no communication)"
+                    ),
+                }
+            )
 
 
 def _cpu_model() -> str:

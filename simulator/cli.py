@@ -311,6 +311,11 @@ def calibrate(
         f"compute: peak {cf['peak_tflops'] * 1e3:.1f} GFLOP/s ({cf['dtype']}), "
         f"matmul_max {cf['matmul_max']:.2f}, matmul_half_flops "
         f"{cf['matmul_half_flops']:.3g} (R²={cf['r2']:.2f})"
+        + (
+            f"; in a training step the operations take {cf['in_step_factor']:.2f}× as long"
+            if cf.get("in_step_factor")
+            else ""
+        )
     )
     if check:
         out.print(

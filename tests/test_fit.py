@@ -164,3 +164,62 @@ def test_job_memory_fractions_recovered() -> None:
     assert fit["optimizer_fraction"] == pytest.approx(0.2, rel=1e-6)
     assert "as the simulator counts them" in fit["memory_what"]
     assert job_memory_fit({"train": probe["train"]}, 50.0, 2e-6) is None
+
+
+def test_in_step_factor_recovered_and_applied() -> None:
+    """The factor is the measured communication-free step over the simulated compute and
+    optimizer time; a profile carrying it simulates that step at the measured time."""
+    import copy
+
+    from calibrate.fit import in_step_fit, simulated_compute_s
+    from calibrate.scenario import inline_job_scenario
+
+    model = {"layers": 2, "hidden": 256, "heads": 4, "vocab": 4096, "seq": 128, "batch": 4}
+    gpu = inline_job_scenario(model)["cluster"]["gpu"]
+    base = simulated_compute_s(gpu, model)
+    assert base > 0
+    train = {
+        "model": model,
+        "compute_step_median_s": 1.37 * base,
+        "compute_step_times_s": [[1.37 * base] * 4, [1.37 * base] * 4],
+        "compute_step_how": "synthetic",
+    }
+    fit = in_step_fit(gpu, train)
+    assert fit is not None
+    factor, what = fit
+    assert factor == pytest.approx(1.37, rel=1e-9)
+    assert "median of 8 training steps without communication (synthetic)" in what
+    scaled = copy.deepcopy(gpu)
+    scaled["efficiency"]["in_step_factor"] = {"value": factor, "source": what}
+    assert simulated_compute_s(scaled, model) == pytest.approx(1.37 * base, rel=1e-9)
+    one = copy.deepcopy(gpu)
+    one["efficiency"]["in_step_factor"] = {"value": 1.0, "source": "identity"}
+    assert simulated_compute_s(one, model) == base
+    # a probe without the communication-free steps leaves the factor out
+    assert in_step_fit(gpu, {"model": model}) is None
+    assert in_step_fit(gpu, None) is None
+
+
+@pytest.mark.parametrize("factor", [0.5, 0.9, 1.1, 2.0])
+def test_in_step_factor_scales_compute_stream_only(factor: float) -> None:
+    """Compute and optimizer time scale by the factor; DP communication does not."""
+    import copy
+
+    from calibrate.scenario import inline_job_scenario
+    from simulator.config.loading import resolve_dict
+    from simulator.simulate import simulate
+
+    model = {"layers": 2, "hidden": 256, "heads": 4, "vocab": 4096, "seq": 128, "batch": 4}
+    sc = inline_job_scenario(model)
+    sc["cluster"]["gpus_per_node"] = 2
+    sc["cluster"]["fabric"]["max_gpus"] = 2
+    sc["training"]["global_batch"] = 8
+    base = simulate(resolve_dict(sc), scaling=False).metrics
+    sc2 = copy.deepcopy(sc)
+    sc2["cluster"]["gpu"]["efficiency"]["in_step_factor"] = {"value": factor, "source": "test"}
+    m = simulate(resolve_dict(sc2), scaling=False).metrics
+    for cat in ("compute", "optimizer"):
+        assert m.breakdown_s[cat] == pytest.approx(factor * base.breakdown_s[cat], rel=1e-9)
+    assert m.breakdown_s["comm_dp"] == pytest.approx(base.breakdown_s["comm_dp"], rel=1e-9)
+    assert m.busy_s + sum(m.idle_s.values()) == pytest.approx(m.step_time_s, rel=1e-9)
+    assert (m.step_time_s > base.step_time_s) == (factor > 1)

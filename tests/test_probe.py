@@ -54,6 +54,10 @@ def test_probe_calibrate_simulate(tmp_path: Path) -> None:
     assert all(v["time_s"] > 0 for v in jo.values()) and jo["optimizer"]["params"] > 1e6
     tr = d["train"]
     assert tr["params"] > 1e6 and len(tr["step_times_s"]) >= 3 and tr["wrapper"] == "ddp"
+    # the same step without gradient sync, per rank
+    cs = tr["compute_step_times_s"]
+    assert len(cs) == 2 and all(len(r) == len(tr["step_times_s"]) for r in cs)
+    assert min(map(min, cs)) > 0 and tr["compute_step_median_s"] > 0
     assert not list(tmp_path.glob("**/clustersim-probe-*.bin"))
 
     r = clustersim("calibrate", str(out), "--name", "t-cluster", "--format", "json", cwd=tmp_path)
@@ -71,13 +75,19 @@ def test_probe_calibrate_simulate(tmp_path: Path) -> None:
     eff = gpu_yaml["efficiency"]
     assert "job's own memory-bound operations" in eff["memory_bandwidth"]["source"]
     assert 0 < eff["optimizer_bandwidth"]["value"] <= 1
-    # A probe file from before the speed-variation measurement still calibrates, without a
-    # speed_cv (so predictions for it leave stragglers off).
+    assert 0.2 < eff["in_step_factor"]["value"] < 5
+    assert "training steps without communication" in eff["in_step_factor"]["source"]
+    # A probe file from before the speed-variation and communication-free step measurements
+    # still calibrates, without a speed_cv (so predictions for it leave stragglers off) and
+    # without an in-step factor.
     old = tmp_path / "runs" / "old.json"
-    old.write_text(json.dumps({k: v for k, v in d.items() if k != "speed_variation"}))
+    old_d = {k: v for k, v in d.items() if k != "speed_variation"}
+    old_d["train"] = {k: v for k, v in tr.items() if not k.startswith("compute_step")}
+    old.write_text(json.dumps(old_d))
     r = clustersim("calibrate", str(old), "--name", "t-old", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
-    assert "speed_cv" not in yaml.safe_load((cal / "t-old.yaml").read_text())
+    old_yaml = yaml.safe_load((cal / "t-old.yaml").read_text())
+    assert "speed_cv" not in old_yaml and "in_step_factor" not in old_yaml["efficiency"]
 
     # Scenarios find the calibrated profiles by name (relative to the working directory).
     from calibrate.model import ProbeTransformer, model_spec

@@ -101,6 +101,16 @@ class GPUEfficiency(BaseModel):
             "unset: memory_bandwidth"
         ),
     )
+    in_step_factor: Num | None = Field(
+        default=None,
+        description=(
+            "factor on the time of every compute-stream operation (GEMMs, attention, "
+            "memory-bound operations, optimizer): a training step's operations take this much "
+            "longer than the same operations timed alone (framework and allocator overhead, "
+            "caches shared with other work, the host's other devices busy); measured by "
+            "timing the job's step without communication; unset: 1"
+        ),
+    )
 
 
 class GPUProfile(_Profile):

@@ -3,7 +3,8 @@
 Compute time comes from the GPU profile: GEMMs at FLOPs / (peak · achieved efficiency), the
 efficiency rising with operation size as ``matmul_max · F / (F + matmul_half_flops)``; fused
 attention at ``attention_max`` of peak; memory-bound operations at bytes / (bandwidth · achieved
-fraction); each kernel pays a launch overhead.
+fraction); each kernel pays a launch overhead. A calibrated profile may add ``in_step_factor``:
+how much slower the operations run inside a real training step than timed alone.
 
 A *program* is the list of items a pass over one layer runs on the compute stream: compute
 spans and collectives. Collectives whose links no other traffic uses are timed analytically and
@@ -80,6 +81,7 @@ class OpTimer:
         self.launch = e.kernel_launch_us.value * 1e-6
         opt = e.optimizer_bandwidth or e.memory_bandwidth
         self.opt_bw = gpu.memory_bandwidth_gbps.value * 1e9 * opt.value
+        self.scale = e.in_step_factor.value if e.in_step_factor else 1.0
 
     def gemm_efficiency(self, flops: float) -> float:
         return self.mm_max * flops / (flops + self.mm_half)
@@ -88,21 +90,21 @@ class OpTimer:
         if op.kind == "gemm":
             if op.flops <= 0:
                 return 0.0
-            return op.flops / (self.gemm_peak * self.gemm_efficiency(op.flops)) + self.launch
-        if op.kind == "attention":
-            return max(op.flops / (self.attn_peak * self.attn_eff), op.bytes / self.mem_bw) + (
-                self.launch
-            )
-        if op.kind == "memory":
-            return op.bytes / self.mem_bw + self.launch
-        raise ValueError(op.kind)
+            t = op.flops / (self.gemm_peak * self.gemm_efficiency(op.flops))
+        elif op.kind == "attention":
+            t = max(op.flops / (self.attn_peak * self.attn_eff), op.bytes / self.mem_bw)
+        elif op.kind == "memory":
+            t = op.bytes / self.mem_bw
+        else:
+            raise ValueError(op.kind)
+        return (t + self.launch) * self.scale
 
     def memory_time(self, nbytes: float) -> float:
-        return nbytes / self.mem_bw + self.launch
+        return (nbytes / self.mem_bw + self.launch) * self.scale
 
     def optimizer_time(self, nbytes: float) -> float:
         """The optimizer step over ``nbytes`` of traffic, counted with each tensor touched once."""
-        return nbytes / self.opt_bw + self.launch
+        return (nbytes / self.opt_bw + self.launch) * self.scale
 
 
 def build_program(
