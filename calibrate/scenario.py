@@ -19,7 +19,8 @@ def job_scenario(
 ) -> dict[str, Any]:
     """Data-parallel training of the probe transformer in fp32: ``nodes × nproc`` ranks, each
     with a micro-batch of ``model_cfg['batch']`` sequences (one micro-batch per step), gradients
-    all-reduced in 25 MB buckets (DDP), AdamW (fp32 weights, so no master copy).
+    all-reduced in 25 MB buckets (DDP with its defaults: copied into the buckets and back),
+    AdamW (fp32 weights, so no master copy).
 
     ``overlap``: whether the all-reduce runs alongside backward, as DDP means it to. Where the
     devices are CPU processes that use every core for compute, gloo's reduction and socket
@@ -59,6 +60,9 @@ def job_scenario(
         "parallelism": {
             "dp": "auto",
             "dp_bucket_mb": 25.0,
+            # DDP's default gradient_as_bucket_view=False: gradients copied into the buckets
+            # and back (acts only with more than one rank)
+            "dp_bucket_copy": True,
             "overlap": {"dp_grad": overlap},
         },
         "run": {"stragglers": "expected" if stragglers else "off"},

@@ -22,6 +22,7 @@ from .hardware import (
     OwnershipPrice,
     StorageProfile,
 )
+from .parallelism import FSDPSharding, ParallelismSpec
 from .scenario import ModelPresetRef, ProfileRef, ResolvedScenario, Scenario
 from .workload import ModelSpec
 
@@ -453,6 +454,14 @@ def resolve(
             path="parallelism.sequence_parallel",
             hint="set tp above 1 or sequence_parallel: false",
         )
+    if par.dp_bucket_copy and par.zero_stage >= 1:
+        raise UserError(
+            "dp_bucket_copy models DDP's gradient bucket copies, which only plain data "
+            f"parallelism makes; sharding {_sharding_name(par)} has no DDP buckets",
+            file=file,
+            path="parallelism.dp_bucket_copy",
+            hint="set dp_bucket_copy: false, or sharding: {kind: zero, stage: 0}",
+        )
     if v > 1 and par.pp == 1:
         raise UserError(
             "the interleaved schedule needs PP > 1",
@@ -497,6 +506,13 @@ def resolve(
         run=sc.run,
         raw=raw or {},
     )
+
+
+def _sharding_name(par: ParallelismSpec) -> str:
+    sh = par.sharding
+    if isinstance(sh, FSDPSharding):
+        return f"FSDP {sh.strategy}"
+    return f"ZeRO-{sh.stage}"
 
 
 def _divisors(n: int) -> list[int]:

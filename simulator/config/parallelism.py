@@ -71,6 +71,12 @@ class ParallelismSpec(BaseModel):
     sharding: Sharding = ZeroSharding()
     recompute: Literal["none", "selective", "full"] = "none"
     dp_bucket_mb: float = Field(default=25.0, gt=0, description="DP gradient bucket size, MB")
+    dp_bucket_copy: bool = Field(
+        default=False,
+        description="copy gradients into DP buckets and back, with a second gradient buffer, "
+        "as PyTorch DDP's default gradient_as_bucket_view=False does (plain DP, ZeRO stage 0; "
+        "contiguous gradient buffers need none)",
+    )
     overlap: Overlap = Overlap()
 
     @property

@@ -33,7 +33,7 @@ from ..network.topology import Topology
 from ..workload.comm import grad_bytes_per_param, pp_message_bytes
 from ..workload.memory import optimizer_bytes_per_param, shard_group
 from ..workload.model import param_breakdown
-from ..workload.ops import backward_ops, embedding_ops, head_ops, layer_ops
+from ..workload.ops import Op, backward_ops, embedding_ops, head_ops, layer_ops
 from .comm import Comm, Job, Stream
 from .compute import OpTimer, Program, build_program
 from .schedule import schedule
@@ -106,21 +106,24 @@ class Simulation:
         self._weights = self._symmetric_weights()
         self.comm = Comm(self.env, self.topo, self.net, full, self._link_weights)
         self._analytic = self._analytic_groups()
-        self._build_programs()
-        self._chunk_layers = self._split_chunks()
         pb = param_breakdown(rs.model, rs.training.seq_len)
         self.layer_params = (pb.attention_per_layer + pb.mlp_per_layer) / rs.tp + (
             pb.norms_per_layer
         )
+        # Parameters outside the layers: the embedding (first stage), whose backward runs last,
+        # and the output layer and final norm (last stage), whose backward runs first.
+        self.emb_params = pb.embedding / rs.tp + pb.positions
+        self.head_params = (pb.lm_head or (pb.embedding if rs.pp > 1 else 0)) / rs.tp + (
+            pb.final_norm
+        )
         self.extra_params = {
-            s: (pb.embedding / rs.tp + pb.positions if s == 0 else 0.0)
-            + (
-                (pb.lm_head or (pb.embedding if rs.pp > 1 else 0)) / rs.tp + pb.final_norm
-                if s == rs.pp - 1
-                else 0.0
-            )
+            s: (self.emb_params if s == 0 else 0.0) + (self.head_params if s == rs.pp - 1 else 0.0)
             for s in range(rs.pp)
         }
+        # DDP with gradient_as_bucket_view=False copies gradients into its buckets and back.
+        self.bucket_copy = rs.parallelism.dp_bucket_copy and rs.dp > 1 and self.z == 0
+        self._build_programs()
+        self._chunk_layers = self._split_chunks()
         self.shard_n = shard_group(rs)
 
     # -- links ---------------------------------------------------------------------------------
@@ -245,6 +248,20 @@ class Simulation:
         head = head_ops(rs)
         self.p_emb_f, self.p_emb_b = self._prog(emb), self._prog(backward_ops(emb))
         self.p_head_f, self.p_head_b = self._prog(head), self._prog(backward_ops(head))
+        # The backward passes that produce the step's gradients (a chunk's last micro-batch:
+        # under gradient accumulation DDP's hooks fire only then). With bucket copies, each
+        # ends with its gradients' copy into the bucket: read the gradient, write the bucket.
+        self.p_bwd_sync = self._with_bucket_copy(self.p_bwd, self.layer_params)
+        self.p_emb_b_sync = self._with_bucket_copy(self.p_emb_b, self.emb_params)
+        self.p_head_b_sync = self._with_bucket_copy(self.p_head_b, self.head_params)
+
+    def _with_bucket_copy(self, prog: Program, params: float) -> Program:
+        if not self.bucket_copy or params <= 0:
+            return prog
+        nbytes = 2.0 * params * grad_bytes_per_param(self.rs)
+        out = Program(list(prog.items))
+        out.extend(self._prog([Op("grad_bucket_copy_in", "memory", bytes=nbytes)]))
+        return out
 
     def _split_chunks(self) -> dict[int, list[int]]:
         rs = self.rs
@@ -445,6 +462,7 @@ class Simulation:
             layers = self._chunk_layers[stage][ch]
             t_compute = env.now
             # 2. the pass itself
+            sync = kind == "B" and mb == last_b[ch]  # this chunk's gradients are complete
             if kind == "F":
                 if stage == 0 and ch == 0:
                     yield from run_items(self.p_emb_f, 1, "embedding")
@@ -459,7 +477,8 @@ class Simulation:
                     yield from run_items(self.p_head_f, 1, "head")
             else:
                 if stage == self.p - 1 and ch == self.v - 1:
-                    yield from run_items(self.p_head_b, 1, "head_bwd")
+                    head_b = self.p_head_b_sync if sync else self.p_head_b
+                    yield from run_items(head_b, 1, "head_bwd")
                 before = None
                 after = None
                 if dp_on and self.z >= 3:
@@ -473,9 +492,11 @@ class Simulation:
                             launch_dp(pending_grads)
                             pending_grads = 0.0
 
-                yield from layer_pass(self.p_bwd, layers, before, after, "bwd")
+                bwd = self.p_bwd_sync if sync else self.p_bwd
+                yield from layer_pass(bwd, layers, before, after, "bwd")
                 if stage == 0 and ch == 0:
-                    yield from run_items(self.p_emb_b, 1, "embedding_bwd")
+                    emb_b = self.p_emb_b_sync if sync else self.p_emb_b
+                    yield from run_items(emb_b, 1, "embedding_bwd")
             if self.tracing:
                 self._emit(
                     rank,
@@ -492,6 +513,9 @@ class Simulation:
                 dst_stage, dst_chunk = (stage - 1, ch) if stage > 0 else (self.p - 1, ch - 1)
                 self._send(rank, "B", mb, dst_chunk, dst_stage, block, msg)
 
+        params = sum(self._chunk_layers[stage]) * self.layer_params + self.extra_params.get(
+            stage, 0.0
+        )
         # 4. gradients: the rest of the buckets (or all of them without overlap), then wait
         if dp_on:
             own = self.extra_params.get(stage, 0.0) * grad_b
@@ -521,10 +545,16 @@ class Simulation:
             for job in dp_jobs:
                 yield from self._wait(job)
             mark("comm_dp", t0)
+        if self.bucket_copy:
+            # DDP copies the reduced buckets back into each parameter's gradient (compute
+            # stream, before the optimizer): read the bucket, write the gradient.
+            t_copy = self.timer.memory_time(2.0 * params * grad_b)
+            t0 = env.now
+            yield env.timeout(t_copy * self.pace)
+            acc["compute"] += t_copy
+            acc["straggler"] += t_copy * (self.pace - 1.0)
+            self._emit(rank, "compute", "grad_bucket_copy_out", t0, t_copy * self.pace)
         # 5. optimizer step over this rank's shard, then (ZeRO-1/2 without overlap) the gather
-        params = sum(self._chunk_layers[stage]) * self.layer_params + self.extra_params.get(
-            stage, 0.0
-        )
         shard = params / (self.shard_n if self.z >= 1 else 1)
         t_opt = self._optimizer_time(shard)
         t0 = env.now

@@ -90,14 +90,18 @@ def print_check(rep: CheckReport, console: Console) -> None:
     show = stages if len(stages) <= 4 else [stages[0], stages[1], stages[-2], stages[-1]]
     for s in show:
         t.add_column(f"stage {s.stage}" if rs.pp > 1 else "GPU", justify="right")
-    for key, label in [
+    rows = [
         ("weights_gb", "weights"),
         ("gradients_gb", "gradients"),
+        ("grad_buckets_gb", "gradient buckets (DDP copy)"),
         ("optimizer_gb", "optimizer state"),
         ("gathered_params_gb", "gathered params (ZeRO-3)"),
         ("activations_gb", "activations"),
         ("reserve_gb", "framework reserve"),
-    ]:
+    ]
+    for key, label in rows:
+        if key == "grad_buckets_gb" and not any(s.grad_buckets_gb for s in stages):
+            continue  # only with parallelism.dp_bucket_copy
         t.add_row(label, *[f"{getattr(s, key):.2f}" for s in show])
     t.add_row("[bold]total[/bold]", *[f"[bold]{s.total_gb:.2f}[/bold]" for s in show])
     t.add_row("capacity", *[f"{rep.memory.capacity_gb:.2f}" for _ in show])

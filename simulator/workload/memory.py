@@ -5,7 +5,9 @@ parameter costs 2 bytes (16-bit weight) + 2 (16-bit gradient) + K=12 (fp32 maste
 momentum, variance) = 16 bytes; ZeRO-1 shards the K bytes over DP, ZeRO-2 the gradients too,
 ZeRO-3 everything. Activations follow Korthikanti et al., "Reducing Activation Recomputation in
 Large Transformer Models" (2022), §4, generalised to grouped-query attention, SwiGLU and fused
-attention; the first pipeline stage holds the most micro-batches in flight.
+attention; the first pipeline stage holds the most micro-batches in flight. PyTorch DDP with its
+default ``gradient_as_bucket_view=False`` (``parallelism.dp_bucket_copy``) keeps its gradient
+buckets as a second full gradient buffer.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ class StageMemory:
     params: float  # parameters held by one rank of this stage (before ZeRO sharding)
     weights_gb: float
     gradients_gb: float
+    grad_buckets_gb: float  # DDP's bucket copy of the gradients (parallelism.dp_bucket_copy)
     optimizer_gb: float
     activations_gb: float
     gathered_params_gb: float  # ZeRO-3/FSDP: full layers all-gathered for compute
@@ -37,6 +40,7 @@ class StageMemory:
         return (
             self.weights_gb
             + self.gradients_gb
+            + self.grad_buckets_gb
             + self.optimizer_gb
             + self.activations_gb
             + self.gathered_params_gb
@@ -190,6 +194,9 @@ def stage_memory(rs: ResolvedScenario, stage: int) -> StageMemory:
     n = shard_group(rs)
     weights = params * w_b / (n if z >= 3 else 1)
     grads = params * g_b / (n if z >= 2 else 1)
+    # DDP's flat buckets hold a copy of every gradient (only plain DP with more than one rank).
+    copy_buckets = rs.parallelism.dp_bucket_copy and rs.dp > 1 and z == 0
+    buckets = params * g_b if copy_buckets else 0.0
     optim = params * o_b / (n if z >= 1 else 1)
     gathered = 0.0
     layers = rs.stage_layers()[stage]
@@ -220,6 +227,7 @@ def stage_memory(rs: ResolvedScenario, stage: int) -> StageMemory:
         params=params,
         weights_gb=weights / GB,
         gradients_gb=grads / GB,
+        grad_buckets_gb=buckets / GB,
         optimizer_gb=optim / GB,
         activations_gb=act / GB,
         gathered_params_gb=gathered / GB,
