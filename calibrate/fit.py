@@ -515,9 +515,15 @@ def calibrate(probe: dict[str, Any], file: str, name: str) -> Calibration:
         gpu["efficiency"]["optimizer_bandwidth"] = S(
             job["optimizer_fraction"], job["optimizer_what"]
         )
-    step_fit = in_step_fit(gpu, probe.get("train"))
+    tr = probe.get("train") or {}
+    step_fit = in_step_fit(gpu, tr)
+    alone_factor: float | None = None
     if step_fit is not None:
         gpu["efficiency"]["in_step_factor"] = S(*step_fit)
+        if tr.get("alone_compute_step_median_s"):
+            # the same simulated time, over the step run by one process per host
+            simulated = tr["compute_step_median_s"] / step_fit[0]
+            alone_factor = tr["alone_compute_step_median_s"] / simulated
     sv = probe.get("speed_variation") or {}
     speed: dict[str, Any] | None = None
     if sv.get("block_times_s"):
@@ -590,6 +596,8 @@ def calibrate(probe: dict[str, Any], file: str, name: str) -> Calibration:
             "matmul_half_flops": eff_h,
             "r2": eff_r2,
             "in_step_factor": step_fit[0] if step_fit else None,
+            # one process per host, the host's others idle (for layouts that leave it so)
+            "in_step_factor_alone": alone_factor,
         },
         "profiles": [name, f"{name}-fabric", f"{name}-storage"]
         + ([f"{name}-network"] if network else []),

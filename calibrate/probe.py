@@ -812,6 +812,7 @@ class Probe:
         # bucket copies), every rank at once: the compute-stream work of one step on a device
         # whose host is fully busy, as the simulator's compute and optimizer time describe it.
         compute_only: list[list[float]] | None = None
+        alone: list[float] | None = None
         if wrap == "ddp":
             self.sync()
             own: list[float] = []
@@ -821,6 +822,16 @@ class Probe:
                 step(grad_sync=False)
                 own.append(time.perf_counter() - t0)
             compute_only = self.gather_floats(own)
+            # ... and by one process per host while the host's others wait: how much of the
+            # difference is the host's other devices being busy (shared caches, memory bus).
+            self.sync()
+            if self.local_world > 1 and self.local_rank == 0:
+                alone = []
+                for i in range(self.args.train_steps):
+                    self.beat(detail=f"train step without gradient sync, alone on the host {i}")
+                    t0 = time.perf_counter()
+                    step(grad_sync=False)
+                    alone.append(time.perf_counter() - t0)
         self.sync()
         for i in range(self.args.train_steps):
             self.beat(detail=f"train step {i}")
@@ -869,6 +880,13 @@ class Probe:
                         if wrap == "ddp"
                         else "the step itself (one process: no communication)"
                     ),
+                }
+            )
+        if alone:  # rank 0 is local rank 0 of its host
+            self.result["train"].update(
+                {
+                    "alone_compute_step_times_s": alone,
+                    "alone_compute_step_median_s": statistics.median(alone),
                 }
             )
 

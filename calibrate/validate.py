@@ -85,7 +85,12 @@ def predict(
     nodes: int,
     overlap: bool = True,
     stragglers: bool = False,
+    in_step_factor: tuple[float, str] | None = None,
 ) -> tuple[float, str]:
+    """Predicted step time (and a note) of the probe job at ``nodes × nproc`` on the calibrated
+    profiles; ``in_step_factor`` (value, source) replaces the profile's own."""
+    import yaml
+
     from simulator.catalog import load_catalog
     from simulator.config.loading import resolve_dict
     from simulator.simulate import simulate
@@ -99,8 +104,34 @@ def predict(
             net = loopback_network(profile)
             note = "network: loopback, derived from the fabric fit"
     sc = job_scenario(profile, model_cfg, nproc, nodes, net, overlap=overlap, stragglers=stragglers)
+    if in_step_factor is not None:
+        gpu = yaml.safe_load(load_catalog().files[profile].read_text())
+        gpu["efficiency"]["in_step_factor"] = {
+            "value": in_step_factor[0],
+            "source": in_step_factor[1],
+        }
+        sc["cluster"]["gpu"] = gpu
     rs = resolve_dict(sc)
     return simulate(rs, scaling=False).metrics.step_time_s, note
+
+
+def host_occupancy_factor(side: dict[str, Any], busy: int) -> tuple[float, str, str] | None:
+    """(in-step factor, its source, a note) for a layout that keeps ``busy`` processes on this
+    host when the probe kept more: the profile's factor was measured with every one of the
+    probe's processes computing; with fewer, the host's caches and memory bus are less shared.
+    Linear between the probe's step run by one process alone and by all at once."""
+    cf = side.get("compute_fit") or {}
+    full, alone = cf.get("in_step_factor"), cf.get("in_step_factor_alone")
+    procs = int(side.get("procs_per_node") or 1) if side.get("hosts") == 1 else 0
+    if not full or not alone or procs <= 1 or busy >= procs:
+        return None
+    f = alone + (full - alone) * (busy - 1) / (procs - 1)
+    what = (
+        f"{busy} of the probe's {procs} processes on this host: between the probe's step "
+        f"without communication run by one process alone ({alone:.3f}) and by all at once "
+        f"({full:.3f})"
+    )
+    return f, what, f"host {busy}/{procs} busy: in-step factor {f:.2f} (all busy: {full:.2f})"
 
 
 def run_live(
@@ -204,6 +235,7 @@ def validate(
     speed = side.get("speed_variation") or {}
     ref_unit = speed.get("unit_s")
     checks: list[float] = []
+    order: list[str] = []
     with tempfile.TemporaryDirectory(prefix="clustersim-validate-") as tmp:
         for rep in range(repeats):
             if ref_unit and todo and int(speed.get("procs") or 1) * threads <= cores:
@@ -217,6 +249,7 @@ def validate(
             k = rep % len(todo) if todo else 0
             for row in todo[k:] + todo[:k]:
                 nodes, nproc = row["nodes"], row["nproc_per_node"]
+                order.append(f"{nodes}x{nproc}")
                 if log:
                     log(f"live run {rep + 1}/{repeats}: {nodes} node(s) × {nproc} process(es)…")
                 runs[id(row)].append(
@@ -227,7 +260,12 @@ def validate(
         # Every process of a layout runs on this host.
         overlap = cpu_comm_overlaps(str(side.get("device_type")), world, threads, cores)
         # the profile has a speed_cv exactly when its calibration measured speed variation
-        pred, note = predict(profile, model_cfg, nproc, nodes, overlap, bool(speed))
+        factor = host_occupancy_factor(side, world)
+        pred, note = predict(
+            profile, model_cfg, nproc, nodes, overlap, bool(speed), factor[:2] if factor else None
+        )
+        if factor:
+            note = "; ".join(filter(None, [note, factor[2]]))
         if not overlap:
             note = "; ".join(filter(None, [note, "no comm/compute overlap: every core computes"]))
         lives = runs[id(row)]
@@ -262,6 +300,7 @@ def validate(
         "cores": cores,
         "steps": steps,
         "repeats": repeats,
+        "run_order": order,
         "drift_pct": None if drift is None else 100.0 * drift,
         "drift_checks_unit_s": checks,
         "drift_reference_unit_s": ref_unit,

@@ -58,6 +58,8 @@ def test_probe_calibrate_simulate(tmp_path: Path) -> None:
     cs = tr["compute_step_times_s"]
     assert len(cs) == 2 and all(len(r) == len(tr["step_times_s"]) for r in cs)
     assert min(map(min, cs)) > 0 and tr["compute_step_median_s"] > 0
+    # ... and by one process while the host's other waits
+    assert len(tr["alone_compute_step_times_s"]) == len(tr["step_times_s"])
     assert not list(tmp_path.glob("**/clustersim-probe-*.bin"))
 
     r = clustersim("calibrate", str(out), "--name", "t-cluster", "--format", "json", cwd=tmp_path)
@@ -77,6 +79,8 @@ def test_probe_calibrate_simulate(tmp_path: Path) -> None:
     assert 0 < eff["optimizer_bandwidth"]["value"] <= 1
     assert 0.2 < eff["in_step_factor"]["value"] < 5
     assert "training steps without communication" in eff["in_step_factor"]["source"]
+    side = json.loads((cal / "t-cluster.calibration.json").read_text())
+    assert 0.2 < side["compute_fit"]["in_step_factor_alone"] < 5
     # A probe file from before the speed-variation and communication-free step measurements
     # still calibrates, without a speed_cv (so predictions for it leave stragglers off) and
     # without an in-step factor.

@@ -71,6 +71,8 @@ def test_validate_reports_error(tmp_path: Path) -> None:
         assert len(row["run_medians_s"]) == 2 and len(row["measured_steps_s"]) == 8
         assert row["measured_s"] == pytest.approx(np.median(row["measured_steps_s"]))
     assert rep["repeats"] == 2
+    # interleaved, the order rotated each repeat
+    assert rep["run_order"] == ["1x1", "1x2", "1x2", "1x1"]
     # the probe's reference work ran again before each repeat: the machine's drift is reported
     assert len(rep["drift_checks_unit_s"]) == 2 and rep["drift_reference_unit_s"] > 0
     assert rep["drift_pct"] == pytest.approx(
@@ -121,3 +123,23 @@ def test_no_overlap_exposes_the_whole_all_reduce() -> None:
     a, b = simulate(on, scaling=False).metrics, simulate(off, scaling=False).metrics
     assert b.step_time_s > a.step_time_s
     assert b.idle_s["comm_dp"] > a.idle_s["comm_dp"]
+
+
+def test_host_occupancy_factor_interpolates_between_alone_and_all_busy() -> None:
+    from calibrate.validate import host_occupancy_factor
+
+    side = {
+        "procs_per_node": 4,
+        "hosts": 1,
+        "compute_fit": {"in_step_factor": 1.12, "in_step_factor_alone": 1.03},
+    }
+    f1 = host_occupancy_factor(side, 1)
+    assert f1 is not None and f1[0] == pytest.approx(1.03)
+    f2 = host_occupancy_factor(side, 2)
+    assert f2 is not None and f2[0] == pytest.approx(1.03 + 0.09 / 3)
+    assert "2 of the probe's 4 processes" in f2[1] and "host 2/4 busy" in f2[2]
+    # a full host is what the profile itself describes
+    assert host_occupancy_factor(side, 4) is None
+    # no 'alone' measurement, or a probe that spanned several hosts: the profile as it is
+    assert host_occupancy_factor({**side, "compute_fit": {"in_step_factor": 1.1}}, 1) is None
+    assert host_occupancy_factor({**side, "hosts": 2}, 1) is None
