@@ -255,10 +255,14 @@ def simulated_compute_s(gpu: dict[str, Any], model_cfg: dict[str, Any]) -> float
     return bd.get("compute", 0.0) + bd.get("optimizer", 0.0)
 
 
-def in_step_fit(gpu: dict[str, Any], train: dict[str, Any] | None) -> tuple[float, str] | None:
+def in_step_fit(
+    gpu: dict[str, Any], train: dict[str, Any] | None
+) -> tuple[float, str, float | None] | None:
     """How much slower the job's operations run inside its training step than the fitted
     per-operation figures say: the probe's step without gradient synchronisation (all ranks at
-    once), over the simulated compute and optimizer time of the same step."""
+    once), over the simulated compute and optimizer time of the same step; its source; and the
+    same for the step run by one process per host, the host's others idle (None if the probe
+    did not time that)."""
     if not train or not train.get("compute_step_median_s"):
         return None
     measured = float(train["compute_step_median_s"])
@@ -272,7 +276,8 @@ def in_step_fit(gpu: dict[str, Any], train: dict[str, Any] | None) -> tuple[floa
         + f"): {measured * 1e3:.1f} ms, over the {simulated * 1e3:.1f} ms of compute and "
         "optimizer that the fitted per-operation figures give for the same step"
     )
-    return measured / simulated, what
+    alone = train.get("alone_compute_step_median_s")
+    return measured / simulated, what, float(alone) / simulated if alone else None
 
 
 def load_probe(path: str | Path) -> dict[str, Any]:
@@ -515,15 +520,9 @@ def calibrate(probe: dict[str, Any], file: str, name: str) -> Calibration:
         gpu["efficiency"]["optimizer_bandwidth"] = S(
             job["optimizer_fraction"], job["optimizer_what"]
         )
-    tr = probe.get("train") or {}
-    step_fit = in_step_fit(gpu, tr)
-    alone_factor: float | None = None
+    step_fit = in_step_fit(gpu, probe.get("train"))
     if step_fit is not None:
-        gpu["efficiency"]["in_step_factor"] = S(*step_fit)
-        if tr.get("alone_compute_step_median_s"):
-            # the same simulated time, over the step run by one process per host
-            simulated = tr["compute_step_median_s"] / step_fit[0]
-            alone_factor = tr["alone_compute_step_median_s"] / simulated
+        gpu["efficiency"]["in_step_factor"] = S(step_fit[0], step_fit[1])
     sv = probe.get("speed_variation") or {}
     speed: dict[str, Any] | None = None
     if sv.get("block_times_s"):
@@ -597,7 +596,7 @@ def calibrate(probe: dict[str, Any], file: str, name: str) -> Calibration:
             "r2": eff_r2,
             "in_step_factor": step_fit[0] if step_fit else None,
             # one process per host, the host's others idle (for layouts that leave it so)
-            "in_step_factor_alone": alone_factor,
+            "in_step_factor_alone": step_fit[2] if step_fit else None,
         },
         "profiles": [name, f"{name}-fabric", f"{name}-storage"]
         + ([f"{name}-network"] if network else []),

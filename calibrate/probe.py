@@ -804,7 +804,15 @@ class Probe:
             self._sync_dev()
             return float(loss.detach())
 
-        times: list[float] = []
+        def timed(what: str, grad_sync: bool = True) -> list[float]:
+            out: list[float] = []
+            for i in range(self.args.train_steps):
+                self.beat(detail=f"{what} {i}")
+                t0 = time.perf_counter()
+                step(grad_sync)
+                out.append(time.perf_counter() - t0)
+            return out
+
         for i in range(self.args.train_warmup):
             self.beat(detail=f"train warm-up {i}")
             step()
@@ -815,29 +823,14 @@ class Probe:
         alone: list[float] | None = None
         if wrap == "ddp":
             self.sync()
-            own: list[float] = []
-            for i in range(self.args.train_steps):
-                self.beat(detail=f"train step without gradient sync {i}")
-                t0 = time.perf_counter()
-                step(grad_sync=False)
-                own.append(time.perf_counter() - t0)
-            compute_only = self.gather_floats(own)
+            compute_only = self.gather_floats(timed("train step without gradient sync", False))
             # ... and by one process per host while the host's others wait: how much of the
             # difference is the host's other devices being busy (shared caches, memory bus).
             self.sync()
             if self.local_world > 1 and self.local_rank == 0:
-                alone = []
-                for i in range(self.args.train_steps):
-                    self.beat(detail=f"train step without gradient sync, alone on the host {i}")
-                    t0 = time.perf_counter()
-                    step(grad_sync=False)
-                    alone.append(time.perf_counter() - t0)
+                alone = timed("train step without gradient sync, alone on the host", False)
         self.sync()
-        for i in range(self.args.train_steps):
-            self.beat(detail=f"train step {i}")
-            t0 = time.perf_counter()
-            step()
-            times.append(time.perf_counter() - t0)
+        times = timed("train step")
         if wrap == "none":  # one process: the step is all compute-stream work
             compute_only = [list(times)]
         # per-step time = slowest rank's (MAX over ranks, step by step)

@@ -545,23 +545,23 @@ class Simulation:
             for job in dp_jobs:
                 yield from self._wait(job)
             mark("comm_dp", t0)
+
+        def paced(name: str, t: float, cat: str) -> Generator:
+            """A compute-stream span of ``t``, stretched to the expected slowest GPU's pace."""
+            t0 = env.now
+            yield env.timeout(t * self.pace)
+            acc[cat] += t
+            acc["straggler"] += t * (self.pace - 1.0)
+            self._emit(rank, "compute", name, t0, t * self.pace)
+
         if self.bucket_copy:
             # DDP copies the reduced buckets back into each parameter's gradient (compute
             # stream, before the optimizer): read the bucket, write the gradient.
             t_copy = self.timer.memory_time(2.0 * params * grad_b)
-            t0 = env.now
-            yield env.timeout(t_copy * self.pace)
-            acc["compute"] += t_copy
-            acc["straggler"] += t_copy * (self.pace - 1.0)
-            self._emit(rank, "compute", "grad_bucket_copy_out", t0, t_copy * self.pace)
+            yield from paced("grad_bucket_copy_out", t_copy, "compute")
         # 5. optimizer step over this rank's shard, then (ZeRO-1/2 without overlap) the gather
         shard = params / (self.shard_n if self.z >= 1 else 1)
-        t_opt = self._optimizer_time(shard)
-        t0 = env.now
-        yield env.timeout(t_opt * self.pace)
-        acc["optimizer"] += t_opt
-        acc["straggler"] += t_opt * (self.pace - 1.0)
-        self._emit(rank, "compute", "optimizer", t0, t_opt * self.pace)
+        yield from paced("optimizer", self._optimizer_time(shard), "optimizer")
         if dp_on and self.z in (1, 2) and not self.ov.param_gather:
             t0 = env.now
             yield from self._wait(gather(params * 2.0, "param all_gather"))
