@@ -15,7 +15,8 @@ from pathlib import Path
 import yaml
 from pydantic import TypeAdapter, ValidationError
 
-from .config.hardware import PROFILE_KINDS, AnyProfile, _Profile
+from .config.hardware import _Profile
+from .config.profiles import PROFILE_KINDS, AnyProfile
 from .errors import UserError, closest
 
 PACKAGE_ROOT = Path(__file__).resolve().parent.parent

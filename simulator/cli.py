@@ -57,6 +57,8 @@ def _key_figures(p: Any) -> str:
         return f"${p.on_demand_usd_per_gpu_hour.value:.2f}/GPU-h on demand ({p.as_of})"
     if kind == "ownership_price":
         return f"${p.capex_per_node_usd.value:,.0f} per node, {p.amortisation_years.value:g} y"
+    if kind == "software":
+        return f"{p.framework}; flash kernel {p.flash_kernel}"
     return ""
 
 
@@ -70,7 +72,7 @@ def profiles_list(
     from .report.tables import profiles_table
 
     cat = load_catalog()
-    order = ["gpu", "fabric", "network", "storage", "cloud_price", "ownership_price"]
+    order = ["gpu", "fabric", "network", "storage", "cloud_price", "ownership_price", "software"]
     items = sorted(cat.profiles.values(), key=lambda p: (order.index(p.kind), p.name))  # type: ignore[attr-defined]
     if kind:
         items = [p for p in items if p.kind == kind]  # type: ignore[attr-defined]

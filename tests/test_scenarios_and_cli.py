@@ -25,8 +25,9 @@ from simulator.catalog import (
     load_profile_file,
 )
 from simulator.check import check as run_check
-from simulator.config.hardware import PROFILE_KINDS, Sourced
+from simulator.config.hardware import Sourced
 from simulator.config.loading import load_scenario, resolve_dict
+from simulator.config.profiles import PROFILE_KINDS
 from simulator.workload.memory import memory_report
 from simulator.workload.model import model_flops_per_token, param_count
 
@@ -73,6 +74,7 @@ FOLDER_KINDS = {
     "networks": {"network"},
     "storage": {"storage"},
     "prices": {"cloud_price", "ownership_price"},
+    "software": {"software"},
     "calibrated": set(PROFILE_KINDS),
 }
 

@@ -213,16 +213,3 @@ class OwnershipPrice(_Profile):
 
 
 PriceProfile = Annotated[CloudPrice | OwnershipPrice, Field(discriminator="kind")]
-AnyProfile = Annotated[
-    GPUProfile | FabricProfile | NetworkProfile | StorageProfile | CloudPrice | OwnershipPrice,
-    Field(discriminator="kind"),
-]
-
-PROFILE_KINDS: dict[str, type[_Profile]] = {
-    "gpu": GPUProfile,
-    "fabric": FabricProfile,
-    "network": NetworkProfile,
-    "storage": StorageProfile,
-    "cloud_price": CloudPrice,
-    "ownership_price": OwnershipPrice,
-}

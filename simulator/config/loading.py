@@ -22,8 +22,9 @@ from .hardware import (
     OwnershipPrice,
     StorageProfile,
 )
-from .parallelism import FSDPSharding, ParallelismSpec
+from .parallelism import FSDPSharding, Overlap, ParallelismSpec
 from .scenario import ModelPresetRef, ProfileRef, ResolvedScenario, Scenario
+from .software import SoftwareProfile
 from .workload import ModelSpec
 
 
@@ -486,6 +487,8 @@ def resolve(
             hint=f"pick a price profile for {gpu.name} (`clustersim profiles list`)",
         )
     name = sc.name or (Path(file).stem if file else "scenario")
+    software = _resolve_profile(sc.software, SoftwareProfile, ("software",), file, "software")
+    par = par.model_copy(update={"overlap": _stack_overlap(par.overlap, software)})
     return ResolvedScenario(
         name=name,
         source_file=file,
@@ -502,10 +505,19 @@ def resolve(
         model=model,
         training=tr,
         parallelism=par,
+        software=software,
         dp=dp,
         run=sc.run,
+        reference=sc.reference,
         raw=raw or {},
     )
+
+
+def _stack_overlap(written: Overlap, stack: SoftwareProfile) -> Overlap:
+    """The software stack's overlap behaviour, with what the scenario sets explicitly on top."""
+    base = {name: getattr(stack.overlap, name).value for name in Overlap.model_fields}
+    base.update({name: getattr(written, name) for name in written.model_fields_set})
+    return Overlap(**base)
 
 
 def _sharding_name(par: ParallelismSpec) -> str:

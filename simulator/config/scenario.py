@@ -20,6 +20,7 @@ from .hardware import (
     StorageProfile,
 )
 from .parallelism import ParallelismSpec
+from .software import SoftwareProfile
 from .workload import ModelSpec, TrainingSpec
 
 
@@ -130,6 +131,33 @@ class RunSpec(BaseModel):
         return "off" if v is False else v  # YAML 1.1 reads a bare `off` as false
 
 
+class Reference(BaseModel):
+    """A published or measured figure this scenario reproduces (for accuracy checks): one value
+    of a simulate metric, or, for a collective benchmark, a curve file of bus bandwidth by size."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    metric: Literal[
+        "step_time_s",
+        "hardware_tflops_per_gpu",
+        "model_tflops_per_gpu",
+        "tokens_per_s_per_gpu",
+        "mfu",
+        "busbw_gbps",
+    ]
+    value: float | None = Field(default=None, gt=0, le=1e12)
+    curve: str | None = Field(
+        default=None, max_length=300, description="CSV (message_bytes,busbw_gbps) beside the file"
+    )
+    collective: Literal["all_reduce", "all_gather", "reduce_scatter"] = "all_reduce"
+    source: str = Field(min_length=3, max_length=2000)
+    assumes: str | None = Field(
+        default=None,
+        max_length=2000,
+        description="what the scenario assumes that the source does not state",
+    )
+
+
 class Scenario(BaseModel):
     """The YAML file."""
 
@@ -142,7 +170,13 @@ class Scenario(BaseModel):
     model: str | ModelPresetRef | ModelSpec
     training: TrainingSpec
     parallelism: ParallelismSpec = ParallelismSpec()
+    software: Ref = Field(
+        default="megatron-core",
+        description="software stack profile (hardware_profiles/software/): kernel fusion, "
+        "attention kernel, communication overlap, host cost per kernel",
+    )
     run: RunSpec = RunSpec()
+    reference: Reference | None = None
 
 
 class ResolvedScenario(BaseModel):
@@ -165,8 +199,10 @@ class ResolvedScenario(BaseModel):
     model: ModelSpec
     training: TrainingSpec
     parallelism: ParallelismSpec
+    software: SoftwareProfile
     dp: int
     run: RunSpec
+    reference: Reference | None = None
     raw: dict[str, Any] = Field(default_factory=dict, description="the scenario as written")
 
     @property

@@ -98,6 +98,11 @@ class TrainingSpec(BaseModel):
     grad_reduce_dtype: Literal["bf16", "fp32"] = Field(
         default="bf16", description="dtype of the DP gradient reduction"
     )
+    param_gather_dtype: Literal["bf16", "fp32"] = Field(
+        default="bf16",
+        description="dtype of ZeRO/FSDP parameter all-gathers (FSDP MixedPrecision param_dtype; "
+        "fp32 as Composer's 'DEFAULT' mixed precision, which casts under autocast)",
+    )
     memory_reserve_gb: float = Field(
         default=2.0,
         ge=0,

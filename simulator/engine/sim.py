@@ -30,7 +30,7 @@ from ..config.scenario import ResolvedScenario
 from ..network.collectives import choose
 from ..network.flows import FlowNetwork
 from ..network.topology import Topology
-from ..workload.comm import grad_bytes_per_param, pp_message_bytes
+from ..workload.comm import gather_bytes_per_param, grad_bytes_per_param, pp_message_bytes
 from ..workload.memory import optimizer_bytes_per_param, shard_group
 from ..workload.model import param_breakdown
 from ..workload.ops import Op, backward_ops, embedding_ops, head_ops, layer_ops
@@ -432,7 +432,7 @@ class Simulation:
         # layer's first forward waits for the bucket that holds its parameters.
         prefetched: dict[int, list[Job]] = {}
         if dp_on and self.z in (1, 2) and self.ov.param_gather:
-            layer_bytes = self.layer_params * 2.0
+            layer_bytes = self.layer_params * gather_bytes_per_param(rs)
             per_bucket = max(1, int(rs.parallelism.dp_bucket_mb * 1e6 // layer_bytes))
             for chunk in range(self.v):
                 n_layers = self._chunk_layers[stage][chunk]
@@ -564,14 +564,14 @@ class Simulation:
         yield from paced("optimizer", self._optimizer_time(shard), "optimizer")
         if dp_on and self.z in (1, 2) and not self.ov.param_gather:
             t0 = env.now
-            yield from self._wait(gather(params * 2.0, "param all_gather"))
+            yield from self._wait(gather(params * gather_bytes_per_param(rs), "param all_gather"))
             mark("comm_dp", t0)
         res.finish = env.now
 
     def _gather_hook(self, gather: Any, layers: int) -> Any:
         """Before each layer: the event its parameters arrive by (None if they have), with the
         next layer's gather queued behind it (prefetch one layer ahead)."""
-        size = self.layer_params * 2.0
+        size = self.layer_params * gather_bytes_per_param(self.rs)
         pending: dict[int, Job] = {}
 
         def hook(i: int) -> simpy.Event | None:

@@ -34,6 +34,12 @@ def grad_bytes_per_param(rs: ResolvedScenario) -> float:
     return 4.0 if fp32 else 2.0
 
 
+def gather_bytes_per_param(rs: ResolvedScenario) -> float:
+    """Bytes per parameter element moved by ZeRO/FSDP parameter all-gathers."""
+    fp32 = rs.training.param_gather_dtype == "fp32" or rs.training.precision == "fp32"
+    return 4.0 if fp32 else 2.0
+
+
 def pp_message_bytes(rs: ResolvedScenario) -> float:
     """Activation (or its gradient) sent between pipeline stages per micro-batch, per rank.
 
@@ -117,7 +123,7 @@ def step_comm(rs: ResolvedScenario, stage: int = 0) -> list[CommItem]:
                 CommItem(
                     "dp",
                     "all_gather",
-                    params * 2.0,
+                    params * gather_bytes_per_param(rs),
                     gathers,
                     n,
                     "step" if z < 3 else "forward+backward",

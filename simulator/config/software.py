@@ -1,0 +1,71 @@
+"""Software-stack profile schema: what a training framework does with the hardware.
+
+The same cluster runs at different speeds under Megatron-LM, DeepSpeed, PyTorch FSDP (eager)
+and torchtitan: which elementwise kernels are fused, which attention kernel runs, which
+communication overlaps computation, and how much host time each kernel launch costs. A GPU
+profile says what the silicon can do; a software profile says what the framework does with it.
+Every figure and every switch carries its source.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from .hardware import Num, _Profile
+
+
+class Flag(BaseModel):
+    """A yes/no property of a framework, with where it is documented."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    value: bool
+    source: str = Field(min_length=3)
+
+
+class Fusion(BaseModel):
+    """Elementwise chains the framework runs as one kernel (one read and one write of the
+    tensor instead of one per operation)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    bias_gelu: Flag = Field(description="linear bias + GELU in one kernel")
+    bias_dropout_add: Flag = Field(description="bias + dropout + residual add in one kernel")
+    scale_mask_softmax: Flag = Field(
+        description="unfused attention: scale, causal mask and softmax of the scores in one kernel"
+    )
+
+
+class StackOverlap(BaseModel):
+    """Which communication the framework runs concurrently with computation."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    dp_grad: Flag = Field(description="gradient reduction overlaps the backward pass")
+    param_gather: Flag = Field(description="ZeRO-3/FSDP parameter all-gathers are prefetched")
+    tp_comm: Flag = Field(description="tensor-parallel collectives overlap GEMMs")
+    pp_p2p: Flag = Field(
+        description="pipeline sends and receives run on their own stream (false: they block "
+        "the compute stream until the transfer completes)"
+    )
+
+
+class SoftwareProfile(_Profile):
+    kind: Literal["software"] = "software"
+    framework: str = Field(description="framework and version range the figures describe")
+    fusion: Fusion
+    flash_kernel: Literal["flash2", "flash3"] = Field(
+        default="flash2",
+        description="fused attention kernel when training.flash_attention is on (flash3 needs a "
+        "GPU profile with attention_flash3_max; elsewhere the flash2-class figure is used)",
+    )
+    overlap: StackOverlap
+    host_us_per_kernel: Num = Field(
+        description="host (CPU) time to issue one kernel, microseconds: a pass whose kernels "
+        "are shorter than this is paced by the host"
+    )
+
+
+__all__ = ["Flag", "Fusion", "SoftwareProfile", "StackOverlap"]
