@@ -1,0 +1,174 @@
+"""Accuracy scoreboard: predictions against published runs.
+
+Every scenario under ``scenarios/validation/<set>/`` carries a ``reference`` (what its source
+states). This script simulates each one and prints predicted versus published per row, the
+step's breakdown, and the mean and maximum absolute error per set. ``nccl-tests`` scenarios
+compare the collective model's bus bandwidth with a published curve, size by size (from 1 MiB,
+and below 1 MiB separately).
+
+    python benchmarks/accuracy.py                 # every set
+    python benchmarks/accuracy.py --sets sc21-1f1b,korthikanti-table5 --json out.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from simulator.config.loading import load_scenario  # noqa: E402
+from simulator.network.collectives import GroupShape, bus_factor, choose  # noqa: E402
+from simulator.network.topology import Topology  # noqa: E402
+from simulator.simulate import simulate  # noqa: E402
+
+VALIDATION = ROOT / "scenarios" / "validation"
+SETS = (
+    "sc21-1f1b",
+    "sc21-interleaved",
+    "korthikanti-table5",
+    "llmfoundry-h100-80gb",
+    "llmfoundry-a100-80gb",
+    "nccl-tests",
+)
+
+
+def predict_row(path: Path) -> dict[str, Any]:
+    rs = load_scenario(path)
+    ref = rs.reference
+    assert ref is not None and ref.value is not None, path
+    res = simulate(rs, scaling=False)
+    m = res.metrics
+    pred = {
+        "step_time_s": m.step_time_s,
+        "hardware_tflops_per_gpu": m.hardware_tflops_per_gpu,
+        "model_tflops_per_gpu": m.model_tflops_per_gpu,
+        "tokens_per_s_per_gpu": m.tokens_per_s / m.gpus,
+        "mfu": m.mfu,
+    }[ref.metric]
+    step = m.step_time_s
+    shares = {k: v / step for k, v in m.breakdown_s.items() if v > 0.005 * step}
+    return {
+        "row": rs.name,
+        "metric": ref.metric,
+        "published": ref.value,
+        "predicted": pred,
+        "error": pred / ref.value - 1.0,
+        "breakdown": shares,
+    }
+
+
+def nccl_rows(path: Path) -> list[dict[str, Any]]:
+    rs = load_scenario(path)
+    ref = rs.reference
+    assert ref is not None and ref.curve is not None, path
+    topo = Topology(rs)
+    shape = GroupShape(rs.gpus, rs.nodes)
+    out = []
+    for rec in csv.DictReader((path.parent / ref.curve).open()):
+        size = float(rec["message_bytes"])
+        if size < 2**16:
+            continue
+        algo, _, t = choose(
+            ref.collective,
+            shape,
+            size,
+            topo.fabric_tier(),
+            topo.network_tier(0, "dp") if rs.nodes > 1 else None,
+        )
+        bus = size / t * bus_factor(ref.collective, rs.gpus) / 1e9
+        pub = float(rec["busbw_gbps"])
+        out.append(
+            {
+                "row": f"{rs.name} {size / 2**20:g} MiB",
+                "metric": "busbw_gbps",
+                "published": pub,
+                "predicted": bus,
+                "error": bus / pub - 1.0,
+                "breakdown": {"algorithm": algo},
+                "large": size >= 2**20,
+            }
+        )
+    return out
+
+
+def summary(rows: list[dict[str, Any]]) -> dict[str, float]:
+    errs = [abs(r["error"]) for r in rows]
+    return {
+        "rows": len(rows),
+        "mean_abs": statistics.fmean(errs) if errs else 0.0,
+        "max_abs": max(errs) if errs else 0.0,
+        "mean_signed": statistics.fmean(r["error"] for r in rows) if rows else 0.0,
+    }
+
+
+def run(sets: list[str]) -> dict[str, Any]:
+    report: dict[str, Any] = {}
+    for name in sets:
+        t0 = time.perf_counter()
+        rows: list[dict[str, Any]] = []
+        for path in sorted((VALIDATION / name).glob("*.yaml")):
+            rows += nccl_rows(path) if name == "nccl-tests" else [predict_row(path)]
+        if name == "nccl-tests":
+            report[name] = {
+                "rows": rows,
+                "summary": summary([r for r in rows if r["large"]]),
+                "summary_small": summary([r for r in rows if not r["large"]]),
+            }
+        else:
+            report[name] = {"rows": rows, "summary": summary(rows)}
+        report[name]["seconds"] = time.perf_counter() - t0
+    return report
+
+
+def _fmt_breakdown(b: dict[str, Any]) -> str:
+    if "algorithm" in b:
+        return str(b["algorithm"])
+    top = sorted(b.items(), key=lambda kv: -kv[1])[:4]
+    return " ".join(f"{k} {v:.0%}" for k, v in top)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--sets", default=",".join(SETS))
+    p.add_argument("--json", default=None, help="write the full report here")
+    p.add_argument("--worst", type=int, default=3, help="rows to print per set (worst first)")
+    args = p.parse_args(argv)
+    t0 = time.perf_counter()
+    report = run([s for s in args.sets.split(",") if s])
+    print(f"{'set':24} {'rows':>5} {'mean |err|':>11} {'max |err|':>10} {'mean err':>9} {'s':>6}")
+    for name, rep in report.items():
+        s = rep["summary"]
+        print(
+            f"{name:24} {s['rows']:5d} {s['mean_abs']:11.1%} {s['max_abs']:10.1%} "
+            f"{s['mean_signed']:+9.1%} {rep['seconds']:6.1f}"
+        )
+        if "summary_small" in rep:
+            s = rep["summary_small"]
+            print(
+                f"{'  (below 1 MiB)':24} {s['rows']:5d} {s['mean_abs']:11.1%} "
+                f"{s['max_abs']:10.1%} {s['mean_signed']:+9.1%}"
+            )
+    print()
+    for name, rep in report.items():
+        worst = sorted(rep["rows"], key=lambda r: -abs(r["error"]))[: args.worst]
+        for r in worst:
+            print(
+                f"{name:22} {r['row'][:44]:44} pub {r['published']:9.4g} pred "
+                f"{r['predicted']:9.4g} {r['error']:+7.1%}  {_fmt_breakdown(r['breakdown'])}"
+            )
+    print(f"\ntotal {time.perf_counter() - t0:.1f} s")
+    if args.json:
+        Path(args.json).write_text(json.dumps(report, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,302 @@
+"""Writes one scenario per published row under ``scenarios/validation/`` (run once; the files
+are committed). Each scenario says what its source states (``reference``) and what it assumes
+(micro-batch, schedule, software stack, network) that the source does not.
+
+Sets: Megatron-LM SC21 Table 1 (1F1B and interleaved), Korthikanti et al. 2022 Table 5,
+llm-foundry MPT benchmarks (PyTorch FSDP, bf16, models of 1B and more, H100 and A100 80GB),
+nccl-tests all-reduce bus bandwidth curves.
+"""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1] / "scenarios" / "validation"
+PUB = ROOT / "published"
+
+SELENE: dict[str, Any] = {
+    "gpu": "a100-sxm4-80gb",
+    "gpus_per_node": 8,
+    "fabric": "nvlink3-nvswitch",
+    "network": {
+        "profile": "ib-hdr-200",
+        "nics_per_node": 8,
+        "topology": {"kind": "fat_tree", "oversubscription": 1.0},
+    },
+}
+SC21_SRC = (
+    "Narayanan et al., SC21, Table 1 (scenarios/validation/published/megatron_sc21_table1.csv): "
+    "{v} TFLOP/s per GPU (hardware FLOPs, full recomputation) on Selene, DGX A100 80GB"
+)
+K22_SRC = (
+    "Korthikanti et al. 2022 (arXiv 2205.05198), Table 5 "
+    "(scenarios/validation/published/korthikanti2022_table5.csv): {v} s per iteration on Selene"
+)
+LF_SRC = (
+    "mosaicml/llm-foundry scripts/train/benchmarking/README.md @c90b9b31 "
+    "(scenarios/validation/llmfoundry_rows_raw.csv): {v} tokens/s per GPU, {mfu}% MFU"
+)
+
+
+def _write(path: Path, data: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(data, sort_keys=False, width=100))
+
+
+def _megatron_model(name: str, layers: int, hidden: int, heads: int) -> dict[str, Any]:
+    return {
+        "name": name,
+        "layers": layers,
+        "hidden": hidden,
+        "heads": heads,
+        "vocab": 51200,
+        "mlp": "gelu",
+        "norm": "layernorm",
+        "position": "learned",
+        "max_positions": 2048,
+        "tied_embeddings": True,
+        "linear_bias": True,
+        "dropout": True,
+    }
+
+
+def sc21() -> None:
+    rows = list(csv.DictReader((PUB / "megatron_sc21_table1.csv").open()))
+    for sched in ("1f1b", "interleaved"):
+        for r in rows:
+            layers, tp, pp = (
+                int(r["layers"]),
+                int(r["tensor_parallel"]),
+                int(r["pipeline_parallel"]),
+            )
+            gpus = int(r["gpus"])
+            if sched == "interleaved" and pp == 1:
+                continue  # no pipeline: the schedule does not apply
+            per_stage = layers // pp
+            v = 2 if per_stage % 2 == 0 else 3
+            schedule: dict[str, Any] = {"kind": "1f1b"}
+            assumes = "micro-batch 1, 1F1B schedule"
+            if sched == "interleaved":
+                schedule = {"kind": "interleaved", "virtual_stages": v}
+                assumes = f"micro-batch 1, interleaved schedule with {v} model chunks per stage"
+            name = f"sc21-{r['params_billion']}b-{sched}"
+            _write(
+                ROOT / f"sc21-{sched}" / f"{name}.yaml",
+                {
+                    "name": name,
+                    "cluster": {**SELENE, "nodes": gpus // 8},
+                    "model": _megatron_model(
+                        name, layers, int(r["hidden_size"]), int(r["attention_heads"])
+                    ),
+                    "training": {
+                        "seq_len": 2048,
+                        "global_batch": int(r["global_batch_size"]),
+                        "micro_batch": 1,
+                        "precision": "fp16",
+                        "flash_attention": False,
+                        "grad_reduce_dtype": "fp32",
+                    },
+                    "parallelism": {
+                        "tp": tp,
+                        "pp": pp,
+                        "pp_schedule": schedule,
+                        "recompute": "full",
+                    },
+                    "software": "megatron-lm-2021",
+                    "reference": {
+                        "metric": "hardware_tflops_per_gpu",
+                        "value": float(r["tflops_per_gpu"]),
+                        "source": SC21_SRC.format(v=r["tflops_per_gpu"]),
+                        "assumes": assumes + "; eight HDR 200 Gb/s NICs per node, "
+                        "non-blocking fat tree; Megatron-LM 2021 software stack",
+                    },
+                },
+            )
+
+
+def korthikanti() -> None:
+    for r in csv.DictReader((PUB / "korthikanti2022_table5.csv").open()):
+        tp, pp, v = int(r["tensor_parallel"]), int(r["pipeline_parallel"]), int(r["virtual_stages"])
+        sel = r["recompute"] == "selective"
+        name = f"k22-{r['model'].lower()}-{r['recompute']}"
+        schedule: dict[str, Any] = (
+            {"kind": "interleaved", "virtual_stages": v} if v > 1 else {"kind": "1f1b"}
+        )
+        gpus = int(r["gpus"])
+        _write(
+            ROOT / "korthikanti-table5" / f"{name}.yaml",
+            {
+                "name": name,
+                "cluster": {**SELENE, "nodes": gpus // 8},
+                "model": _megatron_model(
+                    name, int(r["layers"]), int(r["hidden_size"]), int(r["attention_heads"])
+                ),
+                "training": {
+                    "seq_len": 2048,
+                    "global_batch": int(r["global_batch_size"]),
+                    "micro_batch": int(r["micro_batch_size"]),
+                    "precision": "fp16",
+                    "flash_attention": False,
+                    "grad_reduce_dtype": "fp32",
+                },
+                "parallelism": {
+                    "tp": tp,
+                    "pp": pp,
+                    "sequence_parallel": sel,
+                    "pp_schedule": schedule,
+                    "recompute": r["recompute"],
+                },
+                "software": "megatron-lm-2021",
+                "reference": {
+                    "metric": "step_time_s",
+                    "value": float(r["iteration_time_s"]),
+                    "source": K22_SRC.format(v=r["iteration_time_s"]),
+                    "assumes": "layout columns as Calculon encodes the paper's configuration "
+                    "table; eight HDR NICs per node; Megatron-LM 2021 software stack",
+                },
+            },
+        )
+
+
+MPT = {  # d_model, n_heads, n_layers (llm-foundry scripts/train/yamls/pretrain/mpt-*.yaml)
+    "1b": (2048, 16, 24),
+    "3b": (2560, 20, 32),
+    "7b": (4096, 32, 32),
+    "13b": (5120, 40, 40),
+    "30b": (7168, 56, 48),
+    "70b": (8192, 64, 80),
+}
+LF_CLUSTER = {
+    "h100-80gb": {
+        "gpu": "h100-sxm-80gb",
+        "fabric": "nvlink4-nvswitch",
+        "network": {"profile": "ib-ndr-400", "nics_per_node": 8},
+        "note": "8-GPU HGX H100 nodes with eight 400 Gb/s NICs (the README states no "
+        "interconnect for H100)",
+    },
+    "a100-80gb": {
+        "gpu": "a100-sxm4-80gb",
+        "fabric": "nvlink3-nvswitch",
+        "network": {"profile": "roce-200", "nics_per_node": 8},
+        "note": "8-GPU A100 nodes; the README's 1600 Gb/s RoCE per node as eight 200 Gb/s NICs",
+    },
+}
+
+
+def llmfoundry() -> None:
+    for r in csv.DictReader((ROOT / "llmfoundry_rows_raw.csv").open()):
+        if r["gpu"] not in LF_CLUSTER or r["model"] not in MPT or "fp8" in r["precision"]:
+            continue
+        d, heads, layers = MPT[r["model"]]
+        seq, gpus = int(r["seq_len"]), int(r["gpus"])
+        cl = LF_CLUSTER[r["gpu"]]
+        ckpt = r["activation_checkpointing"] == "True"
+        pure = r["mp_mode"] == "PURE"
+        name = f"mpt-{r['model']}-{r['gpu']}-s{seq}-g{gpus}-mb{r['micro_batch']}"
+        strategy = "shard_grad_op" if r["sharding"] == "SHARD_GRAD_OP" else "full_shard"
+        _write(
+            ROOT / f"llmfoundry-{r['gpu']}" / f"{name}.yaml",
+            {
+                "name": name,
+                "cluster": {
+                    "gpu": cl["gpu"],
+                    "gpus_per_node": 8,
+                    "nodes": max(1, gpus // 8),
+                    "fabric": cl["fabric"],
+                    **({"network": cl["network"]} if gpus > 8 else {}),
+                },
+                "model": {
+                    "name": f"mpt-{r['model']}",
+                    "layers": layers,
+                    "hidden": d,
+                    "heads": heads,
+                    "vocab": 50368,
+                    "mlp": "gelu",
+                    "norm": "layernorm",
+                    "position": "learned",
+                    "max_positions": seq,
+                    "tied_embeddings": True,
+                    "linear_bias": True,
+                    "dropout": False,
+                },
+                "training": {
+                    "seq_len": seq,
+                    "global_batch": int(r["global_batch"]),
+                    "micro_batch": int(r["micro_batch"]),
+                    "precision": "bf16",
+                    "flash_attention": True,
+                    "param_gather_dtype": "bf16" if pure else "fp32",
+                    "grad_reduce_dtype": "bf16",
+                },
+                "parallelism": {
+                    "sharding": {"kind": "fsdp", "strategy": strategy},
+                    "recompute": "full" if ckpt else "none",
+                },
+                "software": "pytorch-fsdp",
+                "reference": {
+                    "metric": "tokens_per_s_per_gpu",
+                    "value": float(r["tokens_per_s_per_gpu"]),
+                    "source": LF_SRC.format(v=r["tokens_per_s_per_gpu"], mfu=r["mfu_percent"]),
+                    "assumes": cl["note"]
+                    + f"; FSDP mixed precision {r['mp_mode']} (Composer: "
+                    + ("bf16 gathers" if pure else "fp32 parameter gathers, bf16 reduction")
+                    + "); FlashAttention-2; the global batch need not divide evenly",
+                },
+            },
+        )
+
+
+NCCL = [  # file, gpu, fabric, nodes, network, source
+    ("published/nccl_allreduce_8xA100_nvlink.csv", "a100-sxm4-80gb", "nvlink3-nvswitch", 1,
+     None, "Azure ND A100 v4 nccl-tests all_reduce_perf (shared validation set)"),
+    ("nccl/allreduce_8xh100_nvlink_nvidia_dgxc.csv", "h100-sxm-80gb", "nvlink4-nvswitch", 1,
+     None, "NVIDIA/dgxc-benchmarking nccl/README.md, DGX H100 all_reduce_perf"),
+    ("nccl/allreduce_8xh100_nvlink_azure_ndh100v5.csv", "h100-sxm-80gb", "nvlink4-nvswitch", 1,
+     None, "Azure/AI-benchmarking-guide ND H100 v5 all_reduce_perf (in-place)"),
+    ("nccl/allreduce_2x8xh100_ib_ndr_nccltests309.csv", "h100-sxm-80gb", "nvlink4-nvswitch", 2,
+     "ib-ndr-400", "NVIDIA/nccl-tests issue 309, 2 nodes x 8 H100, 8x CX-7 NDR"),
+    ("nccl/allreduce_4x8xh100_ib_ndr_nccltests309.csv", "h100-sxm-80gb", "nvlink4-nvswitch", 4,
+     "ib-ndr-400", "NVIDIA/nccl-tests issue 309, 4 nodes x 8 H100, 8x CX-7 NDR"),
+    ("nccl/allreduce_8x8xh100_ib_ndr_nccltests309.csv", "h100-sxm-80gb", "nvlink4-nvswitch", 8,
+     "ib-ndr-400", "NVIDIA/nccl-tests issue 309, 8 nodes x 8 H100, IB 400G"),
+]  # fmt: skip
+
+
+def nccl() -> None:
+    for file, gpu, fabric, nodes, net, src in NCCL:
+        name = "nccl-" + Path(file).stem.replace("_", "-").lower()
+        cluster: dict[str, Any] = {
+            "gpu": gpu,
+            "gpus_per_node": 8,
+            "nodes": nodes,
+            "fabric": fabric,
+        }
+        if net:
+            cluster["network"] = {"profile": net, "nics_per_node": 8}
+        _write(
+            ROOT / "nccl-tests" / f"{name}.yaml",
+            {
+                "name": name,
+                "cluster": cluster,
+                "model": "llama3-8b",
+                "training": {"seq_len": 2048, "global_batch": 8 * nodes},
+                "reference": {
+                    "metric": "busbw_gbps",
+                    "curve": f"../{file}",
+                    "collective": "all_reduce",
+                    "source": src + f" ({file})",
+                    "assumes": "one communicator over every GPU; the model and batch are unused",
+                },
+            },
+        )
+
+
+if __name__ == "__main__":
+    sc21()
+    korthikanti()
+    llmfoundry()
+    nccl()
