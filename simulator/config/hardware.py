@@ -123,6 +123,11 @@ class GPUProfile(_Profile):
         description="dense (no sparsity) peak TFLOP/s per dtype"
     )
     efficiency: GPUEfficiency
+    sm_count: Num | None = Field(
+        default=None,
+        description="streaming multiprocessors (compute units): GEMM tiles run in waves of "
+        "this many; unset: no wave quantisation",
+    )
     mtbf_hours: Num | None = Field(default=None, description="mean time between GPU failures")
     speed_cv: Num | None = Field(
         default=None, description="coefficient of variation of per-GPU speed (stragglers)"

@@ -69,6 +69,11 @@ class Program:
             self.__dict__.pop(name, None)
 
 
+# Thread-block tiles cuBLAS/CUTLASS pick among for large 16-bit GEMMs on A100 and H100
+# (CUTLASS default GemmShape<128, 256, 64> and its transposes, and 128×128).
+GEMM_TILES = ((128, 256), (256, 128), (128, 128))
+
+
 class OpTimer:
     def __init__(self, gpu: GPUProfile, precision: str) -> None:
         e = gpu.efficiency
@@ -82,11 +87,44 @@ class OpTimer:
         opt = e.optimizer_bandwidth or e.memory_bandwidth
         self.opt_bw = gpu.memory_bandwidth_gbps.value * 1e9 * opt.value
         self.scale = e.in_step_factor.value if e.in_step_factor else 1.0
+        self.sms = int(gpu.sm_count.value) if gpu.sm_count else 0
+        self.el = 4 if precision == "fp32" else (1 if precision == "fp8" else 2)
 
     def gemm_efficiency(self, flops: float) -> float:
         return self.mm_max * flops / (flops + self.mm_half)
 
+    def wave_efficiency(self, b: int, m: int, n: int) -> float:
+        """Share of the SMs' time doing useful work when the output's tiles run in waves: the
+        best of the usual CUTLASS/cuBLAS thread-block tiles (128×256, 256×128, 128×128)."""
+        if self.sms <= 0:
+            return 1.0
+        best = 0.0
+        for tm, tn in GEMM_TILES:
+            tiles = b * -(-m // tm) * -(-n // tn)
+            waves = -(-tiles // self.sms)
+            best = max(best, tiles / (waves * self.sms))
+        return best
+
+    def gemm_time(self, b: int, m: int, n: int, k: int) -> float:
+        """One (batched) GEMM: the slower of its tensor-core time (shape-dependent efficiency:
+        size curve times wave quantisation) and its memory traffic (read both inputs, write the
+        output), plus the launch."""
+        if min(b, m, n, k) <= 0:
+            return 0.0
+        flops = 2.0 * b * m * n * k
+        eff = self.gemm_efficiency(flops) * self.wave_efficiency(b, m, n)
+        compute = flops / (self.gemm_peak * eff)
+        memory = self.el * b * (m * k + k * n + m * n) / self.mem_bw
+        return max(compute, memory) + self.launch
+
     def time(self, op: Op) -> float:
+        if op.kind == "gemm" and op.dims is not None:
+            b, m, n, k = op.dims
+            if op.backward:  # dIn = dOut·W^T (m×k, reduce over n), dW = In^T·dOut (k×n, over m)
+                t = self.gemm_time(b, m, k, n) + self.gemm_time(b, k, n, m)
+            else:
+                t = self.gemm_time(b, m, n, k)
+            return t * self.scale
         if op.kind == "gemm":
             if op.flops <= 0:
                 return 0.0

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from ..config.scenario import ResolvedScenario
-from .model import attention_core_flops_per_token
+from .model import attention_core_flops_per_token, layer_matmul_params
 
 OpKind = Literal["gemm", "attention", "memory", "collective"]
 CollKind = Literal["all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "p2p"]
@@ -33,6 +33,10 @@ class Op:
     collective: CollKind | None = None
     group: Literal["tp", "cp", "dp", "pp"] | None = None
     msg_bytes: float = 0.0  # collective: the full buffer S of nccl-tests' definition
+    # GEMM: (batch, m, n, k) of the forward product out[m,n] = in[m,k] @ w[k,n]; the backward
+    # pass runs the two products dIn = dOut @ w^T and dW = in^T @ dOut.
+    dims: tuple[int, int, int, int] | None = None
+    backward: bool = False
 
 
 def tokens_per_rank(rs: ResolvedScenario) -> int:
@@ -52,6 +56,54 @@ def _tp_comm(rs: ResolvedScenario, name: str, nbytes: float, closing: bool) -> l
     return []
 
 
+def _gemm(name: str, b: int, m: int, n: int, k: int) -> Op:
+    return Op(name, "gemm", flops=2.0 * b * m * n * k, dims=(b, m, n, k))
+
+
+def _softmax_ops(rs: ResolvedScenario, scores: float) -> list[Op]:
+    """Unfused attention between the two batched GEMMs, over the s×s score tensor (``scores``
+    bytes): scale, causal mask and softmax, one kernel each (read and write) unless the stack
+    fuses them; then dropout (read, write, and a one-byte mask per element) if the model has
+    it."""
+    ops: list[Op] = []
+    if rs.software.fusion.scale_mask_softmax.value:
+        ops.append(Op("scale_mask_softmax", "memory", bytes=2 * scores))
+    else:
+        ops += [
+            Op("scale", "memory", bytes=2 * scores),
+            Op("mask", "memory", bytes=2 * scores),
+            Op("softmax", "memory", bytes=2 * scores),
+        ]
+    if rs.model.dropout:
+        ops.append(Op("attn_dropout", "memory", bytes=2.5 * scores))
+    return ops
+
+
+def _weight_casts(rs: ResolvedScenario) -> list[Op]:
+    """Autocast over fp32 working weights (FSDP gathering fp32 parameters, as Composer's
+    'DEFAULT' mixed precision does) casts each weight to 16 bits at every use in the forward
+    pass: read 4 bytes, write 2 per weight (the backward casts the gradient back)."""
+    if rs.training.param_gather_dtype != "fp32" or rs.training.precision == "fp32":
+        return []
+    weights = layer_matmul_params(rs.model) / rs.tp
+    return [Op("autocast_weight_cast", "memory", bytes=6.0 * weights)]
+
+
+def _residual(rs: ResolvedScenario, act: float) -> list[Op]:
+    """Dropout of a block's output and the residual add (``act``: bytes of one hidden-state
+    tensor): one kernel when the stack fuses bias, dropout and add (read both, write one, plus
+    the dropout mask), else a dropout kernel and an add kernel."""
+    if not rs.model.dropout:
+        return [Op("residual_add", "memory", bytes=3 * act)]
+    mask = act / act_bytes(rs)  # one byte per element
+    if rs.software.fusion.bias_dropout_add.value:
+        return [Op("bias_dropout_add", "memory", bytes=3 * act + mask)]
+    return [
+        Op("dropout", "memory", bytes=2 * act + mask),
+        Op("residual_add", "memory", bytes=3 * act),
+    ]
+
+
 def layer_ops(rs: ResolvedScenario) -> list[Op]:
     """Forward operations of one transformer layer for one micro-batch on one rank."""
     m = rs.model
@@ -64,10 +116,11 @@ def layer_ops(rs: ResolvedScenario) -> list[Op]:
     act = T * h * a  # one hidden-state tensor of the micro-batch
     norm_tokens = T // t if sp else T  # SP shards the norm/dropout regions over the sequence
     n_in = 2 if m.mlp == "swiglu" else 1
-    ops: list[Op] = [
+    ops: list[Op] = _weight_casts(rs)
+    ops += [
         Op("attn_norm", "memory", bytes=2 * norm_tokens * h * a),
         *_tp_comm(rs, "tp_attn_in", act, closing=False),
-        Op("qkv_proj", "gemm", flops=2.0 * T * h * (h + 2 * kv) / t),
+        _gemm("qkv_proj", 1, T, (h + 2 * kv) // t, h),
     ]
     if rs.cp > 1:
         kv_bytes = 2 * T * kv * a / t
@@ -87,22 +140,22 @@ def layer_ops(rs: ResolvedScenario) -> list[Op]:
     else:
         heads = m.heads // t
         scores = rs.training.micro_batch * heads * (s // rs.cp) * s * a
-        ops += [
-            Op("attn_scores", "gemm", flops=core / 2),
-            Op("softmax_dropout", "memory", bytes=4 * scores),
-            Op("attn_values", "gemm", flops=core / 2),
-        ]
+        bh = rs.training.micro_batch * heads
+        sq, hd = s // rs.cp, m.head_dim
+        ops += [_gemm("attn_scores", bh, sq, s, hd)]
+        ops += _softmax_ops(rs, scores)
+        ops += [_gemm("attn_values", bh, sq, hd, s)]
     ops += [
-        Op("out_proj", "gemm", flops=2.0 * T * h * h / t),
+        _gemm("out_proj", 1, T, h, h // t),
         *_tp_comm(rs, "tp_attn_out", act, closing=True),
-        Op("residual_add", "memory", bytes=3 * norm_tokens * h * a),
+        *_residual(rs, norm_tokens * h * a),
         Op("mlp_norm", "memory", bytes=2 * norm_tokens * h * a),
         *_tp_comm(rs, "tp_mlp_in", act, closing=False),
-        Op("mlp_up", "gemm", flops=2.0 * T * h * f * n_in / t),
+        _gemm("mlp_up", 1, T, n_in * f // t, h),
         Op("activation", "memory", bytes=(n_in + 1) * T * f * a / t),
-        Op("mlp_down", "gemm", flops=2.0 * T * f * h / t),
+        _gemm("mlp_down", 1, T, h, f // t),
         *_tp_comm(rs, "tp_mlp_out", act, closing=True),
-        Op("residual_add", "memory", bytes=3 * norm_tokens * h * a),
+        *_residual(rs, norm_tokens * h * a),
     ]
     return ops
 
@@ -127,7 +180,7 @@ def head_ops(rs: ResolvedScenario) -> list[Op]:
     ops = [
         Op("final_norm", "memory", bytes=2 * norm_tokens * m.hidden * a),
         *_tp_comm(rs, "tp_head_in", T * m.hidden * a, closing=False),
-        Op("logits", "gemm", flops=2.0 * T * m.hidden * m.vocab / t),
+        _gemm("logits", 1, T, m.vocab // t, m.hidden),
         # fp32 softmax over the vocabulary shard: read logits, write probabilities, read back.
         Op("cross_entropy", "memory", bytes=T * m.vocab / t * (a + 4 + 4)),
     ]
@@ -155,7 +208,14 @@ def backward_op(op: Op) -> Op:
         return Op(
             op.name + "_bwd", "collective", collective=coll, group=op.group, msg_bytes=op.msg_bytes
         )
-    return Op(op.name + "_bwd", op.kind, flops=2 * op.flops, bytes=2 * op.bytes)
+    return Op(
+        op.name + "_bwd",
+        op.kind,
+        flops=2 * op.flops,
+        bytes=2 * op.bytes,
+        dims=op.dims,
+        backward=True,
+    )
 
 
 def backward_ops(forward: list[Op]) -> list[Op]:
