@@ -151,6 +151,11 @@ class FabricProfile(_Profile):
     latency_us: Num = Field(description="one-hop latency, microseconds")
     achievable_fraction: Num = Field(description="fraction of bandwidth collectives reach")
     max_gpus: int = Field(ge=1, description="largest GPU count the fabric joins")
+    switch_reduce_fraction: Num | None = Field(
+        default=None,
+        description="NVLink SHARP (NVLS): fraction of bandwidth_gbps an in-switch all-reduce "
+        "reaches, each GPU sending its buffer once and receiving the result once; unset: none",
+    )
     shared_uplink_gbps: Num | None = Field(
         default=None,
         description="PCIe: bandwidth of the shared root-complex / switch uplink that "

@@ -506,12 +506,18 @@ class Simulation:
                     env.now - t_compute,
                 )
             # 3. send the output onward
+            sent: Job | None = None
             if kind == "F" and not (stage == self.p - 1 and ch == self.v - 1):
                 dst_stage, dst_chunk = (stage + 1, ch) if stage < self.p - 1 else (0, ch + 1)
-                self._send(rank, "F", mb, dst_chunk, dst_stage, block, msg)
+                sent = self._send(rank, "F", mb, dst_chunk, dst_stage, block, msg)
             elif kind == "B" and not (stage == 0 and ch == 0):
                 dst_stage, dst_chunk = (stage - 1, ch) if stage > 0 else (self.p - 1, ch - 1)
-                self._send(rank, "B", mb, dst_chunk, dst_stage, block, msg)
+                sent = self._send(rank, "B", mb, dst_chunk, dst_stage, block, msg)
+            if sent is not None and not self.ov.pp_p2p:
+                # Blocking sends (the stack waits on the transfer on its compute stream).
+                t0 = env.now
+                yield from self._wait(sent)
+                mark("comm_pp", t0)
 
         params = sum(self._chunk_layers[stage]) * self.layer_params + self.extra_params.get(
             stage, 0.0
@@ -597,7 +603,7 @@ class Simulation:
 
     def _send(
         self, rank: int, kind: str, mb: int, chunk: int, dst_stage: int, block: int, size: float
-    ) -> None:
+    ) -> Job:
         t, c, d, _ = self.lay.coords(rank)
         dst = self.lay.rank(t, c, d, dst_stage)
         key = self._recv_key(kind, mb, chunk, dst)
@@ -616,7 +622,9 @@ class Simulation:
                 ev.succeed()
 
         label = lambda: f"send {kind}{mb} → stage {dst_stage}"  # noqa: E731
-        self._submit(rank, stream, self.comm.send(rank, dst, size, started, delivered, label))
+        return self._submit(
+            rank, stream, self.comm.send(rank, dst, size, started, delivered, label)
+        )
 
     # -- data loader --------------------------------------------------------------------------
     def loader(self) -> Generator:

@@ -25,10 +25,10 @@ from dataclasses import dataclass
 from typing import Literal
 
 Coll = Literal["all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "p2p"]
-Algo = Literal["ring", "tree", "hierarchical"]
+Algo = Literal["ring", "tree", "hierarchical", "nvls"]
 Tier = Literal["fabric", "network"]
 
-ALGOS: tuple[Algo, ...] = ("ring", "tree", "hierarchical")
+ALGOS: tuple[Algo, ...] = ("ring", "tree", "hierarchical", "nvls")
 
 
 @dataclass(frozen=True)
@@ -37,6 +37,9 @@ class TierLink:
 
     bandwidth: float
     alpha: float
+    # In-switch all-reduce (NVLink SHARP): its bandwidth per GPU relative to ``bandwidth`` when
+    # each GPU sends its buffer once and receives the result once; 0: the fabric has none.
+    switch_reduce: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -44,6 +47,34 @@ class Phase:
     tier: Tier
     latency: float  # seconds of α terms
     wire_bytes: float  # bytes one rank sends on this tier's link
+    steps: float = 0.0  # sequential pipeline steps (ring hops, tree levels)
+    ll: bool = True  # the LL protocol may carry it (NVLS runs the Simple protocol only)
+
+
+# NCCL's protocols (NVIDIA/nccl src/device/prims_ll.h, prims_simple.h; "NCCL protocols" in the
+# NCCL docs' environment-variable page): LL moves 8-byte lines of 4 data bytes and 4 flag bytes,
+# so it reaches half the link bandwidth but needs no synchronisation per step; Simple reaches
+# the full bandwidth but each pipeline step waits for a whole chunk, so a ring of k steps pays
+# k chunk times before data flows end to end. NCCL picks the faster per size.
+LL_BANDWIDTH_FRACTION = 0.5
+# Bytes one Simple-protocol step moves across all channels before the next hop can start:
+# fitted to the nccl-tests all-reduce curve of 8 A100 over NVLink3 (Azure ND A100 v4,
+# scenarios/validation/published/nccl_allreduce_8xA100_nvlink.csv): the 1-8 GiB points give
+# t = 141 us + W / 232 GB/s, i.e. 14 steps of ~2.3 MB at the link rate; about 18 channels of
+# 128 KiB (NCCL's Simple slice on NVLink), so carried to other fabrics and networks as is.
+SIMPLE_STEP_BYTES = 2.3e6
+
+
+def with_protocol(ph: Phase, bandwidth: float) -> Phase:
+    """The phase under the faster of NCCL's LL and Simple protocols at ``bandwidth``."""
+    if ph.wire_bytes <= 0 or ph.steps <= 0:
+        return ph
+    ll = ph.latency + ph.wire_bytes / (LL_BANDWIDTH_FRACTION * bandwidth)
+    fill = ph.steps * SIMPLE_STEP_BYTES / bandwidth
+    simple = ph.latency + fill + ph.wire_bytes / bandwidth
+    if ph.ll and ll < simple:
+        return Phase(ph.tier, ph.latency, ph.wire_bytes / LL_BANDWIDTH_FRACTION, ph.steps)
+    return Phase(ph.tier, ph.latency + fill, ph.wire_bytes, ph.steps)
 
 
 @dataclass(frozen=True)
@@ -77,13 +108,13 @@ def _flat(coll: Coll, algo: Algo, n: int, size: float, tier: Tier, alpha: float)
         return [Phase(tier, alpha, size)]
     if coll == "all_reduce":
         if algo == "tree":
-            return [Phase(tier, 2 * log * alpha, 2.0 * size)]
-        return [Phase(tier, 2 * (n - 1) * alpha, 2.0 * (n - 1) / n * size)]
+            return [Phase(tier, 2 * log * alpha, 2.0 * size, 2 * log)]
+        return [Phase(tier, 2 * (n - 1) * alpha, 2.0 * (n - 1) / n * size, 2 * (n - 1))]
     if coll == "broadcast":
         steps = log if algo == "tree" else n - 1
-        return [Phase(tier, steps * alpha, size)]
+        return [Phase(tier, steps * alpha, size, steps)]
     # all_gather, reduce_scatter, all_to_all: ring (NCCL has no tree for these)
-    return [Phase(tier, (n - 1) * alpha, (n - 1) / n * size)]
+    return [Phase(tier, (n - 1) * alpha, (n - 1) / n * size, n - 1)]
 
 
 def phases(
@@ -98,6 +129,11 @@ def phases(
     n = shape.n
     if n <= 1 or size <= 0:
         return []
+    if algo == "nvls":
+        # One node: push the buffer into the switch and pull the reduced result. Its pipeline
+        # ramps up like a ring of n ranks: DGX H100 all_reduce_perf reaches half its 480 GB/s
+        # peak busbw near 16 MiB (scenarios/validation/nccl/, DGX H100 curve).
+        return [Phase("fabric", 2 * fabric.alpha, size / fabric.switch_reduce, 2 * (n - 1), False)]
     if shape.nodes <= 1 or network is None:
         return _flat(coll, algo, n, size, "fabric", fabric.alpha)
     g = shape.per_node
@@ -134,9 +170,19 @@ def phases(
         return out
     if algo == "hierarchical":
         algo = "ring"
-    # A flat ring or tree spanning nodes: every step pays the slower tier's latency and every
-    # rank's traffic crosses the network (NCCL rings leave each node through its NICs).
-    return _flat(coll, algo, n, size, "network", max(network.alpha, fabric.alpha))
+    # A flat ring or tree spanning nodes: every step pays the slower tier's latency. NCCL
+    # builds one ring (or tree) per channel and sends each through a different NIC
+    # (rail-aligned), so a node's g members share its crossing traffic: each rank's NIC carries
+    # 1/g of the traffic a rank moves, unless its fabric port is the tighter bound.
+    out = _flat(coll, algo, n, size, "network", max(network.alpha, fabric.alpha))
+    if algo == "tree" and coll == "all_reduce":
+        # NCCL's tree: a chain through the g GPUs of each node, a binary tree over the k
+        # nodes; reduce up and broadcast down, pipelined through every level.
+        depth_net = math.ceil(math.log2(k))
+        lat = 2 * ((g - 1) * fabric.alpha + depth_net * network.alpha)
+        out = [Phase("network", lat, 2.0 * size, 2 * (g - 1 + depth_net))]
+    share = max(1.0 / g, network.bandwidth / fabric.bandwidth) if fabric.bandwidth > 0 else 1.0
+    return [Phase(p.tier, p.latency, p.wire_bytes * min(1.0, share), p.steps) for p in out]
 
 
 def phase_time(ph: Phase, fabric: TierLink, network: TierLink | None) -> float:
@@ -170,9 +216,18 @@ def choose(
     for algo in ALGOS:
         if algo == "hierarchical" and (shape.nodes <= 1 or shape.per_node <= 1):
             continue
-        if algo == "tree" and coll not in ("all_reduce", "broadcast"):
+        if algo == "tree" and (coll not in ("all_reduce", "broadcast") or shape.nodes <= 1):
+            continue  # NCCL's trees span nodes; inside one node a tree is a chain
+        if algo == "nvls" and (
+            coll != "all_reduce" or shape.nodes > 1 or fabric.switch_reduce <= 0
+        ):
             continue
-        ph = phases(coll, algo, shape, size, fabric, network)
+        ph = [
+            with_protocol(
+                p, (fabric if p.tier == "fabric" or network is None else network).bandwidth
+            )
+            for p in phases(coll, algo, shape, size, fabric, network)
+        ]
         t = sum(phase_time(p, fabric, network) for p in ph)
         if best is None or t < best[2]:
             best = (algo, ph, t)

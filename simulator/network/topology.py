@@ -161,7 +161,11 @@ class Topology:
         bw = self.fabric_bw
         if self.pcie_root_bw is not None:
             bw = min(bw, self.pcie_root_bw / self.rs.gpus_per_node)
-        return TierLink(bw, self.fabric_alpha)
+        f = self.rs.fabric
+        nvls = 0.0
+        if f.switch_reduce_fraction is not None and bw > 0:
+            nvls = f.switch_reduce_fraction.value * f.bandwidth_gbps.value * 1e9 / bw
+        return TierLink(bw, self.fabric_alpha, nvls)
 
     def network_tier(self, rank: int | None = None, kind: str | None = None) -> TierLink | None:
         """The NIC share of one rank; for a group (``rank``, ``kind``) that spans leaves, no more
