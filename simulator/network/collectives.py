@@ -129,6 +129,8 @@ def phases(
     n = shape.n
     if n <= 1 or size <= 0:
         return []
+    if algo == "nvls" and (coll != "all_reduce" or shape.nodes > 1 or fabric.switch_reduce <= 0):
+        algo = "ring"  # NVLS is an in-switch all-reduce inside one node
     if algo == "nvls":
         # One node: push the buffer into the switch and pull the reduced result. Its pipeline
         # ramps up like a ring of n ranks: DGX H100 all_reduce_perf reaches half its 480 GB/s

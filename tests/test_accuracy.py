@@ -1,0 +1,194 @@
+"""The accuracy mechanisms against their analytical limits, and the scoreboard against its bands.
+
+Each effect added for accuracy (GEMM shape efficiency, memory-bound kernels, NCCL protocols and
+NVLS, software-stack overlap and fusion, blocking pipeline sends) is checked where its answer is
+known in closed form; then the published sets of ``benchmarks/accuracy.py`` are run and each
+set's mean error must stay inside its band, so that no later change loses accuracy unnoticed.
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib.util
+import sys
+from typing import Any
+
+import pytest
+from conftest import REPO, fig, inline_scenario
+
+from simulator.config.loading import resolve_dict
+from simulator.engine.compute import OpTimer
+from simulator.network.collectives import (
+    SIMPLE_STEP_BYTES,
+    GroupShape,
+    Phase,
+    TierLink,
+    bus_factor,
+    choose,
+    with_protocol,
+)
+from simulator.simulate import simulate
+from simulator.workload.ops import Op, layer_ops
+
+
+def _gpu(**eff: float) -> Any:
+    data = inline_scenario()
+    data["cluster"]["gpu"]["sm_count"] = fig(132)
+    for k, v in eff.items():
+        data["cluster"]["gpu"]["efficiency"][k] = fig(v)
+    return resolve_dict(data).gpu
+
+
+def test_large_square_gemm_reaches_best_efficiency() -> None:
+    gpu = _gpu()
+    t = OpTimer(gpu, "bf16")
+    n = 128 * 132  # whole waves of 128x128 tiles
+    secs = t.gemm_time(1, n, n, n) - t.launch
+    eff = 2.0 * n**3 / secs / t.gemm_peak
+    assert eff == pytest.approx(t.mm_max, rel=0.01)
+
+
+def test_wave_quantisation_costs_a_partial_wave() -> None:
+    t = OpTimer(_gpu(), "bf16")
+    # 133 tiles of 128×128 on 132 SMs: two waves for 133/132 of one wave's work; 67 tiles of
+    # 256×128: one wave, half full. The better of the two.
+    assert t.wave_efficiency(1, 128 * 133, 128) == pytest.approx(max(133 / 264, 67 / 132))
+    assert t.wave_efficiency(1, 128 * 132, 128) == 1.0
+
+
+def test_thin_batched_gemm_is_memory_bound() -> None:
+    t = OpTimer(_gpu(), "bf16")
+    b, s, d = 64, 2048, 8  # QK^T with a tiny head: the s×s output dominates
+    secs = t.gemm_time(b, s, s, d) - t.launch
+    nbytes = 2 * b * (s * d + d * s + s * s)
+    assert secs == pytest.approx(nbytes / t.mem_bw, rel=1e-9)
+
+
+def test_memory_bound_kernel_takes_bytes_over_bandwidth() -> None:
+    t = OpTimer(_gpu(), "bf16")
+    op = Op("x", "memory", bytes=1e9)
+    assert t.time(op) == pytest.approx(1e9 / t.mem_bw + t.launch)
+
+
+def test_backward_gemm_is_its_two_products() -> None:
+    t = OpTimer(_gpu(), "bf16")
+    fwd = Op("g", "gemm", flops=2.0 * 4096 * 1024 * 512, dims=(1, 4096, 1024, 512))
+    bwd = Op("g_bwd", "gemm", flops=2 * fwd.flops, dims=fwd.dims, backward=True)
+    assert t.time(bwd) == pytest.approx(
+        t.gemm_time(1, 4096, 512, 1024) + t.gemm_time(1, 512, 1024, 4096)
+    )
+
+
+FAB = TierLink(bandwidth=300e9 * 0.77, alpha=3.2e-6)
+
+
+def test_ring_all_reduce_busbw_tends_to_link_bandwidth() -> None:
+    shape = GroupShape(8, 1)
+    size = 64 * 2**30
+    algo, _, t = choose("all_reduce", shape, size, FAB)
+    assert algo == "ring"
+    busbw = size / t * bus_factor("all_reduce", 8)
+    assert busbw == pytest.approx(FAB.bandwidth, rel=0.01)
+    # ... and the analytical form: 2(n-1)α + 2(n-1)/n·S/B plus Simple's pipeline fill.
+    expect = 14 * FAB.alpha + 14 * SIMPLE_STEP_BYTES / FAB.bandwidth + 1.75 * size / FAB.bandwidth
+    assert t == pytest.approx(expect)
+
+
+def test_small_messages_take_the_low_latency_protocol() -> None:
+    ph = Phase("fabric", 14 * FAB.alpha, 1.75 * 2**16, 14)
+    ll = with_protocol(ph, FAB.bandwidth)
+    assert ll.wire_bytes == pytest.approx(2 * ph.wire_bytes)  # half the bandwidth
+    assert ll.latency == ph.latency  # no pipeline fill
+    big = with_protocol(Phase("fabric", 14 * FAB.alpha, 1.75 * 2**30, 14), FAB.bandwidth)
+    assert big.wire_bytes == 1.75 * 2**30 and big.latency > 14 * FAB.alpha
+
+
+def test_no_tree_inside_one_node_and_nvls_when_the_switch_reduces() -> None:
+    shape = GroupShape(8, 1)
+    for size in (2**10, 2**20, 2**30):
+        assert choose("all_reduce", shape, size, FAB)[0] == "ring"
+    nvls = TierLink(FAB.bandwidth, FAB.alpha, switch_reduce=0.61 * 450e9 / FAB.bandwidth)
+    algo, _, t = choose("all_reduce", shape, 8 * 2**30, nvls)
+    assert algo == "nvls"
+    assert 8 * 2**30 / t == pytest.approx(0.61 * 450e9, rel=0.01)
+
+
+def test_rings_across_nodes_use_every_nic_of_the_node() -> None:
+    net = TierLink(bandwidth=50e9, alpha=5e-6)
+    fab = TierLink(bandwidth=369e9, alpha=2e-6)
+    size = 16 * 2**30
+    _, ph, t = choose("all_reduce", GroupShape(16, 2), size, fab, net)
+    busbw = size / t * bus_factor("all_reduce", 16)
+    # eight members per node share eight NICs: bounded by the fabric port, not one NIC
+    assert busbw > 4 * net.bandwidth
+    assert busbw <= fab.bandwidth * 1.001
+
+
+def _step(data: dict[str, Any]) -> Any:
+    return simulate(resolve_dict(data), scaling=False)
+
+
+def test_a_stack_that_overlaps_nothing_exposes_all_dp_communication() -> None:
+    base = inline_scenario(nodes=2, global_batch=32)
+    over = copy.deepcopy(base)
+    over["parallelism"]["overlap"] = {"dp_grad": True}
+    none = copy.deepcopy(base)
+    none["parallelism"]["overlap"] = {"dp_grad": False}
+    a, b = _step(over).metrics, _step(none).metrics
+    assert b.idle_s["comm_dp"] > a.idle_s["comm_dp"]
+    assert b.step_time_s == pytest.approx(
+        a.busy_s + b.idle_s["comm_dp"] + b.idle_s["data_stall"], rel=0.02
+    )
+
+
+def test_blocking_pipeline_sends_cost_time_on_the_compute_stream() -> None:
+    base = inline_scenario(nodes=2, global_batch=16, pp=4, tp=4)
+    blocking = copy.deepcopy(base)
+    blocking["parallelism"]["overlap"] = {"pp_p2p": False}
+    a, b = _step(base).metrics, _step(blocking).metrics
+    assert b.step_time_s > a.step_time_s
+    assert b.breakdown_s["comm_pp"] > a.breakdown_s["comm_pp"]
+
+
+def test_unfused_softmax_chain_moves_more_bytes() -> None:
+    data = inline_scenario("megatron-1.7b", flash_attention=False)
+    fused = resolve_dict({**data, "software": "megatron-lm-2021"})
+    eager = resolve_dict({**data, "software": "pytorch-fsdp"})
+
+    def mem(rs: Any) -> float:
+        return sum(o.bytes for o in layer_ops(rs) if o.kind == "memory")
+
+    assert mem(eager) > mem(fused)
+    assert (
+        _step({**data, "software": "pytorch-fsdp"}).metrics.step_time_s
+        > _step({**data, "software": "megatron-lm-2021"}).metrics.step_time_s
+    )
+
+
+def _accuracy() -> Any:
+    spec = importlib.util.spec_from_file_location("accuracy", REPO / "benchmarks" / "accuracy.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["accuracy"] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+# Mean absolute error each set must stay within: today's figure plus a small margin (the
+# issue's targets are tighter; see README "Accuracy"). Tighten these as the model improves.
+BANDS = {
+    "sc21-1f1b": 0.10,
+    "sc21-interleaved": 0.11,
+    "korthikanti-table5": 0.07,
+    "llmfoundry-a100-80gb": 0.10,
+    "llmfoundry-h100-80gb": 0.32,
+    "nccl-tests": 0.40,
+}
+
+
+def test_accuracy_sets_stay_in_their_bands() -> None:
+    report = _accuracy().run(list(BANDS))
+    for name, band in BANDS.items():
+        s = report[name]["summary"]
+        assert s["rows"] > 0, name
+        assert s["mean_abs"] <= band, f"{name}: mean |error| {s['mean_abs']:.1%} > {band:.0%}"
