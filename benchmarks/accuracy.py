@@ -37,7 +37,9 @@ SETS = (
     "llmfoundry-h100-80gb",
     "llmfoundry-a100-80gb",
     "nccl-tests",
+    "h100-eager-layers",
 )
+KERNELS = ROOT / "benchmarks" / "results" / "h100-kernels-2026-11-23.json"
 
 
 def predict_row(path: Path) -> dict[str, Any]:
@@ -99,6 +101,50 @@ def nccl_rows(path: Path) -> list[dict[str, Any]]:
     return out
 
 
+def layer_rows() -> list[dict[str, Any]]:
+    """One transformer layer's forward+backward in eager PyTorch on the H100 of the 2026-11-23
+    device run (benchmarks/gpu_kernels.py), against the per-layer programs the engine runs."""
+    from simulator.config.loading import resolve_dict
+    from simulator.engine.sim import Simulation
+
+    out = []
+    for r in json.loads(KERNELS.read_text())["layers"]:
+        sc = {
+            "name": f"h100-layer-h{r['hidden']}-s{r['seq']}-b{r['batch']}-{r['mode']}",
+            "cluster": {"gpu": "h100-sxm-80gb", "gpus_per_node": 1, "fabric": "nvlink4-nvswitch"},
+            "model": {
+                "layers": 1,
+                "hidden": r["hidden"],
+                "heads": r["heads"],
+                "vocab": 4096,
+                "mlp": "gelu",
+                "norm": "layernorm",
+                "position": "learned",
+                "max_positions": r["seq"],
+            },
+            "training": {
+                "seq_len": r["seq"],
+                "global_batch": r["batch"],
+                "micro_batch": r["batch"],
+                "param_gather_dtype": "fp32" if r["mode"] == "autocast" else "bf16",
+            },
+            "software": "pytorch-fsdp",
+        }
+        sim = Simulation(resolve_dict(sc))
+        pred = sim.p_fwd.duration + sim.p_bwd.duration
+        out.append(
+            {
+                "row": sc["name"],
+                "metric": "layer_fwd_bwd_s",
+                "published": r["fwd_bwd_s"],
+                "predicted": pred,
+                "error": pred / r["fwd_bwd_s"] - 1.0,
+                "breakdown": {},
+            }
+        )
+    return out
+
+
 def summary(rows: list[dict[str, Any]]) -> dict[str, float]:
     errs = [abs(r["error"]) for r in rows]
     return {
@@ -114,6 +160,8 @@ def run(sets: list[str]) -> dict[str, Any]:
     for name in sets:
         t0 = time.perf_counter()
         rows: list[dict[str, Any]] = []
+        if name == "h100-eager-layers":
+            rows = layer_rows()
         for path in sorted((VALIDATION / name).glob("*.yaml")):
             rows += nccl_rows(path) if name == "nccl-tests" else [predict_row(path)]
         if name == "nccl-tests":

@@ -183,6 +183,7 @@ BANDS = {
     "llmfoundry-a100-80gb": 0.10,
     "llmfoundry-h100-80gb": 0.32,
     "nccl-tests": 0.40,
+    "h100-eager-layers": 0.07,
 }
 
 

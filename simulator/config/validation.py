@@ -1,0 +1,149 @@
+"""Turns pydantic validation errors into one :class:`~simulator.errors.UserError`: the file,
+the field path as the user wrote it, and a hint (closest field names, allowed values)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from ..errors import UserError, closest
+from .scenario import Scenario
+
+
+def _loc(loc: tuple[Any, ...]) -> str:
+    parts: list[str] = []
+    for item in loc:
+        if isinstance(item, int):
+            parts.append(f"[{item}]")
+        elif parts:
+            parts.append(f".{item}")
+        else:
+            parts.append(str(item))
+    return "".join(parts)
+
+
+def _clean_loc(loc: tuple[Any, ...]) -> tuple[Any, ...]:
+    # pydantic puts union-member and discriminator tags into the location; users never see those.
+    tags = {
+        "str",
+        "ProfileRef",
+        "ModelPresetRef",
+        "ModelSpec",
+        "int",
+        "function-after[_check()]",
+        "[key]",
+    }
+    out = []
+    for item in loc:
+        if isinstance(item, str) and (
+            item in tags or item.startswith("function-") or item.startswith("literal[")
+        ):
+            continue
+        out.append(item)
+    return tuple(out)
+
+
+_HINTS = {
+    "extra_forbidden": "remove the field or fix its spelling",
+    "missing": "add the field",
+    "literal_error": "use one of the allowed values",
+    "union_tag_invalid": "set 'kind' to one of the allowed values",
+}
+
+
+# Long names people write for the parallelism degrees (difflib would suggest the wrong field).
+_SYNONYMS = {
+    f"{word}_{suffix}": short
+    for word, short in (("data", "dp"), ("tensor", "tp"), ("pipeline", "pp"), ("context", "cp"))
+    for suffix in ("parallel", "parallelism", "parallel_size", "model_parallel_size")
+}
+
+
+def validation_error(
+    exc: ValidationError, file: str | None, prefix: str = "", root: Any = None
+) -> UserError:
+    """One message for a pydantic error (the first problem, and how many more there are).
+
+    ``root`` is the model that was validated (default: the scenario), for field-name hints."""
+    root = root or Scenario
+    errors = exc.errors(include_url=False)
+
+    def rank(e: Any) -> tuple[bool, bool, int]:
+        # Prefer the most specific error: unions report one error per member. A mapping without
+        # `preset` is an inline architecture: report its problems, not the missing preset.
+        ref_missing = e["type"] == "missing" and "ModelPresetRef" in e["loc"]
+        return (e["type"] == "string_type", ref_missing, -len(e["loc"]))
+
+    errors.sort(key=rank)
+    err = errors[0]
+    loc, holder = _walk(tuple(err["loc"]), root)
+    path = _loc(((prefix,) if prefix else ()) + loc)
+    msg = err["msg"].removeprefix("Value error, ")
+    if err["type"] == "extra_forbidden":
+        msg = f"unknown field '{loc[-1] if loc else ''}'"
+    elif err["type"] == "missing":
+        msg = "required field is missing"
+    elif (
+        "input" in err
+        and err["type"] not in ("model_type", "dict_type")
+        and not isinstance(err["input"], dict)
+    ):
+        got = repr(err["input"])
+        msg = f"{msg} (got {got if len(got) <= 80 else got[:77] + '...'})"
+    hint = _HINTS.get(err["type"], "fix the value")
+    if err["type"] == "extra_forbidden" and loc:
+        fields = list(getattr(holder, "model_fields", {}))
+        near = closest(str(loc[-1]), fields)
+        synonym = _SYNONYMS.get(str(loc[-1]).lower())
+        if synonym is not None and synonym in fields:
+            near = [synonym]
+        if near:
+            hint = f"did you mean '{near[0]}'?"
+    more = len({_loc(_walk(tuple(e["loc"]), root)[0]) for e in errors}) - 1
+    if more > 0:
+        msg += f" (and {more} more problem{'s' if more > 1 else ''})"
+    return UserError(msg, file=file, path=path or None, hint=hint)
+
+
+def _walk(loc: tuple[Any, ...], root: Any) -> tuple[tuple[Any, ...], Any]:
+    """``loc`` without pydantic's union-member and discriminator tags, and the model that holds
+    its last field (for 'did you mean' hints; None where the schema has no model there)."""
+    items = list(_clean_loc(loc))
+    out: list[Any] = []
+    model: Any = root
+    holder: Any = root
+    i = 0
+    while i < len(items):
+        item = items[i]
+        i += 1
+        out.append(item)
+        if isinstance(item, int):
+            continue
+        holder = model
+        fields = getattr(model, "model_fields", {}) if model is not None else {}
+        if item not in fields:
+            model = None
+            continue
+        members = _models_in(fields[item].annotation)
+        model = members[0] if members else None
+        tagged = {_tag(m): m for m in members if _tag(m)}
+        if len(tagged) > 1 and i < len(items) and items[i] in tagged:
+            model = tagged[items[i]]  # a discriminated union: skip the member's tag
+            i += 1
+    return tuple(out), holder
+
+
+def _models_in(ann: Any) -> list[type[BaseModel]]:
+    if isinstance(ann, type) and issubclass(ann, BaseModel):
+        return [ann]
+    found: list[type[BaseModel]] = []
+    for arg in getattr(ann, "__args__", ()) or ():
+        found += _models_in(arg)
+    return found
+
+
+def _tag(model: type[BaseModel]) -> str | None:
+    field = model.model_fields.get("kind")
+    default = field.default if field is not None else None
+    return default if isinstance(default, str) else None
