@@ -193,3 +193,18 @@ def test_accuracy_sets_stay_in_their_bands() -> None:
         s = report[name]["summary"]
         assert s["rows"] > 0, name
         assert s["mean_abs"] <= band, f"{name}: mean |error| {s['mean_abs']:.1%} > {band:.0%}"
+
+
+def test_short_kernels_run_at_the_hosts_pace() -> None:
+    from simulator.engine.compute import build_program
+
+    gpu = _gpu()
+    tiny = [Op(f"k{i}", "memory", bytes=1e3) for i in range(10)]
+    fast_host = build_program(tiny, OpTimer(gpu, "bf16", 0.0), {})
+    slow_host = build_program(tiny, OpTimer(gpu, "bf16", 50.0), {})
+    assert slow_host.duration == pytest.approx(10 * 50e-6)
+    assert fast_host.duration < slow_host.duration
+    big = [Op("big", "memory", bytes=1e10)]
+    assert build_program(big, OpTimer(gpu, "bf16", 50.0), {}).duration == pytest.approx(
+        build_program(big, OpTimer(gpu, "bf16", 0.0), {}).duration
+    )

@@ -75,8 +75,9 @@ GEMM_TILES = ((128, 256), (256, 128), (128, 128))
 
 
 class OpTimer:
-    def __init__(self, gpu: GPUProfile, precision: str) -> None:
+    def __init__(self, gpu: GPUProfile, precision: str, host_us_per_kernel: float = 0.0) -> None:
         e = gpu.efficiency
+        self.host_s = host_us_per_kernel * 1e-6
         self.gemm_peak = gpu.peak_flops(precision)
         self.attn_peak = gpu.peak_flops("bf16" if precision == "fp8" else precision)
         self.mm_max = e.matmul_max.value
@@ -164,10 +165,14 @@ def build_program(
     prog = Program()
     pending = 0.0
     pending_name: list[str] = []
+    kernels = 0
     last_gemm = 0.0
 
     def flush() -> None:
-        nonlocal pending, pending_name
+        nonlocal pending, pending_name, kernels
+        # The host issues the span's kernels one after another: a span of short kernels runs
+        # at the host's pace, not the GPU's (eager frameworks; the stack's host_us_per_kernel).
+        pending = max(pending, kernels * timer.host_s)
         if pending > 0:
             prog.items.append(
                 Item(
@@ -178,7 +183,7 @@ def build_program(
                     wait=pending * (pace - 1.0),
                 )
             )
-        pending, pending_name = 0.0, []
+        pending, pending_name, kernels = 0.0, [], 0
 
     for op in ops:
         if op.kind == "collective":
@@ -201,5 +206,6 @@ def build_program(
             last_gemm = dt
         pending += dt
         pending_name.append(op.name)
+        kernels += 2 if op.kind == "gemm" and op.backward else 1
     flush()
     return prog
