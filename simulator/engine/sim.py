@@ -506,17 +506,17 @@ class Simulation:
                     env.now - t_compute,
                 )
             # 3. send the output onward
-            sent: Job | None = None
+            out_job: Job | None = None
             if kind == "F" and not (stage == self.p - 1 and ch == self.v - 1):
                 dst_stage, dst_chunk = (stage + 1, ch) if stage < self.p - 1 else (0, ch + 1)
-                sent = self._send(rank, "F", mb, dst_chunk, dst_stage, block, msg)
+                out_job = self._send(rank, "F", mb, dst_chunk, dst_stage, block, msg)
             elif kind == "B" and not (stage == 0 and ch == 0):
                 dst_stage, dst_chunk = (stage - 1, ch) if stage > 0 else (self.p - 1, ch - 1)
-                sent = self._send(rank, "B", mb, dst_chunk, dst_stage, block, msg)
-            if sent is not None and not self.ov.pp_p2p:
+                out_job = self._send(rank, "B", mb, dst_chunk, dst_stage, block, msg)
+            if out_job is not None and not self.ov.pp_p2p:
                 # Blocking sends (the stack waits on the transfer on its compute stream).
                 t0 = env.now
-                yield from self._wait(sent)
+                yield from self._wait(out_job)
                 mark("comm_pp", t0)
 
         params = sum(self._chunk_layers[stage]) * self.layer_params + self.extra_params.get(
