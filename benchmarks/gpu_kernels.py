@@ -68,6 +68,18 @@ def timeit(fn: Any, cuda: bool, target_s: float = 0.05, reps: int = 3) -> float:
     return statistics.median(out)
 
 
+def _gemm_row(dtype: str, layout: str, m: int, n: int, k: int, t: float) -> dict[str, Any]:
+    return {
+        "dtype": dtype,
+        "layout": layout,
+        "m": m,
+        "n": n,
+        "k": k,
+        "time_s": t,
+        "tflops": 2.0 * m * n * k / t / 1e12,
+    }
+
+
 def gemms(dev: torch.device, cuda: bool, smoke: bool) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     if smoke:
@@ -85,18 +97,7 @@ def gemms(dev: torch.device, cuda: bool, smoke: bool) -> list[dict[str, Any]]:
                 a = torch.randn(m, k, device=dev, dtype=dt_)
                 b = torch.randn(k, n, device=dev, dtype=dt_)
                 t = timeit(lambda a=a, b=b: a @ b, cuda, target_s=0.03)
-                fl = 2.0 * m * n * k
-                rows.append(
-                    {
-                        "dtype": "bf16",
-                        "layout": "NN",
-                        "m": m,
-                        "n": n,
-                        "k": k,
-                        "time_s": t,
-                        "tflops": fl / t / 1e12,
-                    }
-                )
+                rows.append(_gemm_row("bf16", "NN", m, n, k, t))
     # Backward-pass layouts of a linear layer y = x W^T (x: T×h, W: f×h): dX = dY W (NN),
     # dW = dY^T X (TN) on typical shapes.
     shapes = (
@@ -116,31 +117,11 @@ def gemms(dev: torch.device, cuda: bool, smoke: bool) -> list[dict[str, Any]]:
         a = torch.randn(k, m, device=dev, dtype=dt_)
         b = torch.randn(k, n, device=dev, dtype=dt_)
         t = timeit(lambda a=a, b=b: a.t() @ b, cuda, target_s=0.03)
-        rows.append(
-            {
-                "dtype": "bf16",
-                "layout": "TN",
-                "m": m,
-                "n": n,
-                "k": k,
-                "time_s": t,
-                "tflops": 2.0 * m * n * k / t / 1e12,
-            }
-        )
+        rows.append(_gemm_row("bf16", "TN", m, n, k, t))
         a2 = torch.randn(m, k, device=dev, dtype=dt_)
         b2 = torch.randn(n, k, device=dev, dtype=dt_)
         t = timeit(lambda a=a2, b=b2: a @ b.t(), cuda, target_s=0.03)
-        rows.append(
-            {
-                "dtype": "bf16",
-                "layout": "NT",
-                "m": m,
-                "n": n,
-                "k": k,
-                "time_s": t,
-                "tflops": 2.0 * m * n * k / t / 1e12,
-            }
-        )
+        rows.append(_gemm_row("bf16", "NT", m, n, k, t))
     if cuda and hasattr(torch, "_scaled_mm"):
         for m, k, n in [
             (1024, 1024, 1024),
@@ -160,17 +141,7 @@ def gemms(dev: torch.device, cuda: bool, smoke: bool) -> list[dict[str, Any]]:
                     a, b, scale_a=one, scale_b=one, out_dtype=torch.bfloat16
                 )
                 t = timeit(fn, cuda, target_s=0.03)
-                rows.append(
-                    {
-                        "dtype": "fp8",
-                        "layout": "NT",
-                        "m": m,
-                        "n": n,
-                        "k": k,
-                        "time_s": t,
-                        "tflops": 2.0 * m * n * k / t / 1e12,
-                    }
-                )
+                rows.append(_gemm_row("fp8", "NT", m, n, k, t))
             except Exception as e:  # noqa: BLE001
                 rows.append({"dtype": "fp8", "error": repr(e)[:200]})
                 break

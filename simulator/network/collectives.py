@@ -21,7 +21,7 @@ small messages, bandwidth-bound ones for large.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 Coll = Literal["all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "p2p"]
@@ -73,8 +73,13 @@ def with_protocol(ph: Phase, bandwidth: float) -> Phase:
     fill = ph.steps * SIMPLE_STEP_BYTES / bandwidth
     simple = ph.latency + fill + ph.wire_bytes / bandwidth
     if ph.ll and ll < simple:
-        return Phase(ph.tier, ph.latency, ph.wire_bytes / LL_BANDWIDTH_FRACTION, ph.steps)
-    return Phase(ph.tier, ph.latency + fill, ph.wire_bytes, ph.steps)
+        return replace(ph, wire_bytes=ph.wire_bytes / LL_BANDWIDTH_FRACTION)
+    return replace(ph, latency=ph.latency + fill)
+
+
+def _nvls_applies(coll: Coll, shape: GroupShape, fabric: TierLink) -> bool:
+    """NVLS is an in-switch all-reduce inside one node of a fabric that has it."""
+    return coll == "all_reduce" and shape.nodes <= 1 and fabric.switch_reduce > 0
 
 
 @dataclass(frozen=True)
@@ -129,8 +134,8 @@ def phases(
     n = shape.n
     if n <= 1 or size <= 0:
         return []
-    if algo == "nvls" and (coll != "all_reduce" or shape.nodes > 1 or fabric.switch_reduce <= 0):
-        algo = "ring"  # NVLS is an in-switch all-reduce inside one node
+    if algo == "nvls" and not _nvls_applies(coll, shape, fabric):
+        algo = "ring"
     if algo == "nvls":
         # One node: push the buffer into the switch and pull the reduced result. Its pipeline
         # ramps up like a ring of n ranks: DGX H100 all_reduce_perf reaches half its 480 GB/s
@@ -176,15 +181,16 @@ def phases(
     # builds one ring (or tree) per channel and sends each through a different NIC
     # (rail-aligned), so a node's g members share its crossing traffic: each rank's NIC carries
     # 1/g of the traffic a rank moves, unless its fabric port is the tighter bound.
-    out = _flat(coll, algo, n, size, "network", max(network.alpha, fabric.alpha))
     if algo == "tree" and coll == "all_reduce":
         # NCCL's tree: a chain through the g GPUs of each node, a binary tree over the k
         # nodes; reduce up and broadcast down, pipelined through every level.
         depth_net = math.ceil(math.log2(k))
         lat = 2 * ((g - 1) * fabric.alpha + depth_net * network.alpha)
         out = [Phase("network", lat, 2.0 * size, 2 * (g - 1 + depth_net))]
+    else:
+        out = _flat(coll, algo, n, size, "network", max(network.alpha, fabric.alpha))
     share = max(1.0 / g, network.bandwidth / fabric.bandwidth) if fabric.bandwidth > 0 else 1.0
-    return [Phase(p.tier, p.latency, p.wire_bytes * min(1.0, share), p.steps) for p in out]
+    return [replace(p, wire_bytes=p.wire_bytes * min(1.0, share)) for p in out]
 
 
 def phase_time(ph: Phase, fabric: TierLink, network: TierLink | None) -> float:
@@ -220,9 +226,7 @@ def choose(
             continue
         if algo == "tree" and (coll not in ("all_reduce", "broadcast") or shape.nodes <= 1):
             continue  # NCCL's trees span nodes; inside one node a tree is a chain
-        if algo == "nvls" and (
-            coll != "all_reduce" or shape.nodes > 1 or fabric.switch_reduce <= 0
-        ):
+        if algo == "nvls" and not _nvls_applies(coll, shape, fabric):
             continue
         ph = [
             with_protocol(
