@@ -70,6 +70,17 @@ def test_memory_bound_kernel_takes_bytes_over_bandwidth() -> None:
     assert t.time(op) == pytest.approx(1e9 / t.mem_bw + t.launch)
 
 
+def test_flash3_stack_uses_the_architecture_kernel_where_the_gpu_has_one() -> None:
+    op = Op("attention", "attention", flops=1e13, bytes=1e6)
+    hopper = _gpu(attention_max=0.5, attention_flash3_max=0.6)
+    fa2, fa3 = OpTimer(hopper, "bf16", 0.0, "flash2"), OpTimer(hopper, "bf16", 0.0, "flash3")
+    assert fa2.time(op) - fa2.launch == pytest.approx(1e13 / (fa2.attn_peak * 0.5))
+    assert fa3.time(op) - fa3.launch == pytest.approx(1e13 / (fa3.attn_peak * 0.6))
+    # A GPU with no architecture-specific kernel runs the portable one under either stack.
+    ampere = _gpu(attention_max=0.5)
+    assert OpTimer(ampere, "bf16", 0.0, "flash3").time(op) == fa2.time(op)
+
+
 def test_backward_gemm_is_its_two_products() -> None:
     t = OpTimer(_gpu(), "bf16")
     fwd = Op("g", "gemm", flops=2.0 * 4096 * 1024 * 512, dims=(1, 4096, 1024, 512))

@@ -89,7 +89,18 @@ class GPUEfficiency(BaseModel):
 
     matmul_max: Num = Field(description="fraction of dense peak reached by large GEMMs")
     matmul_half_flops: Num = Field(description="GEMM size (FLOPs) at which efficiency is half")
-    attention_max: Num = Field(description="fraction of dense peak reached by fused attention")
+    attention_max: Num = Field(
+        description="fraction of dense peak reached by the portable fused attention kernel "
+        "(FlashAttention-2 class), forward and backward"
+    )
+    attention_flash3_max: Num | None = Field(
+        default=None,
+        description=(
+            "fraction of dense peak reached by the architecture-specific fused attention kernel "
+            "(FlashAttention-3 on Hopper, cuDNN fused attention on Blackwell) for software "
+            "stacks with flash_kernel: flash3; unset: attention_max"
+        ),
+    )
     memory_bandwidth: Num = Field(description="fraction of HBM bandwidth reached by copies")
     kernel_launch_us: Num = Field(description="fixed overhead per kernel, microseconds")
     optimizer_bandwidth: Num | None = Field(

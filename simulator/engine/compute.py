@@ -2,9 +2,10 @@
 
 Compute time comes from the GPU profile: GEMMs at FLOPs / (peak · achieved efficiency), the
 efficiency rising with operation size as ``matmul_max · F / (F + matmul_half_flops)``; fused
-attention at ``attention_max`` of peak; memory-bound operations at bytes / (bandwidth · achieved
-fraction); each kernel pays a launch overhead. A calibrated profile may add ``in_step_factor``:
-how much slower the operations run inside a real training step than timed alone.
+attention at ``attention_max`` of peak (``attention_flash3_max`` under a flash3 software stack,
+where the GPU has one); memory-bound operations at bytes / (bandwidth · achieved fraction); each
+kernel pays a launch overhead. A calibrated profile may add ``in_step_factor``: how much slower
+the operations run inside a real training step than timed alone.
 
 A *program* is the list of items a pass over one layer runs on the compute stream: compute
 spans and collectives. Collectives whose links no other traffic uses are timed analytically and
@@ -75,14 +76,21 @@ GEMM_TILES = ((128, 256), (256, 128), (128, 128))
 
 
 class OpTimer:
-    def __init__(self, gpu: GPUProfile, precision: str, host_us_per_kernel: float = 0.0) -> None:
+    def __init__(
+        self,
+        gpu: GPUProfile,
+        precision: str,
+        host_us_per_kernel: float = 0.0,
+        flash_kernel: str = "flash2",
+    ) -> None:
         e = gpu.efficiency
         self.host_s = host_us_per_kernel * 1e-6
         self.gemm_peak = gpu.peak_flops(precision)
         self.attn_peak = gpu.peak_flops("bf16" if precision == "fp8" else precision)
         self.mm_max = e.matmul_max.value
         self.mm_half = e.matmul_half_flops.value
-        self.attn_eff = e.attention_max.value
+        flash3 = e.attention_flash3_max if flash_kernel == "flash3" else None
+        self.attn_eff = (flash3 or e.attention_max).value
         self.mem_bw = gpu.memory_bandwidth_gbps.value * 1e9 * e.memory_bandwidth.value
         self.launch = e.kernel_launch_us.value * 1e-6
         opt = e.optimizer_bandwidth or e.memory_bandwidth

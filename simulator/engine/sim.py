@@ -83,7 +83,12 @@ class Simulation:
         self.topo = Topology(rs)
         self.lay = self.topo.layout
         self.net = FlowNetwork(self.env, self._capacity)
-        self.timer = OpTimer(rs.gpu, rs.training.precision, rs.software.host_us_per_kernel.value)
+        self.timer = OpTimer(
+            rs.gpu,
+            rs.training.precision,
+            rs.software.host_us_per_kernel.value,
+            rs.software.flash_kernel,
+        )
         self.pace = straggler_pace(rs)
         self.p = rs.pp
         self.v = rs.parallelism.virtual_stages
