@@ -28,6 +28,7 @@ import yaml
 from scipy.optimize import least_squares
 
 from simulator.errors import UserError
+from simulator.report.files import write_atomic
 
 from .probe import FORMAT, VERSION
 
@@ -612,10 +613,10 @@ def write(cal: Calibration, out_dir: str | Path) -> list[Path]:
         if prof is None:
             continue
         p = d / f"{prof['name']}.yaml"
-        p.write_text(yaml.safe_dump(prof, sort_keys=False, width=100, allow_unicode=True))
+        write_atomic(p, yaml.safe_dump(prof, sort_keys=False, width=100, allow_unicode=True))
         written.append(p)
     p = d / f"{cal.name}.calibration.json"
-    p.write_text(json.dumps(cal.sidecar, indent=1))
+    write_atomic(p, json.dumps(cal.sidecar, indent=1))
     written.append(p)
     return written
 

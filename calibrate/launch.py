@@ -157,10 +157,10 @@ def launch(
                 p.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 pass
+        shutil.rmtree(hb, ignore_errors=True)
     if failure is not None:
         _mark_failed(out, str(failure), failure.rank, failure.phase, world, nodes)
         raise failure
-    shutil.rmtree(hb, ignore_errors=True)
     return LaunchResult(out, time.monotonic() - t_start)
 
 

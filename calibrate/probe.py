@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime as dt
-import json
 import os
 import platform
 import socket
@@ -51,13 +50,9 @@ def default_threads(procs_on_host: int) -> int:
 
 
 def atomic_write_json(path: Path, data: Any) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
-    with os.fdopen(fd, "w") as f:
-        json.dump(data, f, indent=1, default=str)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    from simulator.report.files import write_json
+
+    write_json(path, data)
 
 
 def heartbeat_dir(out: Path) -> Path:
@@ -91,6 +86,7 @@ class Probe:
         self.hb = heartbeat_dir(self.out)
         self.progress = 0
         self.phase = "start"
+        self.detail = ""
         self.threads = args.threads or default_threads(self.local_world)
         torch.set_num_threads(self.threads)
         self.cuda = torch.cuda.is_available()
@@ -102,6 +98,7 @@ class Probe:
     def beat(self, phase: str | None = None, detail: str = "") -> None:
         if phase is not None:
             self.phase = phase
+        self.detail = detail
         self.progress += 1
         try:
             atomic_write_json(
@@ -118,6 +115,27 @@ class Probe:
             )
         except OSError:
             pass
+
+    @contextlib.contextmanager
+    def _local(self, every_s: float = 1.0) -> Any:
+        """Heartbeats every ``every_s`` while this rank runs purely local work (no collective
+        inside), so a long measurement on a slow or busy machine is not taken for a hang; a rank
+        blocked in a collective stays silent, and the launcher can still tell who hangs."""
+        import threading
+
+        stop = threading.Event()
+
+        def pulse() -> None:
+            while not stop.wait(every_s):
+                self.beat(detail=self.detail)
+
+        t = threading.Thread(target=pulse, daemon=True)
+        t.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            t.join()
 
     def enter(self, phase: str) -> None:
         self.beat(phase)
@@ -451,23 +469,25 @@ class Probe:
     ) -> tuple[float, int]:
         """Seconds per call: the median of ``repeats`` timed runs (robust to a shared CPU),
         MAX over ranks; the same iteration count on every rank."""
-        fn()
-        self._sync_dev()
-        t0 = time.perf_counter()
-        fn()
-        self._sync_dev()
+        with self._local():
+            fn()
+            self._sync_dev()
+            t0 = time.perf_counter()
+            fn()
+            self._sync_dev()
         first = max(time.perf_counter() - t0, 1e-7)
         iters = int(min(max_iters, max(1, target_s / repeats / first)))
         iters = int(self.reduce_max(iters))
         if self.pg:
             self.dist.barrier()
         runs = []
-        for _ in range(repeats):
-            t0 = time.perf_counter()
-            for _ in range(iters):
-                fn()
-            self._sync_dev()
-            runs.append((time.perf_counter() - t0) / iters)
+        with self._local():
+            for _ in range(repeats):
+                t0 = time.perf_counter()
+                for _ in range(iters):
+                    fn()
+                self._sync_dev()
+                runs.append((time.perf_counter() - t0) / iters)
         return self.reduce_max(statistics.median(runs)), iters * repeats
 
     def model_config(self) -> dict[str, int]:

@@ -79,7 +79,7 @@ def inline_job_scenario(model_cfg: dict[str, Any]) -> dict[str, Any]:
             "name": "inline-device",
             "display_name": "inline device",
             "vendor": "other",
-            "memory_gb": {"value": 1e6, "source": fig["source"]},
+            "memory_gb": {"value": 1e4, "source": fig["source"]},
             "memory_bandwidth_gbps": fig,
             "tdp_w": fig,
             "peak_tflops": {"fp32": fig},

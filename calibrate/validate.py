@@ -89,10 +89,9 @@ def predict(
 ) -> tuple[float, str]:
     """Predicted step time (and a note) of the probe job at ``nodes × nproc`` on the calibrated
     profiles; ``in_step_factor`` (value, source) replaces the profile's own."""
-    import yaml
-
     from simulator.catalog import load_catalog
     from simulator.config.loading import resolve_dict
+    from simulator.config.yamlio import load_text
     from simulator.simulate import simulate
 
     net: Any = None
@@ -105,7 +104,7 @@ def predict(
             note = "network: loopback, derived from the fabric fit"
     sc = job_scenario(profile, model_cfg, nproc, nodes, net, overlap=overlap, stragglers=stragglers)
     if in_step_factor is not None:
-        gpu = yaml.safe_load(load_catalog().files[profile].read_text())
+        gpu = load_text(load_catalog().files[profile].read_text())
         gpu["efficiency"]["in_step_factor"] = {
             "value": in_step_factor[0],
             "source": in_step_factor[1],

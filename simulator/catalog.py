@@ -17,6 +17,7 @@ from pydantic import TypeAdapter, ValidationError
 
 from .config.hardware import _Profile
 from .config.profiles import PROFILE_KINDS, AnyProfile
+from .config.yamlio import load_text
 from .errors import UserError, closest
 
 PACKAGE_ROOT = Path(__file__).resolve().parent.parent
@@ -65,6 +66,9 @@ def profile_dirs() -> tuple[Path, ...]:
 class Catalog:
     profiles: dict[str, _Profile] = field(default_factory=dict)
     files: dict[str, Path] = field(default_factory=dict)
+    broken: dict[str, UserError] = field(default_factory=dict)
+    """Profile files that failed to load, by file stem: reported when that name is asked for,
+    so one bad local file does not break every command."""
 
     def by_kind(self, *kinds: str) -> dict[str, _Profile]:
         return {n: p for n, p in self.profiles.items() if getattr(p, "kind", None) in kinds}
@@ -73,6 +77,12 @@ class Catalog:
         pool = self.by_kind(*kinds) if kinds else self.profiles
         if name in pool:
             return pool[name]
+        if name in self.broken:
+            err = self.broken[name]
+            raise UserError(
+                f"profile '{name}' could not be loaded: {err.render()}",
+                hint="fix or remove that profile file",
+            )
         near = closest(name, pool)
         what = " or ".join(k.replace("_", " ") for k in kinds) if kinds else "hardware"
         hint = f"did you mean {', '.join(near)}?" if near else "see `clustersim profiles list`"
@@ -81,10 +91,11 @@ class Catalog:
 
 def load_profile_file(path: Path) -> _Profile:
     try:
-        data = yaml.safe_load(path.read_text())
-    except (yaml.YAMLError, ValueError, RecursionError) as exc:  # ValueError: bad date, not UTF-8
+        data = load_text(path.read_text())
+    except (yaml.YAMLError, ValueError, OSError) as exc:  # ValueError: bad date, not UTF-8
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
         raise UserError(
-            f"not valid YAML: {exc}", file=str(path), hint="fix the profile file"
+            f"not valid YAML: {problem}", file=str(path), hint="fix the profile file"
         ) from None
     # Validate against the kind's own class where the kind is known, so that error paths and
     # 'did you mean' hints are the profile's fields (not prefixed by the union's tag).
@@ -105,14 +116,20 @@ def _load(dirs: tuple[Path, ...]) -> Catalog:
     cat = Catalog()
     for d in dirs:
         for path in sorted(d.rglob("*.yaml")):
-            prof = load_profile_file(path)
-            if prof.name != path.stem:
-                raise UserError(
-                    f"profile name '{prof.name}' differs from the file name",
-                    file=str(path),
-                    path="name",
-                    hint=f"rename the file to {prof.name}.yaml or set name: {path.stem}",
-                )
+            try:
+                prof = load_profile_file(path)
+                if prof.name != path.stem:
+                    raise UserError(
+                        f"profile name '{prof.name}' differs from the file name",
+                        file=str(path),
+                        path="name",
+                        hint=f"rename the file to {prof.name}.yaml or set name: {path.stem}",
+                    )
+            except UserError as err:
+                cat.broken[path.stem] = err
+                cat.profiles.pop(path.stem, None)
+                continue
+            cat.broken.pop(prof.name, None)
             cat.profiles[prof.name] = prof
             cat.files[prof.name] = path
     return cat

@@ -12,9 +12,9 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
-from rich.markup import escape
 
 from .errors import UserError
+from .report.text import safe
 
 app = typer.Typer(
     name="clustersim",
@@ -72,6 +72,8 @@ def profiles_list(
     from .report.tables import profiles_table
 
     cat = load_catalog()
+    if cat.broken:  # listing the catalogue is the command that reports a broken profile file
+        raise next(iter(cat.broken.values()))
     order = ["gpu", "fabric", "network", "storage", "cloud_price", "ownership_price", "software"]
     items = sorted(cat.profiles.values(), key=lambda p: (order.index(p.kind), p.name))  # type: ignore[attr-defined]
     if kind:
@@ -139,7 +141,7 @@ def check(
             "fits": d["fits"],
             **{f"memory_{k}": v for k, v in d["memory_gb_per_gpu"]["breakdown"].items()},
         }
-        sys.stdout.write(",".join(flat) + "\n" + ",".join(str(v) for v in flat.values()) + "\n")
+        _csv(flat)
     else:
         print_check(rep, out)
 
@@ -169,7 +171,7 @@ def simulate(
             res.engine.trace or [],
             {"scenario": rs.name, "mode": d["mode"], "step_time_s": d["step_time_s"]},
         )
-        err.print(f"trace written to {trace} (open in ui.perfetto.dev)")
+        err.print(f"trace written to {safe(trace)} (open in ui.perfetto.dev)")
     if fmt == Fmt.json:
         _json(d)
     elif fmt == Fmt.csv:
@@ -239,23 +241,24 @@ def probe(
             "--fail-mode",
             fail_mode,
         ]
-    err.print(f"probe: {nproc} process(es), budget {time_budget:g} s, writing {out_file}")
+    err.print(f"probe: {nproc} process(es), budget {time_budget:g} s, writing {safe(out_file)}")
+    _kept[0] = f"the measurements finished so far are kept in {out_file} (complete: false)"
     try:
         res = launch(Path(out_file), nproc, 1, args, timeout=timeout)
     except ProbeFailed as exc:
         err.print(
-            f"[red]probe failed:[/red] {escape(str(exc))}\n"
-            f"  measurements completed before are kept in {escape(out_file)} "
+            f"[red]probe failed:[/red] {safe(str(exc))}\n"
+            f"  measurements completed before are kept in {safe(out_file)} "
             "(complete: false)",
             highlight=False,
         )
         sys.exit(3)  # (typer.Exit codes are swallowed by main()'s non-standalone mode)
     d = json.loads(Path(out_file).read_text())
     for note in d.get("notes", []):
-        err.print(f"note: {escape(note)}", highlight=False)
+        err.print(f"note: {safe(note)}", highlight=False)
     tr = d.get("train") or {}
     out.print(
-        f"probe written to {escape(out_file)} in {res.seconds:.0f} s: "
+        f"probe written to {safe(out_file)} in {res.seconds:.0f} s: "
         f"{len(d.get('collectives', []))} collective timings, "
         f"{len(d.get('matmul', []))} matmuls, training step "
         f"{tr.get('step_time_median_s', float('nan')) * 1e3:.0f} ms (median, "
@@ -326,7 +329,7 @@ def calibrate(
             f"predicted {check['predicted_s'] * 1e3:.0f} ms ({check['error_pct']:+.1f}%)"
         )
     for path in files:
-        out.print(f"wrote {escape(str(path))}")
+        out.print(f"wrote {safe(str(path))}")
 
 
 @app.command()
@@ -431,10 +434,10 @@ def validate(
             notes.append(f"† {r['nodes']}×{r['nproc_per_node']}: {r['note']}")
     out.print(t)
     for n in notes:
-        out.print(escape(n))
+        out.print(safe(n))
     if rep.get("drift_pct") is not None:
         out.print(
-            escape(
+            safe(
                 f"machine drift: the probe's reference work ({rep['drift_work']}) runs "
                 f"{abs(rep['drift_pct']):.1f}% {'slower' if rep['drift_pct'] >= 0 else 'faster'} "
                 f"now than during the probe (median of {len(rep['drift_checks_unit_s'])} "
@@ -469,6 +472,11 @@ def schema() -> None:
     _json(s)
 
 
+# What an interrupted command leaves behind, said in one line on Ctrl-C; commands that write as
+# they go replace it.
+_kept = ["nothing was written (every output file is written whole or not at all)"]
+
+
 def main() -> None:
     """Console-script entry point: user errors exit 2 with one message, no traceback."""
     try:
@@ -476,12 +484,12 @@ def main() -> None:
         if isinstance(rc, int) and rc:
             sys.exit(rc)
     except UserError as exc:
-        err.print(f"[red]error:[/red] {escape(exc.render())}", highlight=False)
+        err.print(f"[red]error:[/red] {safe(exc.render())}", highlight=False)
         sys.exit(2)
     except typer.Exit as exc:
         sys.exit(exc.exit_code)
-    except typer.Abort:
-        err.print("aborted")
+    except (typer.Abort, KeyboardInterrupt):
+        err.print(f"interrupted: {safe(_kept[0])}", highlight=False)
         sys.exit(130)
     except Exception as exc:  # click usage errors arrive here in non-standalone mode
         # Recent typer vendors click (typer._click), so match ClickException by name, not by

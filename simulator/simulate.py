@@ -85,7 +85,7 @@ def reference_layout(rs: ResolvedScenario) -> ResolvedScenario | None:
     if rs.run.scaling_reference is not None:
         candidates = [rs.run.scaling_reference.nodes]
     else:
-        candidates = list(range(1, rs.nodes + 1))
+        candidates = _reference_candidates(rs)
     for nodes in candidates:
         data = {**base, "cluster": {**base["cluster"], "nodes": nodes}}
         if nodes > 1 and not data["cluster"].get("network") and rs.network is not None:
@@ -98,6 +98,24 @@ def reference_layout(rs: ResolvedScenario) -> ResolvedScenario | None:
             if memory_report(ref).fits or rs.run.scaling_reference is not None:
                 return ref
     return None
+
+
+def _reference_candidates(rs: ResolvedScenario) -> list[int]:
+    """Node counts to try for the reference, fewest first: multiples of the smallest count whose
+    GPUs hold whole model-parallel groups; every one of the first 32, then doubling, so that the
+    search costs a few dozen resolutions even on 100,000 nodes."""
+    from math import gcd
+
+    group = rs.tp * rs.pp * rs.cp
+    step = group // gcd(group, rs.gpus_per_node)
+    out: list[int] = []
+    k = 1
+    while k * step <= rs.nodes:
+        out.append(k * step)
+        k = k + 1 if k < 32 else k * 2
+    if rs.nodes not in out:
+        out.append(rs.nodes)
+    return out
 
 
 def _weak_batch(rs: ResolvedScenario, nodes: int) -> list[str]:

@@ -253,10 +253,10 @@ def test_ownership_ignores_cloud_tier() -> None:
 
 
 def test_ownership_zero_amortisation_is_a_user_error() -> None:
-    rs = priced(OWNED, amortisation_years=fig(0))
     with pytest.raises(UserError) as exc:
-        compute_cost(rs, 10.0, 0.1)
-    assert exc.value.path == "cluster.pricing.profile.amortisation_years"
+        priced(OWNED, amortisation_years=fig(0))
+    assert exc.value.path == "cluster.pricing.profile"
+    assert "amortisation_years must be within" in exc.value.message
 
 
 # --- general ---------------------------------------------------------------------------------

@@ -13,7 +13,7 @@ import yaml
 
 torch = pytest.importorskip("torch")
 
-QUICK = ["--max-bytes", "65536", "--time-budget", "6", "--timeout", "30"]
+QUICK = ["--max-bytes", "1048576", "--time-budget", "6", "--timeout", "30"]
 
 
 def clustersim(*args: str, cwd: Path, timeout: float = 170):

@@ -13,6 +13,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
+from .bounds import check_figures, document_ranges
+
 INLINE_SOURCE = "inline override in scenario"
 
 
@@ -21,9 +23,11 @@ class Sourced(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
-    value: float
-    source: str = Field(min_length=3, description="datasheet, paper table or probe run")
-    note: str | None = None
+    value: float = Field(strict=True)
+    source: str = Field(
+        min_length=3, max_length=4000, description="datasheet, paper table or probe run"
+    )
+    note: str | None = Field(default=None, max_length=4000)
 
     def __float__(self) -> float:
         return float(self.value)
@@ -42,27 +46,18 @@ Num = Annotated[Sourced, BeforeValidator(_coerce_sourced)]
 
 
 class _Profile(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+    model_config = ConfigDict(
+        extra="forbid", frozen=True, allow_inf_nan=False, json_schema_extra=document_ranges
+    )
 
     name: str = Field(pattern=r"^[a-z0-9][a-z0-9._-]*$", description="name scenarios refer to")
-    display_name: str
-    description: str | None = None
+    display_name: str = Field(max_length=200)
+    description: str | None = Field(default=None, max_length=4000)
 
     @model_validator(mode="after")
-    def _check_signs(self) -> _Profile:
-        for field, value in self:
-            figures = value.values() if isinstance(value, dict) else [value]
-            for fig in figures:
-                if not isinstance(fig, Sourced):
-                    continue
-                if fig.value < 0:
-                    raise ValueError(f"{field} must not be negative (got {fig.value})")
-                if fig.value == 0 and (field.endswith("_gbps") or field in _MUST_BE_POSITIVE):
-                    raise ValueError(f"{field} must be positive (got 0)")
+    def _check_ranges(self) -> _Profile:
+        check_figures(self)
         return self
-
-
-_MUST_BE_POSITIVE = {"peak_tflops", "memory_gb", "achievable_fraction", "matmul_max"}
 
 
 class TailLatency(BaseModel):
@@ -71,7 +66,9 @@ class TailLatency(BaseModel):
     A log-normal multiplier on the nominal time: median 1, ``sigma`` its log-space spread.
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+    model_config = ConfigDict(
+        extra="forbid", frozen=True, allow_inf_nan=False, json_schema_extra=document_ranges
+    )
 
     distribution: Literal["lognormal"] = "lognormal"
     sigma: Num
@@ -85,7 +82,9 @@ class GPUEfficiency(BaseModel):
     ``eff(F) = matmul_max * F / (F + matmul_half_flops)``.
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+    model_config = ConfigDict(
+        extra="forbid", frozen=True, allow_inf_nan=False, json_schema_extra=document_ranges
+    )
 
     matmul_max: Num = Field(description="fraction of dense peak reached by large GEMMs")
     matmul_half_flops: Num = Field(description="GEMM size (FLOPs) at which efficiency is half")
@@ -161,7 +160,9 @@ class FabricProfile(_Profile):
     bandwidth_gbps: Num = Field(description="per-GPU unidirectional bandwidth, GB/s")
     latency_us: Num = Field(description="one-hop latency, microseconds")
     achievable_fraction: Num = Field(description="fraction of bandwidth collectives reach")
-    max_gpus: int = Field(ge=1, description="largest GPU count the fabric joins")
+    max_gpus: int = Field(
+        strict=True, ge=1, le=100_000, description="largest GPU count the fabric joins"
+    )
     switch_reduce_fraction: Num | None = Field(
         default=None,
         description="NVLink SHARP (NVLS): fraction of bandwidth_gbps an in-switch all-reduce "
@@ -182,7 +183,9 @@ class NetworkProfile(_Profile):
     port_gbps: Num = Field(description="per-port line rate, Gb/s (bits)")
     latency_us: Num = Field(description="end-to-end small-message latency, microseconds")
     achievable_fraction: Num = Field(description="fraction of line rate collectives reach")
-    switch_ports: int = Field(default=64, ge=2, description="radix of one switch")
+    switch_ports: int = Field(
+        default=64, strict=True, ge=2, le=100_000, description="radix of one switch"
+    )
     tail_latency: TailLatency
 
     @property
@@ -206,13 +209,13 @@ class StorageProfile(_Profile):
 
 class CloudPrice(_Profile):
     kind: Literal["cloud_price"] = "cloud_price"
-    provider: str
-    instance: str
+    provider: str = Field(max_length=200)
+    instance: str = Field(max_length=200)
     gpu: str = Field(description="GPU profile name this price is for")
     as_of: dt.date
     on_demand_usd_per_gpu_hour: Num
     reserved_usd_per_gpu_hour: Num | None = None
-    reserved_term_years: float | None = None
+    reserved_term_years: float | None = Field(default=None, strict=True, gt=0, le=100)
     spot_usd_per_gpu_hour: Num | None = None
     spot_preemptions_per_day: Num | None = None
 

@@ -27,6 +27,7 @@ from .scenario import ModelPresetRef, ProfileRef, ResolvedScenario, Scenario
 from .software import SoftwareProfile
 from .validation import validation_error
 from .workload import ModelSpec
+from .yamlio import MAX_BYTES, MAX_DEPTH, MAX_NODES, YamlLimit, check_text, load_text
 
 
 def read_yaml(path: Path) -> dict[str, Any]:
@@ -42,27 +43,43 @@ def read_yaml(path: Path) -> dict[str, Any]:
         raise UserError(
             "not a UTF-8 text file", file=str(path), hint="save the scenario as UTF-8 YAML"
         ) from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(exc, "problem", None) or str(exc)
-        raise UserError(
-            f"not valid YAML{where}: {problem}", file=str(path), hint="fix the YAML syntax"
-        ) from None
-    except (ValueError, RecursionError) as exc:  # e.g. an impossible date: 2024-13-45
-        raise UserError(
-            f"not valid YAML: {exc}",
-            file=str(path),
-            hint="fix the value (dates are YYYY-MM-DD)",
-        ) from None
+    data = parse_yaml(text, str(path))
     if not isinstance(data, dict):
         raise UserError(
             "a scenario must be a YAML mapping (cluster:, model:, training:, ...)",
             file=str(path),
             hint="see scenarios/ for examples, or `clustersim schema`",
         )
+    return data
+
+
+def parse_yaml(text: str, file: str | None) -> Any:
+    """One YAML document within the loader's bounds, every string valid Unicode."""
+    try:
+        data = load_text(text)
+        check_text(data)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise UserError(
+            f"not valid YAML{where}: {problem}", file=file, hint="fix the YAML syntax"
+        ) from None
+    except YamlLimit as exc:
+        raise UserError(
+            f"refused: the YAML is {exc}",
+            file=file,
+            hint=f"a scenario is a few kB with a few levels of nesting; remove the anchors "
+            f"and aliases that repeat content, or split the file (limits: {MAX_BYTES // 1000} "
+            f"kB, {MAX_DEPTH} levels, {MAX_NODES:,} values)",
+        ) from None
+    except ValueError as exc:  # an impossible date (2024-13-45), a lone surrogate
+        text = str(exc)
+        if "surrogate" in text:
+            raise UserError(f"not valid text: {text}", file=file, hint="fix the text") from None
+        raise UserError(
+            f"not valid YAML: {text}", file=file, hint="fix the value (dates are YYYY-MM-DD)"
+        ) from None
     return data
 
 
@@ -77,9 +94,15 @@ def apply_sets(data: dict[str, Any], sets: list[str], file: str | None) -> dict[
         if not keys:
             raise UserError(f"--set '{item}' has an empty path", hint="e.g. --set cluster.nodes=4")
         try:
-            value = yaml.safe_load(raw)
-        except yaml.YAMLError:
+            value = load_text(raw)
+        except (yaml.YAMLError, YamlLimit):
             value = raw
+        except ValueError:  # e.g. an impossible date
+            value = raw
+        try:
+            check_text(value)
+        except ValueError as exc:
+            raise UserError(f"--set '{path}': {exc}", hint="give valid Unicode text") from None
         node: Any = out
         for depth, key in enumerate(keys[:-1]):
             nxt = node.get(key) if isinstance(node, dict) else None
@@ -341,6 +364,17 @@ def resolve(
             path="training.global_batch",
             hint="change global_batch or micro_batch, or use the 1f1b schedule",
         )
+    passes = (tr.global_batch // (dp * tr.micro_batch)) * par.pp * v
+    if passes > MAX_PIPELINE_PASSES:
+        raise UserError(
+            f"{tr.global_batch // (dp * tr.micro_batch):,} micro-batches through {par.pp * v} "
+            f"pipeline stage(s) is {passes:,} passes per step, more than a planner simulates "
+            f"({MAX_PIPELINE_PASSES:,})",
+            file=file,
+            path="training.global_batch",
+            hint="raise micro_batch or DP, or lower global_batch: the step time per sample "
+            "does not change past a few hundred micro-batches",
+        )
     if price is not None and price.gpu != gpu.name:
         raise UserError(
             f"pricing profile '{price.name}' is for GPU '{price.gpu}' but the cluster uses "
@@ -374,6 +408,11 @@ def resolve(
         reference=sc.reference,
         raw=raw or {},
     )
+
+
+# Micro-batches × pipeline stages × virtual stages the event engine is asked to run in one step:
+# the Megatron-LM 1T run (512 micro-batches, PP 64, interleaved) is 65,536.
+MAX_PIPELINE_PASSES = 1 << 21
 
 
 def _stack_overlap(written: Overlap, stack: SoftwareProfile) -> Overlap:

@@ -6,6 +6,9 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+Degree = Annotated[int, Field(strict=True, ge=1, le=1 << 24)]
+"""A parallelism degree."""
+
 
 class GPipe(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
@@ -20,7 +23,9 @@ class OneFOneB(BaseModel):
 class Interleaved(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
     kind: Literal["interleaved"] = "interleaved"
-    virtual_stages: int = Field(default=2, ge=1, description="model chunks per pipeline rank")
+    virtual_stages: int = Field(
+        default=2, strict=True, ge=1, le=512, description="model chunks per pipeline rank"
+    )
 
 
 PipelineSchedule = Annotated[GPipe | OneFOneB | Interleaved, Field(discriminator="kind")]
@@ -41,7 +46,7 @@ class FSDPSharding(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
     kind: Literal["fsdp"] = "fsdp"
     strategy: Literal["full_shard", "shard_grad_op", "hybrid_shard"] = "full_shard"
-    shard_group: int | None = Field(default=None, ge=1)
+    shard_group: int | None = Field(default=None, strict=True, ge=1, le=1 << 24)
 
 
 Sharding = Annotated[ZeroSharding | FSDPSharding, Field(discriminator="kind")]
@@ -59,18 +64,22 @@ class Overlap(BaseModel):
 class ParallelismSpec(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
-    dp: int | Literal["auto"] = Field(default="auto", description="'auto': GPUs / (TP·PP·CP)")
-    tp: int = Field(default=1, ge=1)
+    dp: Degree | Literal["auto"] = Field(default="auto", description="'auto': GPUs / (TP·PP·CP)")
+    tp: Degree = 1
     sequence_parallel: bool = Field(default=False, description="Megatron SP with TP")
-    pp: int = Field(default=1, ge=1)
+    pp: Degree = 1
     pp_schedule: PipelineSchedule = OneFOneB()
-    stage_layers: list[int] | None = Field(
-        default=None, description="layers per pipeline stage when uneven; sums to the layers"
+    stage_layers: list[Annotated[int, Field(strict=True, ge=1, le=4096)]] | None = Field(
+        default=None,
+        max_length=1 << 16,
+        description="layers per pipeline stage when uneven; sums to the layers",
     )
-    cp: int = Field(default=1, ge=1, description="context parallelism over the sequence")
+    cp: Degree = Field(default=1, description="context parallelism over the sequence")
     sharding: Sharding = ZeroSharding()
     recompute: Literal["none", "selective", "full"] = "none"
-    dp_bucket_mb: float = Field(default=25.0, gt=0, description="DP gradient bucket size, MB")
+    dp_bucket_mb: float = Field(
+        default=25.0, strict=True, ge=1e-3, le=1e6, description="DP gradient bucket size, MB"
+    )
     dp_bucket_copy: bool = Field(
         default=False,
         description="copy gradients into DP buckets and back, with a second gradient buffer, "

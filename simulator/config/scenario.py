@@ -23,6 +23,8 @@ from .parallelism import ParallelismSpec
 from .software import SoftwareProfile
 from .workload import ModelSpec, TrainingSpec
 
+MAX_NODES = 100_000
+
 
 class ProfileRef(BaseModel):
     """A catalogue profile by name, with any of its fields overridden inline.
@@ -32,7 +34,9 @@ class ProfileRef(BaseModel):
 
     model_config = ConfigDict(extra="allow", frozen=True)
 
-    profile: str | None = Field(default=None, description="name in hardware_profiles/")
+    profile: str | None = Field(
+        default=None, max_length=200, description="name in hardware_profiles/"
+    )
 
 
 Ref = str | ProfileRef
@@ -48,9 +52,13 @@ class FatTree(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
     kind: Literal["fat_tree"] = "fat_tree"
-    oversubscription: float = Field(default=1.0, ge=1.0)
+    oversubscription: float = Field(default=1.0, strict=True, ge=1.0, le=1000.0)
     nodes_per_leaf: int | None = Field(
-        default=None, ge=1, description="none: half the switch radix / NICs per node"
+        default=None,
+        strict=True,
+        ge=1,
+        le=MAX_NODES,
+        description="none: half the switch radix / NICs per node",
     )
 
 
@@ -60,9 +68,9 @@ class RailOptimized(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
     kind: Literal["rail_optimized"] = "rail_optimized"
-    oversubscription: float = Field(default=1.0, ge=1.0)
+    oversubscription: float = Field(default=1.0, strict=True, ge=1.0, le=1000.0)
     nodes_per_rail_group: int | None = Field(
-        default=None, ge=1, description="none: half the switch radix"
+        default=None, strict=True, ge=1, le=MAX_NODES, description="none: half the switch radix"
     )
 
 
@@ -73,7 +81,7 @@ class NetworkSpec(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     profile: Ref
-    nics_per_node: int = Field(default=8, ge=1)
+    nics_per_node: int = Field(default=8, strict=True, ge=1, le=64)
     topology: Topology = FatTree()
 
 
@@ -90,8 +98,8 @@ class ClusterSpec(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     gpu: Ref
-    gpus_per_node: int = Field(default=8, ge=1)
-    nodes: int = Field(default=1, ge=1)
+    gpus_per_node: int = Field(default=8, strict=True, ge=1, le=1024)
+    nodes: int = Field(default=1, strict=True, ge=1, le=MAX_NODES)
     fabric: Ref
     network: NetworkSpec | None = Field(default=None, description="required when nodes > 1")
     storage: Ref = "lustre"
@@ -102,18 +110,20 @@ class ModelPresetRef(BaseModel):
     """A model preset by name, with any architecture field overridden."""
 
     model_config = ConfigDict(extra="allow", frozen=True)
-    preset: str
+    preset: str = Field(max_length=200)
 
 
 class ReferenceLayout(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
-    nodes: int = Field(ge=1)
+    nodes: int = Field(strict=True, ge=1, le=MAX_NODES)
 
 
 class RunSpec(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
-    tokens: float | None = Field(default=None, gt=0, description="token budget of the run")
+    tokens: float | None = Field(
+        default=None, strict=True, gt=0, le=1e18, description="token budget of the run"
+    )
     scaling_reference: ReferenceLayout | None = Field(
         default=None, description="layout to measure scaling against; none: fewest nodes that fit"
     )
@@ -163,9 +173,11 @@ class Scenario(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
-    name: str | None = None
-    description: str | None = None
-    question: str | None = Field(default=None, description="what this scenario answers")
+    name: str | None = Field(default=None, max_length=200)
+    description: str | None = Field(default=None, max_length=10_000)
+    question: str | None = Field(
+        default=None, max_length=10_000, description="what this scenario answers"
+    )
     cluster: ClusterSpec
     model: str | ModelPresetRef | ModelSpec
     training: TrainingSpec

@@ -6,6 +6,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+MAX_LAYERS = 4096
+
 
 class ModelSpec(BaseModel):
     """A decoder-only transformer.
@@ -17,24 +19,30 @@ class ModelSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
-    name: str = "custom"
-    layers: int = Field(ge=1)
-    hidden: int = Field(ge=1)
-    heads: int = Field(ge=1)
-    kv_heads: int | None = Field(default=None, ge=1, description="GQA groups; none = heads")
-    ffn_hidden: int | None = Field(default=None, ge=1)
-    vocab: int = Field(ge=1)
+    name: str = Field(default="custom", max_length=200)
+    layers: int = Field(strict=True, ge=1, le=MAX_LAYERS)
+    hidden: int = Field(strict=True, ge=1, le=1 << 20)
+    heads: int = Field(strict=True, ge=1, le=1 << 16)
+    kv_heads: int | None = Field(
+        default=None, strict=True, ge=1, le=1 << 16, description="GQA groups; none = heads"
+    )
+    ffn_hidden: int | None = Field(default=None, strict=True, ge=1, le=1 << 22)
+    vocab: int = Field(strict=True, ge=1, le=1 << 24)
     mlp: Literal["swiglu", "gelu"] = "swiglu"
     norm: Literal["rmsnorm", "layernorm"] = "rmsnorm"
     position: Literal["rope", "learned"] = "rope"
     max_positions: int | None = Field(
-        default=None, description="learned position table size; none = sequence length"
+        default=None,
+        strict=True,
+        ge=1,
+        le=1 << 24,
+        description="learned position table size; none = sequence length",
     )
     tied_embeddings: bool = False
     linear_bias: bool = Field(default=False, description="biases on the linear layers")
     dropout: bool = Field(default=False, description="dropout masks kept for backward")
     published_params: float | None = Field(
-        default=None, description="published parameter count, for reference"
+        default=None, strict=True, gt=0, le=1e16, description="published parameter count"
     )
 
     @model_validator(mode="after")
@@ -81,9 +89,17 @@ class OptimizerSpec(BaseModel):
 class TrainingSpec(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
-    seq_len: int = Field(ge=1, description="tokens per sequence")
-    global_batch: int = Field(ge=1, description="sequences per optimizer step")
-    micro_batch: int = Field(default=1, ge=1, description="sequences per micro-batch per replica")
+    seq_len: int = Field(strict=True, ge=1, le=1 << 24, description="tokens per sequence")
+    global_batch: int = Field(
+        strict=True, ge=1, le=1 << 24, description="sequences per optimizer step"
+    )
+    micro_batch: int = Field(
+        default=1,
+        strict=True,
+        ge=1,
+        le=1 << 20,
+        description="sequences per micro-batch per replica",
+    )
     precision: Literal["bf16", "fp16", "fp8", "fp32"] = Field(
         default="bf16",
         description="bf16/fp16: mixed precision (16-bit weights and activations, fp32 master "
@@ -105,12 +121,18 @@ class TrainingSpec(BaseModel):
     )
     memory_reserve_gb: float = Field(
         default=2.0,
+        strict=True,
         ge=0,
+        le=1e4,
         description="framework reserve per GPU: CUDA context (~0.5 GB), NCCL buffers and "
         "allocator fragmentation",
     )
     input_bytes_per_token: float = Field(
-        default=4.0, ge=0, description="bytes of input data read per token (e.g. int32 ids)"
+        default=4.0,
+        strict=True,
+        ge=0,
+        le=1e6,
+        description="bytes of input data read per token (e.g. int32 ids)",
     )
 
     @property

@@ -6,11 +6,11 @@ import shlex
 from typing import Any
 
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
 
 from ..check import CheckReport
 from ..config.hardware import Sourced, _Profile
+from .text import safe
 
 
 def fmt_num(x: float) -> str:
@@ -45,15 +45,15 @@ def _rows(prefix: str, value: Any) -> list[tuple[str, str, str]]:
 
 
 def profile_table(p: _Profile, path: str | None) -> Table:
-    title = f"{p.display_name}  [dim]({p.name}, {getattr(p, 'kind', '')})[/dim]"
-    t = Table(title=title, caption=path, show_lines=False)
+    title = f"{safe(p.display_name)}  [dim]({safe(p.name)}, {getattr(p, 'kind', '')})[/dim]"
+    t = Table(title=title, caption=safe(path) if path else None, show_lines=False)
     t.add_column("field", style="cyan", no_wrap=True)
     t.add_column("value", justify="right")
     t.add_column("source", overflow="fold")
     for field, value, source in _rows("", p):
         if field in ("name", "display_name", "kind"):
             continue
-        t.add_row(field, value, source)
+        t.add_row(field, safe(value), safe(source))
     return t
 
 
@@ -62,7 +62,7 @@ def profiles_table(rows: list[tuple[str, str, str, str]]) -> Table:
     for col in ("kind", "name", "description", "key figures"):
         t.add_column(col, overflow="fold")
     for r in rows:
-        t.add_row(*r)
+        t.add_row(*(safe(c) for c in r))
     return t
 
 
@@ -71,8 +71,9 @@ def print_check(rep: CheckReport, console: Console) -> None:
     d = rep.as_dict()
     lay = d["layout"]
     console.print(
-        f"[bold]{rs.name}[/bold]: {rs.model.name} ({rep.params / 1e9:.2f} B params) on "
-        f"{rs.gpus} × {rs.gpu.display_name} ({rs.nodes} node{'s' if rs.nodes > 1 else ''})"
+        f"[bold]{safe(rs.name)}[/bold]: {safe(rs.model.name)} ({rep.params / 1e9:.2f} B params) "
+        f"on {rs.gpus} × {safe(rs.gpu.display_name)} "
+        f"({rs.nodes} node{'s' if rs.nodes > 1 else ''})"
     )
     console.print(
         f"layout DP={lay['dp']} TP={lay['tp']} PP={lay['pp']} CP={lay['cp']}, "
@@ -123,7 +124,7 @@ def print_check(rep: CheckReport, console: Console) -> None:
             console.print("changes that make it fit:")
             for lv in rep.levers:
                 sets = " ".join(f"--set {shlex.quote(c)}" for c in lv.change)
-                console.print(f"  {escape(sets)}   (peak {lv.peak_gb:.1f} GB)")
+                console.print(f"  {safe(sets)}   (peak {lv.peak_gb:.1f} GB)")
         else:
             console.print("no single change to the plan fits: use more GPUs or a larger GPU")
 
@@ -132,7 +133,7 @@ def print_simulation(d: dict[str, Any], console: Console) -> None:
     """The `simulate` report: headline figures, idle breakdown, cost."""
     lay = d["layout"]
     console.print(
-        f"[bold]{d['scenario']}[/bold]: {d['gpus']} GPUs ({d['nodes']} nodes), "
+        f"[bold]{safe(d['scenario'])}[/bold]: {d['gpus']} GPUs ({d['nodes']} nodes), "
         f"DP={lay['dp']} TP={lay['tp']} PP={lay['pp']} CP={lay['cp']}, "
         f"{lay['micro_batches']} micro-batches, {lay['schedule']}, ZeRO {lay['zero_stage']}, "
         f"recompute {lay['recompute']}  [dim]({d['mode']} mode)[/dim]"
@@ -180,7 +181,7 @@ def print_simulation(d: dict[str, Any], console: Console) -> None:
     console.print(b)
     c = d.get("cost")
     if c:
-        ct = Table(title=f"cost ({c['model']})", show_header=False)
+        ct = Table(title=f"cost ({safe(c['model'])})", show_header=False)
         ct.add_column("item", style="cyan")
         ct.add_column("value", justify="right")
         ct.add_row("$ per GPU-hour", f"{c['usd_per_gpu_hour']:.2f}")

@@ -1,0 +1,119 @@
+"""Physically meaningful ranges for every sourced figure in a profile.
+
+A profile figure (``{value, source}``) is checked against the range of its field name, wherever
+the figure sits (top level, ``efficiency``, ``tail_latency``, a ``peak_tflops`` entry). The ranges
+are wide enough for any real or plausible future part and narrow enough that a typo (a zero, a
+stray exponent) is refused before it reaches the engine as a division by zero, a negative delay
+or a step of 10^27 seconds. The same table documents the ranges in the JSON Schema.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from pydantic import BaseModel
+
+# (low, high, low is exclusive, what the unit is)
+Range = tuple[float, float, bool, str]
+
+_FRACTION: Range = (0.0, 1.0, True, "(a fraction of the spec-sheet figure)")
+# Links go up to 1e9 GB/s so that a what-if study can make one free; below 1 MB/s nothing
+# trains.
+_GBYTES_S: Range = (1e-3, 1e9, False, "GB/s")
+
+FIGURE_RANGES: dict[str, Range] = {
+    # GPU
+    "memory_gb": (0.1, 1e5, False, "GB"),
+    "memory_bandwidth_gbps": (1.0, 1e6, False, "GB/s"),
+    "tdp_w": (0.0, 1e5, False, "W (0: not known, as for a probed CPU)"),
+    "peak_tflops": (1e-3, 1e6, False, "TFLOP/s"),
+    "sm_count": (1.0, 1e5, False, "streaming multiprocessors"),
+    "mtbf_hours": (1.0, 1e9, False, "hours"),
+    "speed_cv": (0.0, 1.0, False, "coefficient of variation"),
+    "matmul_max": _FRACTION,
+    "attention_max": _FRACTION,
+    "attention_flash3_max": _FRACTION,
+    "memory_bandwidth": _FRACTION,
+    "optimizer_bandwidth": _FRACTION,
+    "matmul_half_flops": (0.0, 1e16, False, "FLOPs"),
+    "kernel_launch_us": (0.0, 1e4, False, "microseconds"),
+    "in_step_factor": (0.1, 100.0, False, "factor on compute time"),
+    # fabric and network
+    "bandwidth_gbps": _GBYTES_S,
+    "shared_uplink_gbps": _GBYTES_S,
+    "achievable_fraction": _FRACTION,
+    "switch_reduce_fraction": _FRACTION,
+    "port_gbps": (8e-3, 8e9, False, "Gb/s"),
+    "latency_us": (0.0, 1e7, False, "microseconds"),
+    "sigma": (0.0, 5.0, False, "log-space spread"),
+    "p99_over_p50": (1.0, 1e4, False, "ratio"),
+    # storage
+    "read_gbps_per_client": _GBYTES_S,
+    "write_gbps_per_client": _GBYTES_S,
+    "aggregate_read_gbps": _GBYTES_S,
+    "aggregate_write_gbps": _GBYTES_S,
+    "latency_ms": (0.0, 1e6, False, "ms"),
+    # prices
+    "on_demand_usd_per_gpu_hour": (0.0, 1e4, False, "USD per GPU-hour"),
+    "reserved_usd_per_gpu_hour": (0.0, 1e4, False, "USD per GPU-hour"),
+    "spot_usd_per_gpu_hour": (0.0, 1e4, False, "USD per GPU-hour"),
+    "spot_preemptions_per_day": (0.0, 1e4, False, "per day"),
+    "capex_per_node_usd": (0.0, 1e9, False, "USD"),
+    "capex_per_network_port_usd": (0.0, 1e8, False, "USD"),
+    "power_per_gpu_w": (0.0, 1e5, False, "W"),
+    "power_per_node_w": (0.0, 1e6, False, "W"),
+    "pue": (1.0, 10.0, False, "power usage effectiveness"),
+    "usd_per_kwh": (0.0, 100.0, False, "USD per kWh"),
+    "amortisation_years": (0.1, 100.0, False, "years"),
+    "opex_fraction_per_year": (0.0, 10.0, False, "of capex per year"),
+    # software
+    "host_us_per_kernel": (0.0, 1e5, False, "microseconds"),
+}
+
+# Any figure whose field is not in the table: finite and not negative.
+_DEFAULT: Range = (0.0, 1e18, False, "")
+
+
+def describe(r: Range) -> str:
+    lo, hi, lo_open, unit = r
+    text = f"{'(' if lo_open else '['}{lo:g}, {hi:g}]"
+    return f"{text} {unit}" if unit else text
+
+
+def check_figure(name: str, value: float) -> str | None:
+    """Why ``value`` is out of range for field ``name``, or None when it is fine."""
+    lo, hi, lo_open, _ = r = FIGURE_RANGES.get(name, _DEFAULT)
+    if not math.isfinite(value) or value > hi or value < lo or (lo_open and value <= lo):
+        return f"must be within {describe(r)} (got {value:g})"
+    return None
+
+
+def check_figures(model: BaseModel, prefix: str = "") -> None:
+    """Raise ValueError naming the first sourced figure of ``model`` (recursively) that is out
+    of its range."""
+    from .hardware import Sourced
+
+    for field, value in model:
+        items: list[tuple[str, Any]]
+        if isinstance(value, dict):
+            items = [(f"{field}.{k}", v) for k, v in value.items()]
+        else:
+            items = [(field, value)]
+        for path, item in items:
+            if isinstance(item, Sourced):
+                why = check_figure(field, item.value)
+                if why:
+                    raise ValueError(f"{prefix}{path} {why}")
+            elif isinstance(item, BaseModel):
+                check_figures(item, f"{prefix}{path}.")
+
+
+def document_ranges(schema: dict[str, Any]) -> None:
+    """JSON Schema hook: add each figure's range to its property description."""
+    for name, prop in schema.get("properties", {}).items():
+        r = FIGURE_RANGES.get(name)
+        if r is None:
+            continue
+        desc = prop.get("description", "")
+        prop["description"] = f"{desc} (value range {describe(r)})".strip()

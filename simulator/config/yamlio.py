@@ -1,0 +1,129 @@
+"""Safe, bounded YAML reading for scenarios, sweeps, profiles and ``--set`` values.
+
+``yaml.safe_load`` refuses Python tags but not hostile shapes: a document of aliases that refer to
+aliases expands to billions of nodes once it is copied or validated, and deep nesting exhausts
+the interpreter's stack. This loader bounds the document's size, its nesting depth and the number
+of nodes it expands to, each with a message saying which limit was hit. It also reads numbers the
+way YAML 1.2 (and every user) does: ``1e11`` and ``1.0e11`` are floats, not strings.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import yaml
+from yaml.events import AliasEvent
+from yaml.nodes import MappingNode, Node, SequenceNode
+
+MAX_BYTES = 1_000_000
+MAX_DEPTH = 64
+MAX_NODES = 200_000
+
+
+class YamlLimit(ValueError):
+    """The document is larger, deeper or expands further than a scenario reasonably does."""
+
+
+_FLOAT_12 = re.compile(
+    r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
+    |[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)
+    |\.[0-9_]+(?:[eE][-+]?[0-9]+)?
+    |[-+]?\.(?:inf|Inf|INF)
+    |\.(?:nan|NaN|NAN))$""",
+    re.X,
+)
+
+
+class BoundedLoader(yaml.SafeLoader):
+    """SafeLoader with a depth bound and YAML 1.2 floats."""
+
+    def __init__(self, stream: Any) -> None:
+        super().__init__(stream)
+        self._depth = 0
+
+    def compose_node(self, parent: Node | None, index: Any) -> Node:  # type: ignore[override]
+        if self.check_event(AliasEvent):
+            return super().compose_node(parent, index)  # type: ignore[no-any-return]
+        self._depth += 1
+        try:
+            if self._depth > MAX_DEPTH:
+                raise YamlLimit(f"is nested more than {MAX_DEPTH} levels deep")
+            return super().compose_node(parent, index)  # type: ignore[no-any-return]
+        finally:
+            self._depth -= 1
+
+
+BoundedLoader.yaml_implicit_resolvers = {
+    k: [(tag, rx) for tag, rx in v if tag != "tag:yaml.org,2002:float"]
+    for k, v in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+BoundedLoader.add_implicit_resolver("tag:yaml.org,2002:float", _FLOAT_12, list("-+0123456789."))
+
+
+def _expanded_size(root: Node) -> int:
+    """Nodes the document expands to when every alias is copied out (memoised per node, so an
+    alias bomb is measured without being expanded)."""
+    memo: dict[int, int] = {}
+
+    def size(node: Node, depth: int) -> int:
+        key = id(node)
+        if key in memo:
+            return memo[key]
+        if depth > MAX_DEPTH:
+            raise YamlLimit(f"is nested more than {MAX_DEPTH} levels deep (through aliases)")
+        total = 1
+        if isinstance(node, SequenceNode):
+            for child in node.value:
+                total += size(child, depth + 1)
+        elif isinstance(node, MappingNode):
+            for k, v in node.value:
+                total += size(k, depth + 1) + size(v, depth + 1)
+        total = min(total, MAX_NODES + 1)
+        memo[key] = total
+        return total
+
+    return size(root, 0)
+
+
+def load_text(text: str) -> Any:
+    """Parse one YAML document within the bounds; raises :class:`YamlLimit` or
+    ``yaml.YAMLError``."""
+    if len(text.encode("utf-8", "surrogatepass")) > MAX_BYTES:
+        raise YamlLimit(f"is larger than {MAX_BYTES // 1000} kB")
+    loader = BoundedLoader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        if _expanded_size(node) > MAX_NODES:
+            raise YamlLimit(f"expands through its aliases to more than {MAX_NODES:,} values")
+        return loader.construct_document(node)
+    except RecursionError:
+        raise YamlLimit(f"is nested more than {MAX_DEPTH} levels deep") from None
+    finally:
+        loader.dispose()
+
+
+def check_text(data: Any) -> None:
+    """Raise ValueError if any string in ``data`` is not valid Unicode (a lone surrogate from a
+    ``"\\ud800"`` escape): it could be neither printed nor written as UTF-8."""
+    stack = [data]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            try:
+                item.encode("utf-8")
+            except UnicodeEncodeError:
+                raise ValueError(
+                    f"the text {item.encode('utf-8', 'backslashreplace').decode()[:60]!r} "
+                    "holds a lone surrogate (not valid Unicode)"
+                ) from None
+        elif isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+
+
+__all__ = ["MAX_BYTES", "MAX_DEPTH", "MAX_NODES", "YamlLimit", "check_text", "load_text"]
