@@ -1,4 +1,6 @@
-"""YAML loading, ``--set`` overrides, profile resolution and layout checks.
+"""Scenario resolution: profiles by name with inline overrides, the model, and layout checks.
+
+Reading the YAML and applying ``--set`` overrides live in :mod:`simulator.config.reading`.
 
 Every problem a user can cause becomes one :class:`~simulator.errors.UserError` naming the file,
 the field path and what to do.
@@ -6,11 +8,9 @@ the field path and what to do.
 
 from __future__ import annotations
 
-import copy
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ValidationError
 
 from ..errors import UserError, closest
@@ -23,101 +23,11 @@ from .hardware import (
     StorageProfile,
 )
 from .parallelism import FSDPSharding, Overlap, ParallelismSpec
+from .reading import apply_sets, parse_yaml, read_yaml
 from .scenario import ModelPresetRef, ProfileRef, ResolvedScenario, Scenario
 from .software import SoftwareProfile
 from .validation import validation_error
 from .workload import ModelSpec
-from .yamlio import MAX_BYTES, MAX_DEPTH, MAX_NODES, YamlLimit, check_text, load_text
-
-
-def read_yaml(path: Path) -> dict[str, Any]:
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise UserError(
-            f"cannot read file: {exc.strerror}",
-            file=str(path),
-            hint="check the path and its permissions",
-        ) from None
-    except UnicodeDecodeError:
-        raise UserError(
-            "not a UTF-8 text file", file=str(path), hint="save the scenario as UTF-8 YAML"
-        ) from None
-    data = parse_yaml(text, str(path))
-    if not isinstance(data, dict):
-        raise UserError(
-            "a scenario must be a YAML mapping (cluster:, model:, training:, ...)",
-            file=str(path),
-            hint="see scenarios/ for examples, or `clustersim schema`",
-        )
-    return data
-
-
-def parse_yaml(text: str, file: str | None) -> Any:
-    """One YAML document within the loader's bounds, every string valid Unicode."""
-    try:
-        data = load_text(text)
-        check_text(data)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(exc, "problem", None) or str(exc)
-        raise UserError(
-            f"not valid YAML{where}: {problem}", file=file, hint="fix the YAML syntax"
-        ) from None
-    except YamlLimit as exc:
-        raise UserError(
-            f"refused: the YAML is {exc}",
-            file=file,
-            hint=f"a scenario is a few kB with a few levels of nesting; remove the anchors "
-            f"and aliases that repeat content, or split the file (limits: {MAX_BYTES // 1000} "
-            f"kB, {MAX_DEPTH} levels, {MAX_NODES:,} values)",
-        ) from None
-    except ValueError as exc:  # an impossible date (2024-13-45), a lone surrogate
-        text = str(exc)
-        if "surrogate" in text:
-            raise UserError(f"not valid text: {text}", file=file, hint="fix the text") from None
-        raise UserError(
-            f"not valid YAML: {text}", file=file, hint="fix the value (dates are YYYY-MM-DD)"
-        ) from None
-    return data
-
-
-def apply_sets(data: dict[str, Any], sets: list[str], file: str | None) -> dict[str, Any]:
-    """Apply ``PATH=VALUE`` overrides; VALUE is parsed as YAML (numbers, true, lists...)."""
-    out = copy.deepcopy(data)
-    for item in sets:
-        if "=" not in item:
-            raise UserError(f"--set '{item}' is not PATH=VALUE", hint="e.g. --set parallelism.tp=4")
-        path, _, raw = item.partition("=")
-        keys = [k for k in path.strip().split(".") if k]
-        if not keys:
-            raise UserError(f"--set '{item}' has an empty path", hint="e.g. --set cluster.nodes=4")
-        try:
-            value = load_text(raw)
-        except (yaml.YAMLError, YamlLimit):
-            value = raw
-        except ValueError:  # e.g. an impossible date
-            value = raw
-        try:
-            check_text(value)
-        except ValueError as exc:
-            raise UserError(f"--set '{path}': {exc}", hint="give valid Unicode text") from None
-        node: Any = out
-        for depth, key in enumerate(keys[:-1]):
-            nxt = node.get(key) if isinstance(node, dict) else None
-            if isinstance(nxt, str):
-                # A profile or preset given by name: turn it into a reference with overrides.
-                ref_key = "preset" if keys[: depth + 1] == ["model"] else "profile"
-                nxt = {ref_key: nxt}
-            elif not isinstance(nxt, dict):
-                nxt = {}
-            node[key] = nxt
-            node = nxt
-        if not isinstance(node, dict):
-            raise UserError(f"--set '{item}': '{path}' is not inside a mapping", file=file)
-        node[keys[-1]] = value
-    return out
 
 
 def parse_scenario(data: dict[str, Any], file: str | None) -> Scenario:
@@ -448,3 +358,16 @@ def resolve_dict(
     """As :func:`load_scenario`, from a mapping already in memory (sweeps, tests)."""
     data = apply_sets(data, sets or [], file)
     return resolve(parse_scenario(data, file), file, data)
+
+
+__all__ = [
+    "apply_sets",
+    "load_scenario",
+    "parse_scenario",
+    "parse_yaml",
+    "read_yaml",
+    "resolve",
+    "resolve_dict",
+    "resolve_model",
+    "validation_error",
+]
