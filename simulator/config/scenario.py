@@ -39,7 +39,7 @@ class ProfileRef(BaseModel):
     )
 
 
-Ref = str | ProfileRef
+Ref = Annotated[str, Field(max_length=200)] | ProfileRef
 
 
 class SingleSwitch(BaseModel):
@@ -179,7 +179,7 @@ class Scenario(BaseModel):
         default=None, max_length=10_000, description="what this scenario answers"
     )
     cluster: ClusterSpec
-    model: str | ModelPresetRef | ModelSpec
+    model: Annotated[str, Field(max_length=200)] | ModelPresetRef | ModelSpec
     training: TrainingSpec
     parallelism: ParallelismSpec = ParallelismSpec()
     software: Ref = Field(
