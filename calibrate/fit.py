@@ -53,6 +53,9 @@ class AlphaBeta:
     rms_rel_err: float
     points: int
     residuals_rel: list[float] = field(default_factory=list)
+    resolved: bool = True
+    """False when the bandwidth term was below what the timings resolve and ``beta`` is the
+    floor (the bandwidth a lower bound)."""
 
     @property
     def bandwidth_gbps(self) -> float:
@@ -69,12 +72,16 @@ class AlphaBeta:
             "rms_rel_err": self.rms_rel_err,
             "points": self.points,
             "residuals_rel": self.residuals_rel,
+            "bandwidth_resolved": self.resolved,
         }
 
 
 def _r2(y: np.ndarray, yhat: np.ndarray) -> float:
     ss_tot = float(np.sum((y - y.mean()) ** 2))
     return 1.0 - float(np.sum((y - yhat) ** 2)) / ss_tot if ss_tot > 0 else 1.0
+
+
+RESOLUTION = 0.05
 
 
 def fit_alpha_beta(op: str, n: int, sizes: Any, times: Any, group: str = "intra") -> AlphaBeta:
@@ -109,6 +116,13 @@ def fit_alpha_beta(op: str, n: int, sizes: Any, times: Any, group: str = "intra"
         gtol=1e-15,
     )
     alpha, beta = sol.x[0] * 1e-6, sol.x[1] * 1e-9
+    # The timings cannot show a bandwidth term under RESOLUTION of the largest message's time:
+    # below that floor β is unresolved (noise, or messages too small), and the floor, which
+    # makes the bandwidth a lower bound, is taken instead of an arbitrarily large 1/β.
+    big = int(np.argmax(S))
+    beta_floor = RESOLUTION * t[big] / (b * S[big]) if b > 0 else 0.0
+    resolved = beta >= beta_floor
+    beta = max(beta, beta_floor)
     model = a * alpha + b * S * beta
     rel = (model - t) / t
     return AlphaBeta(
@@ -121,6 +135,7 @@ def fit_alpha_beta(op: str, n: int, sizes: Any, times: Any, group: str = "intra"
         float(np.sqrt(np.mean(rel**2))),
         len(S),
         [float(r) for r in rel],
+        bool(resolved),
     )
 
 
@@ -389,6 +404,11 @@ def calibrate(probe: dict[str, Any], file: str, name: str) -> Calibration:
         f"fit of ring all-reduce t = 2(n-1)α + 2(n-1)/n·S·β over {ar.points} sizes, "
         f"n={ar.n} (R²={ar.r2:.3f}, rms rel err {ar.rms_rel_err:.0%})"
     )
+    if not ar.resolved:
+        what_ar += (
+            f"; the bandwidth term was under {RESOLUTION:.0%} of the largest message's time, "
+            "so this is a lower bound (re-probe with a larger --max-bytes to resolve it)"
+        )
     fabric = {
         "kind": "fabric",
         "name": f"{name}-fabric",

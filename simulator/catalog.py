@@ -79,9 +79,10 @@ class Catalog:
             return pool[name]
         if name in self.broken:
             err = self.broken[name]
+            where = f"{err.file}: {err.path}" if err.path else str(err.file)
             raise UserError(
-                f"profile '{name}' could not be loaded: {err.render()}",
-                hint="fix or remove that profile file",
+                f"profile '{name}' could not be loaded: {where}: {err.message}",
+                hint=err.hint or "fix or remove that profile file",
             )
         near = closest(name, pool)
         what = " or ".join(k.replace("_", " ") for k in kinds) if kinds else "hardware"

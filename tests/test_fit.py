@@ -226,3 +226,18 @@ def test_in_step_factor_scales_compute_stream_only(factor: float) -> None:
     assert m.breakdown_s["comm_dp"] == pytest.approx(base.breakdown_s["comm_dp"], rel=1e-9)
     assert m.busy_s + sum(m.idle_s.values()) == pytest.approx(m.step_time_s, rel=1e-9)
     assert (m.step_time_s > base.step_time_s) == (factor > 1)
+
+
+def test_unresolved_bandwidth_is_a_lower_bound_not_a_huge_number() -> None:
+    from calibrate.fit import RESOLUTION, fit_alpha_beta
+
+    sizes = [1024, 4096, 16384, 65536]
+    flat = [1.0e-3, 1.02e-3, 0.99e-3, 1.01e-3]  # latency only: no visible bandwidth term
+    f = fit_alpha_beta("all_reduce", 2, sizes, flat)
+    assert not f.resolved
+    # The bandwidth term at the largest size is exactly the resolution floor of its time.
+    b = 2 * (2 - 1) / 2
+    assert f.beta_s_per_byte * b * sizes[-1] == pytest.approx(RESOLUTION * flat[-1])
+    assert f.bandwidth_gbps < 1e3
+    clear = fit_alpha_beta("all_reduce", 2, sizes, [1e-4 + s / 1e9 for s in sizes])
+    assert clear.resolved and clear.bandwidth_gbps == pytest.approx(1.0, rel=0.05)

@@ -13,9 +13,13 @@ phase lasts ``latency + wire_bytes / bandwidth``, which gives the textbook forms
 - point-to-point: α + S/B
 
 ``hierarchical`` runs the intra-node part on the fabric and the inter-node part on the network
-(reduce-scatter inside the node, all-reduce of the 1/g shard across nodes, all-gather inside).
-``auto`` picks the fastest without contention, as NCCL's tuner does: latency-bound algorithms for
-small messages, bandwidth-bound ones for large.
+back to back (reduce-scatter inside the node, all-reduce of the 1/g shard across nodes,
+all-gather inside), as Horovod's hierarchical all-reduce does. NCCL has no such algorithm: its
+rings and trees pipeline both tiers at once, so :func:`choose` picks among NCCL's own
+(``ALGOS``: ring, tree, NVLS), the fastest without contention, as NCCL's tuner does:
+latency-bound algorithms for small messages, bandwidth-bound ones for large. (Offering the
+back-to-back form too made a faster fabric slower: it wins alone, then its fabric phase
+contends with tensor-parallel traffic that NCCL's cross-node ring never meets.)
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ Coll = Literal["all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broa
 Algo = Literal["ring", "tree", "hierarchical", "nvls"]
 Tier = Literal["fabric", "network"]
 
-ALGOS: tuple[Algo, ...] = ("ring", "tree", "hierarchical", "nvls")
+ALGOS: tuple[Algo, ...] = ("ring", "tree", "nvls")
 
 
 @dataclass(frozen=True)
