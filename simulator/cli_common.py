@@ -1,0 +1,70 @@
+"""Shared pieces of the command-line interface: the typer apps, the two consoles (results on
+stdout, messages on stderr), output formats and the Ctrl-C note."""
+
+from __future__ import annotations
+
+import json
+import sys
+from enum import StrEnum
+from typing import Any
+
+import typer
+from rich.console import Console
+
+app = typer.Typer(
+    name="clustersim",
+    help="Capacity planner for multi-GPU training clusters.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+profiles_app = typer.Typer(help="The hardware catalogue.", no_args_is_help=True)
+app.add_typer(profiles_app, name="profiles")
+
+out = Console(soft_wrap=False)
+err = Console(stderr=True, soft_wrap=True)
+
+
+class Fmt(StrEnum):
+    table = "table"
+    json = "json"
+    csv = "csv"
+
+
+def _json(obj: Any) -> None:
+    sys.stdout.write(json.dumps(obj, indent=2, default=str) + "\n")
+
+
+def _flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    flat: dict[str, Any] = {}
+    for k, v in d.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict):
+            flat.update(_flatten(v, key + "."))
+        elif isinstance(v, list):
+            continue
+        else:
+            flat[key] = v
+    return flat
+
+
+def _csv(flat: dict[str, Any]) -> None:
+    import csv
+
+    w = csv.writer(sys.stdout)
+    w.writerow(flat.keys())
+    w.writerow(flat.values())
+
+
+def _csv_rows(keys: list[str], rows: list[dict[str, Any]]) -> None:
+    import csv
+
+    w = csv.writer(sys.stdout)
+    w.writerow(keys)
+    for r in rows:
+        w.writerow([r.get(k, "") for k in keys])
+
+
+# What an interrupted command leaves behind, said in one line on Ctrl-C; commands that write as
+# they go replace it.
+_kept = ["nothing was written (every output file is written whole or not at all)"]
