@@ -1,0 +1,226 @@
+"""The probe's process: its rank and devices, its heartbeat, and the measurement helpers every
+phase uses (timing local work, reducing over ranks). The phases live in
+:mod:`calibrate.probe_collectives`, :mod:`calibrate.probe_device` and
+:mod:`calibrate.probe_train`; :mod:`calibrate.probe` puts them together."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+FORMAT = "clustersim-probe"
+VERSION = 1
+PHASES = ("init", "collectives", "compute", "speed", "memory", "storage", "train")
+COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all", "p2p")
+
+# The probe's training job: small enough for a CPU, big enough that compute dominates noise.
+DEFAULT_MODEL = {"layers": 2, "hidden": 256, "heads": 4, "vocab": 4096, "seq": 128, "batch": 4}
+
+
+def default_threads(procs_on_host: int) -> int:
+    """Threads per process so that processes × threads ≤ cores."""
+    return max(1, (os.cpu_count() or 1) // max(1, procs_on_host))
+
+
+def atomic_write_json(path: Path, data: Any) -> None:
+    from simulator.report.files import write_json
+
+    write_json(path, data)
+
+
+def heartbeat_dir(out: Path) -> Path:
+    return out.parent / (out.name + ".hb")
+
+
+def bus_factor(op: str, n: int) -> float:
+    if n <= 1:
+        return 0.0
+    if op == "all_reduce":
+        return 2.0 * (n - 1) / n
+    if op in ("all_gather", "reduce_scatter", "all_to_all"):
+        return (n - 1) / n
+    return 1.0
+
+
+class ProbeBase:
+    # Set by Probe.run once the process group is up.
+    dist: Any
+    backend: str
+    pg: bool
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        import torch
+
+        self.args = args
+        self.torch = torch
+        env = os.environ
+        self.rank = int(env.get("RANK", "0"))
+        self.world = int(env.get("WORLD_SIZE", "1"))
+        self.local_rank = int(env.get("LOCAL_RANK", "0"))
+        self.local_world = int(env.get("LOCAL_WORLD_SIZE", str(self.world)))
+        self.node = self.rank // self.local_world
+        self.nodes = max(1, self.world // self.local_world)
+        self.out = Path(args.out)
+        self.hb = heartbeat_dir(self.out)
+        self.progress = 0
+        self.phase = "start"
+        self.detail = ""
+        self.threads = args.threads or default_threads(self.local_world)
+        torch.set_num_threads(self.threads)
+        self.cuda = torch.cuda.is_available()
+        self.device = torch.device(f"cuda:{self.local_rank}" if self.cuda else "cpu")
+        self.deadline = time.monotonic() + args.time_budget  # reset when collectives start
+        self.result: dict[str, Any] = {}
+
+    # -- bookkeeping ----------------------------------------------------------------------------
+    def beat(self, phase: str | None = None, detail: str = "") -> None:
+        if phase is not None:
+            self.phase = phase
+        self.detail = detail
+        self.progress += 1
+        try:
+            atomic_write_json(
+                self.hb / f"rank{self.rank}.json",
+                {
+                    "rank": self.rank,
+                    "node": self.node,
+                    "pid": os.getpid(),
+                    "phase": self.phase,
+                    "detail": detail,
+                    "progress": self.progress,
+                    "time": time.time(),
+                },
+            )
+        except OSError:
+            pass
+
+    @contextlib.contextmanager
+    def _local(self, every_s: float = 1.0) -> Any:
+        """Heartbeats every ``every_s`` while this rank runs purely local work (no collective
+        inside), so a long measurement on a slow or busy machine is not taken for a hang; a rank
+        blocked in a collective stays silent, and the launcher can still tell who hangs."""
+        import threading
+
+        stop = threading.Event()
+
+        def pulse() -> None:
+            while not stop.wait(every_s):
+                self.beat(detail=self.detail)
+
+        t = threading.Thread(target=pulse, daemon=True)
+        t.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            t.join()
+
+    def enter(self, phase: str) -> None:
+        self.beat(phase)
+        a = self.args
+        if a.fail_rank is not None and a.fail_rank == self.rank and a.fail_phase == phase:
+            sys.stderr.write(f"probe: rank {self.rank} failing on purpose in phase {phase}\n")
+            sys.stderr.flush()
+            if a.fail_mode == "hang":
+                while True:
+                    time.sleep(3600)
+            os._exit(1)
+
+    def save(self, complete: bool = False) -> None:
+        if self.rank != 0:
+            return
+        self.result["complete"] = complete
+        self.result["phases_done"] = list(self.result.get("phases_done", []))
+        atomic_write_json(self.out, self.result)
+
+    def sync(self) -> None:
+        if self.world > 1:
+            self.dist.barrier()
+        if self.cuda:
+            self.torch.cuda.synchronize()
+
+    def reduce_max(self, x: float) -> float:
+        if self.world <= 1:
+            return x
+        t = self.torch.tensor([x], dtype=self.torch.float64)
+        if self.backend == "nccl":
+            t = t.to(self.device)
+        self.dist.all_reduce(t, op=self.dist.ReduceOp.MAX)
+        return float(t.item())
+
+    def gather_floats(self, xs: list[float]) -> list[list[float]]:
+        """Every rank's list (all of the same length), in rank order."""
+        if self.world <= 1:
+            return [xs]
+        t = self.torch.tensor(xs, dtype=self.torch.float64)
+        if self.backend == "nccl":
+            t = t.to(self.device)
+        out = [self.torch.empty_like(t) for _ in range(self.world)]
+        self.dist.all_gather(out, t)
+        return [[float(v) for v in o.cpu().tolist()] for o in out]
+
+    def over_budget(self) -> bool:
+        """Rank 0's clock decides, so every rank skips the same measurements."""
+        return self.reduce_max(1.0 if time.monotonic() > self.deadline else 0.0) > 0
+
+    # -- phases --------------------------------------------------------------------------------
+
+    def _group_max(self, x: float, group: Any) -> float:
+        t = self.torch.tensor([x], dtype=self.torch.float64)
+        if self.backend == "nccl":
+            t = t.to(self.device)
+        kw = {"group": group} if group is not None else {}
+        self.dist.all_reduce(t, op=self.dist.ReduceOp.MAX, **kw)
+        return float(t.item())
+
+    def _sync_dev(self) -> None:
+        if self.cuda:
+            self.torch.cuda.synchronize()
+
+    # compute ---------------------------------------------------------------------------------
+    def _timeit(
+        self, fn: Any, target_s: float = 0.15, max_iters: int = 50, repeats: int = 3
+    ) -> tuple[float, int]:
+        """Seconds per call: the median of ``repeats`` timed runs (robust to a shared CPU),
+        MAX over ranks; the same iteration count on every rank."""
+        with self._local():
+            fn()
+            self._sync_dev()
+            t0 = time.perf_counter()
+            fn()
+            self._sync_dev()
+        first = max(time.perf_counter() - t0, 1e-7)
+        iters = int(min(max_iters, max(1, target_s / repeats / first)))
+        iters = int(self.reduce_max(iters))
+        if self.pg:
+            self.dist.barrier()
+        runs = []
+        with self._local():
+            for _ in range(repeats):
+                t0 = time.perf_counter()
+                for _ in range(iters):
+                    fn()
+                self._sync_dev()
+                runs.append((time.perf_counter() - t0) / iters)
+        return self.reduce_max(statistics.median(runs)), iters * repeats
+
+    def model_config(self) -> dict[str, int]:
+        return dict(
+            DEFAULT_MODEL,
+            **{
+                k: v
+                for k, v in {
+                    "layers": self.args.layers,
+                    "hidden": self.args.hidden,
+                    "batch": self.args.batch,
+                    "seq": self.args.seq,
+                }.items()
+                if v
+            },
+        )

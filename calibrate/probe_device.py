@@ -1,0 +1,299 @@
+"""The probe's per-device phases: GEMMs, per-op overhead and attention; speed variation; memory-
+bound copies and the training job's memory-bound operations; storage."""
+
+from __future__ import annotations
+
+import os
+import socket
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from .probe_base import (
+    ProbeBase,
+)
+
+
+class DevicePhases(ProbeBase):
+    def phase_compute(self) -> None:
+        torch = self.torch
+        dtypes = ["fp32", "bf16"] + (["fp16"] if self.cuda else [])
+        tdt = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+        cfg = self.model_config()
+        T, h, V = cfg["batch"] * cfg["seq"], cfg["hidden"], cfg["vocab"]
+        # Square sizes, and the training job's own GEMM shapes (forward and backward).
+        shapes = [(n, n, n) for n in (64, 128, 256, 384, 512, 768, 1024)]
+        if self.cuda:
+            shapes += [(n, n, n) for n in (2048, 4096, 8192)]
+        shapes += [
+            (T, h, 3 * h),
+            (T, h, h),
+            (T, h, 4 * h),
+            (T, 4 * h, h),
+            (T, h, V),
+            (T, V, h),
+            (h, T, 4 * h),
+            (4 * h, T, h),
+            (h, T, V),
+        ]
+        rows: list[dict[str, Any]] = []
+        self.result["matmul"] = rows
+        for dname in dtypes:
+            for m, k, n in shapes:
+                self.beat(detail=f"matmul {dname} {m}x{k}x{n}")
+                x = torch.randn(m, k, device=self.device).to(tdt[dname])
+                y = torch.randn(k, n, device=self.device).to(tdt[dname])
+                t, it = self._timeit(lambda x=x, y=y: torch.matmul(x, y))
+                fl = 2.0 * m * k * n
+                rows.append(
+                    {
+                        "dtype": dname,
+                        "m": m,
+                        "k": k,
+                        "n": n,
+                        "flops": fl,
+                        "time_s": t,
+                        "iters": it,
+                        "tflops": fl / t / 1e12,
+                    }
+                )
+        self.save()
+        # Per-operation overhead (the CPU's "kernel launch"): a one-element in-place add.
+        self.beat(detail="op overhead")
+        one = torch.zeros(1, device=self.device)
+        t, it = self._timeit(lambda: one.add_(1.0), target_s=0.05, max_iters=2000)
+        self.result["op_overhead"] = {
+            "op": "x.add_(1) on a 1-element tensor",
+            "time_s": t,
+            "iters": it,
+        }
+        # Attention: scaled_dot_product_attention (causal) forward + backward on the training
+        # job's shape, FLOPs counted as the simulator does (full s×s, backward = 2× forward).
+        self.beat(detail="attention")
+        import torch.nn.functional as F
+
+        b, s, nh = cfg["batch"], cfg["seq"], cfg["heads"]
+        hd = h // nh
+        q, k_, v = (
+            torch.randn(b, nh, s, hd, device=self.device, requires_grad=True) for _ in range(3)
+        )
+
+        def attn() -> None:
+            o = F.scaled_dot_product_attention(q, k_, v, is_causal=True)
+            o.sum().backward()
+
+        t, it = self._timeit(attn)
+        fl = 3 * 4.0 * s * nh * hd * b * s
+        self.result["attention"] = {
+            "batch": b,
+            "seq": s,
+            "heads": nh,
+            "head_dim": hd,
+            "dtype": "fp32",
+            "flops_fwd_bwd": fl,
+            "time_s": t,
+            "iters": it,
+            "tflops": fl / t / 1e12,
+            "kernel": "scaled_dot_product_attention(is_causal=True)",
+        }
+
+    def phase_speed(self, block_s: float = 0.1, blocks: int = 24, warmup: int = 2) -> None:
+        """How much a device's speed varies from one step-sized stretch of work to the next,
+        and between devices: every rank at once runs the same block (a GEMM of the training
+        job's MLP shape and a GELU over its output) back to back, timed block by block, with no
+        synchronisation in between. Feeds ``speed_cv`` (stragglers)."""
+        torch = self.torch
+        cfg = self.model_config()
+        T, h = cfg["batch"] * cfg["seq"], cfg["hidden"]
+        x = torch.randn(T, h, device=self.device)  # fp32, as the training job
+        w = torch.randn(h, 4 * h, device=self.device)
+
+        def unit() -> None:
+            torch.nn.functional.gelu(torch.matmul(x, w))
+
+        self.beat(detail="speed variation")
+        for _ in range(3):
+            unit()
+        self._sync_dev()
+        t0 = time.perf_counter()
+        for _ in range(5):
+            unit()
+        self._sync_dev()
+        per = max((time.perf_counter() - t0) / 5, 1e-7)
+        reps = int(self.reduce_max(max(1, round(block_s / per))))
+        self.sync()
+        times: list[float] = []
+        for _ in range(blocks + warmup):
+            t0 = time.perf_counter()
+            for _ in range(reps):
+                unit()
+            self._sync_dev()
+            times.append(time.perf_counter() - t0)
+        per_rank = self.gather_floats(times[warmup:])
+        self.result["speed_variation"] = {
+            "work": f"{reps} × (matmul {T}x{h}x{4 * h} + GELU), fp32",
+            "reps": reps,
+            "block_target_s": block_s,
+            "warmup_blocks": warmup,
+            "block_times_s": per_rank,
+        }
+
+    def phase_memory(self) -> None:
+        torch = self.torch
+        rows: list[dict[str, Any]] = []
+        self.result["memory"] = rows
+        for mb in (8, 32, 128):
+            self.beat(detail=f"copy {mb} MiB")
+            n = mb * 2**20 // 4
+            src = torch.ones(n, device=self.device)
+            dst = torch.empty(n, device=self.device)
+            t, it = self._timeit(lambda src=src, dst=dst: dst.copy_(src))
+            moved = 2 * n * 4  # read + write
+            rows.append(
+                {
+                    "kind": "copy",
+                    "bytes": n * 4,
+                    "bytes_moved": moved,
+                    "time_s": t,
+                    "iters": it,
+                    "gbps": moved / t / 1e9,
+                }
+            )
+            t, it = self._timeit(lambda src=src, dst=dst: dst.copy_(torch.nn.functional.gelu(src)))
+            moved = 4 * n * 4  # gelu: read + write a temporary, then copy it
+            rows.append(
+                {
+                    "kind": "gelu+copy",
+                    "bytes": n * 4,
+                    "bytes_moved": moved,
+                    "time_s": t,
+                    "iters": it,
+                    "gbps": moved / t / 1e9,
+                }
+            )
+
+        self.save()
+        self._job_memory_ops()
+
+    def _job_memory_ops(self) -> None:
+        """The training job's own memory-bound operations on its shapes, forward and backward
+        (as Vidur and vTrain profile a model's operators), and its optimizer step: the
+        simulator's byte counts over these times give the bandwidth fractions it uses."""
+        torch = self.torch
+        F = torch.nn.functional
+        from .model import ProbeTransformer
+
+        cfg = self.model_config()
+        T, h, V = cfg["batch"] * cfg["seq"], cfg["hidden"], cfg["vocab"]
+        dev = self.device
+
+        def fwd_bwd(make: Any) -> Any:
+            def run() -> None:
+                for leaf in (x_h, x_4h, logits, w, b):
+                    leaf.grad = None  # as zero_grad(set_to_none=True): no accumulation adds
+                out = make()
+                out.backward(gout[out.shape])
+
+            return run
+
+        x_h = torch.randn(T, h, device=dev, requires_grad=True)
+        x_4h = torch.randn(T, 4 * h, device=dev, requires_grad=True)
+        logits = torch.randn(T, V, device=dev, requires_grad=True)
+        target = torch.randint(0, V, (T,), device=dev)
+        w, b = torch.ones(h, device=dev, requires_grad=True), torch.zeros(h, device=dev)
+        b.requires_grad_(True)
+        gout = {
+            torch.Size([T, h]): torch.randn(T, h, device=dev),
+            torch.Size([T, 4 * h]): torch.randn(T, 4 * h, device=dev),
+            torch.Size([]): torch.ones((), device=dev),
+        }
+        a1, a2 = torch.randn(T, h, device=dev), torch.randn(T, h, device=dev)
+        ops: dict[str, tuple[str, Any]] = {
+            "layernorm": (
+                f"layer_norm ({T}x{h}) fwd+bwd",
+                fwd_bwd(lambda: F.layer_norm(x_h, (h,), w, b)),
+            ),
+            "gelu": (f"gelu ({T}x{4 * h}) fwd+bwd", fwd_bwd(lambda: F.gelu(x_4h))),
+            "add": (f"add ({T}x{h})", lambda: torch.add(a1, a2)),
+            "cross_entropy": (
+                f"cross_entropy ({T}x{V}) fwd+bwd",
+                fwd_bwd(lambda: F.cross_entropy(logits, target)),
+            ),
+        }
+        rows: dict[str, Any] = {}
+        for key, (what, fn) in ops.items():
+            self.beat(detail=f"job op {key}")
+            t, it = self._timeit(fn, target_s=0.1)
+            rows[key] = {"op": what, "time_s": t, "iters": it}
+        self.beat(detail="job op optimizer")
+        model = ProbeTransformer(
+            **{k: cfg[k] for k in ("layers", "hidden", "heads", "vocab", "seq")}
+        )
+        model = model.to(dev)
+        for p in model.parameters():
+            p.grad = torch.randn_like(p)
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-4, foreach=True)
+        t, it = self._timeit(opt.step, target_s=0.1)
+        n = sum(p.numel() for p in model.parameters())
+        rows["optimizer"] = {
+            "op": f"AdamW (foreach) step over the job's {n} fp32 parameters",
+            "params": n,
+            "time_s": t,
+            "iters": it,
+        }
+        self.result["job_ops"] = rows
+
+    def phase_storage(self) -> None:
+        rows: dict[str, Any] = {}
+        if self.local_rank != 0:
+            return
+        base = Path(self.args.storage_path or tempfile.gettempdir())
+        size = self.args.storage_bytes
+        path = base / f"clustersim-probe-{socket.gethostname()}-{os.getpid()}.bin"
+        block = os.urandom(1 << 20)
+        try:
+            t0 = time.perf_counter()
+            with open(path, "wb") as f:
+                left = size
+                while left > 0:
+                    f.write(block[: min(left, len(block))])
+                    left -= len(block)
+                f.flush()
+                os.fsync(f.fileno())
+            tw = time.perf_counter() - t0
+            self.beat(detail="storage read")
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                if hasattr(os, "posix_fadvise"):
+                    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+                t0 = time.perf_counter()
+                os.read(fd, 4096)
+                first = time.perf_counter() - t0
+                os.lseek(fd, 0, os.SEEK_SET)
+                t0 = time.perf_counter()
+                while os.read(fd, 1 << 22):
+                    pass
+                tr = time.perf_counter() - t0
+            finally:
+                os.close(fd)
+            rows = {
+                "path": str(base),
+                "bytes": size,
+                "write_s": tw,
+                "read_s": tr,
+                "first_byte_s": first,
+                "write_gbps": size / tw / 1e9,
+                "read_gbps": size / tr / 1e9,
+                "note": "sequential write with fsync, then read after posix_fadvise "
+                "DONTNEED (the page cache may still serve part of the read)",
+            }
+        finally:
+            try:
+                path.unlink()
+            except OSError:
+                pass
+        if self.node == 0:
+            self.result["storage"] = rows
+
+    # training --------------------------------------------------------------------------------
