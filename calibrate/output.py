@@ -1,0 +1,101 @@
+"""Writing calibrated profiles (atomically) and the in-sample check of a calibration."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from simulator.errors import UserError
+from simulator.report.files import write_atomic
+
+from .fits import AlphaBeta
+
+
+@dataclass
+class Calibration:
+    """A calibration: the profiles it writes, its sidecar (fits and the probe job) and its fits."""
+
+    name: str
+    gpu: dict[str, Any]
+    fabric: dict[str, Any]
+    network: dict[str, Any] | None
+    storage: dict[str, Any]
+    sidecar: dict[str, Any]
+    fits: list[AlphaBeta]
+
+
+def write(cal: Calibration, out_dir: str | Path) -> list[Path]:
+    d = Path(out_dir)
+    d.mkdir(parents=True, exist_ok=True)
+    written = []
+    for prof in (cal.gpu, cal.fabric, cal.network, cal.storage):
+        if prof is None:
+            continue
+        p = d / f"{prof['name']}.yaml"
+        write_atomic(p, yaml.safe_dump(prof, sort_keys=False, width=100, allow_unicode=True))
+        written.append(p)
+    p = d / f"{cal.name}.calibration.json"
+    write_atomic(p, json.dumps(cal.sidecar, indent=1))
+    written.append(p)
+    return written
+
+
+def check_name(name: str) -> None:
+    import re
+
+    if not re.fullmatch(r"[a-z0-9][a-z0-9._-]*", name):
+        raise UserError(
+            f"profile name '{name}' is not allowed",
+            path="--name",
+            hint="use lower-case letters, digits, '.', '_' and '-'",
+        )
+
+
+def in_sample(name: str, sidecar: dict[str, Any]) -> dict[str, Any] | None:
+    """Simulate the probe's own training job with the new profiles (same layout as the probe
+    ran) and compare with the step time the probe measured."""
+    from simulator.config.loading import resolve_dict
+    from simulator.simulate import simulate
+
+    from .scenario import cpu_comm_overlaps, job_scenario
+
+    tr = sidecar.get("train")
+    if not tr:
+        return None
+    from simulator.catalog import _load
+
+    _load.cache_clear()
+    nodes = int(tr.get("nodes", 1))
+    net = None
+    if nodes > 1 and f"{name}-network" not in sidecar["profiles"]:
+        return None
+    ppn = int(tr["procs_per_node"])
+    overlap = cpu_comm_overlaps(
+        str(sidecar.get("device_type")),
+        ppn * nodes if sidecar.get("hosts") == 1 else ppn,
+        int(tr.get("threads_per_process") or 1),
+        int(sidecar.get("cpu_count") or 1),
+    )
+    sc = job_scenario(
+        name,
+        tr["model"],
+        ppn,
+        nodes,
+        net,
+        overlap=overlap,
+        stragglers=bool(sidecar.get("speed_variation")),
+    )
+    rs = resolve_dict(sc)
+    pred = simulate(rs, scaling=False).metrics.step_time_s
+    meas = tr["step_time_median_s"]
+    return {
+        "world_size": tr["world_size"],
+        "nodes": nodes,
+        "measured_s": meas,
+        "predicted_s": pred,
+        "error_pct": 100.0 * (pred - meas) / meas,
+    }
