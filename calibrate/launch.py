@@ -19,6 +19,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -71,6 +72,7 @@ def launch(
     args: list[str] | None = None,
     timeout: float = 60.0,
     log=None,
+    on_beats: Callable[[dict[int, dict]], None] | None = None,
 ) -> LaunchResult:
     """Run the probe on ``nodes × nproc`` local processes; raise ProbeFailed on a fault."""
     out = Path(out)
@@ -121,6 +123,8 @@ def launch(
         while True:
             codes = {r: p.poll() for r, p in procs.items()}
             beats = _beats(hb)
+            if on_beats is not None:
+                on_beats(beats)
             bad = {r: c for r, c in codes.items() if c not in (None, 0)}
             if bad:
                 r = min(bad)

@@ -14,6 +14,7 @@ import json
 import os
 import statistics
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -191,6 +192,7 @@ def validate(
     timeout: float = 120.0,
     log: Any = None,
     repeats: int = 3,
+    progress: Callable[[int, int], None] | None = None,
 ) -> dict[str, Any]:
     """Live runs vs predictions. Each layout runs ``repeats`` times, the layouts interleaved
     (1×1, 1×2, 2×1, then 1×2, 2×1, 1×1, …: rotated each repeat), so a machine whose speed
@@ -235,9 +237,15 @@ def validate(
     ref_unit = speed.get("unit_s")
     checks: list[float] = []
     order: list[str] = []
+    checking = bool(ref_unit and todo and int(speed.get("procs") or 1) * threads <= cores)
+    total = repeats * (len(todo) + int(checking))
+    units = 0
     with tempfile.TemporaryDirectory(prefix="clustersim-validate-") as tmp:
         for rep in range(repeats):
-            if ref_unit and todo and int(speed.get("procs") or 1) * threads <= cores:
+            if checking:
+                if progress:
+                    progress(units, total)
+                units += 1
                 if log:
                     log(f"speed check {rep + 1}/{repeats} (the probe's reference work)…")
                 checks.append(
@@ -251,6 +259,9 @@ def validate(
                 order.append(f"{nodes}x{nproc}")
                 if log:
                     log(f"live run {rep + 1}/{repeats}: {nodes} node(s) × {nproc} process(es)…")
+                if progress:
+                    progress(units, total)
+                units += 1
                 runs[id(row)].append(
                     run_live(model_cfg, nproc, nodes, threads, steps, timeout, Path(tmp))
                 )

@@ -140,7 +140,11 @@ def simulate(
     from .simulate import simulate as run_sim
 
     rs = load_scenario(find_scenario(scenario), set_ or [])
-    res = run_sim(rs, full=full, trace=trace is not None, scaling=scaling)
+    if full:
+        with err.status(f"simulating all {rs.gpus} ranks (full mode)…"):
+            res = run_sim(rs, full=full, trace=trace is not None, scaling=scaling)
+    else:
+        res = run_sim(rs, full=full, trace=trace is not None, scaling=scaling)
     d = res.as_dict()
     if trace is not None:
         write_trace(

@@ -56,8 +56,25 @@ def probe(
         ]
     err.print(f"probe: {nproc} process(es), budget {time_budget:g} s, writing {safe(out_file)}")
     _kept[0] = f"the measurements finished so far are kept in {out_file} (complete: false)"
+    from calibrate.probe import PHASES
+
+    from .report.progress import progress_bar
+
     try:
-        res = launch(Path(out_file), nproc, 1, args, timeout=timeout)
+        with progress_bar(err, "probe", len(PHASES)) as update:
+
+            def on_beats(beats: dict[int, dict]) -> None:
+                if not beats:
+                    return
+                slowest = min(
+                    beats.values(),
+                    key=lambda b: PHASES.index(b["phase"]) if b.get("phase") in PHASES else 99,
+                )
+                phase = slowest.get("phase", "")
+                done = PHASES.index(phase) if phase in PHASES else len(PHASES)
+                update(done, safe(f"probe: {phase} {slowest.get('detail', '')}".strip()))
+
+            res = launch(Path(out_file), nproc, 1, args, timeout=timeout, on_beats=on_beats)
     except ProbeFailed as exc:
         err.print(
             f"[red]probe failed:[/red] {safe(str(exc))}\n"
@@ -170,15 +187,21 @@ def validate(
                 f"{opt} '{text}' is not a comma list of integers", path=opt, hint=f"e.g. {opt} 1,2"
             ) from None
 
-    rep = run_validate(
-        profile,
-        ints(nproc, "--nproc"),
-        ints(nodes, "--nodes"),
-        steps,
-        timeout,
-        log=lambda m: err.print(m, highlight=False),
-        repeats=repeats,
-    )
+    from .report.progress import progress_bar
+
+    with progress_bar(err, "validate: live runs", 1) as update:
+        rep = run_validate(
+            profile,
+            ints(nproc, "--nproc"),
+            ints(nodes, "--nodes"),
+            steps,
+            timeout,
+            log=lambda m: err.print(m, highlight=False),
+            repeats=repeats,
+            progress=lambda done, total: update(
+                done, f"validate: run {done + 1} of {total}", total
+            ),
+        )
     if fmt == Fmt.json:
         _json(rep)
         return
