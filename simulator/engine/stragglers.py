@@ -14,14 +14,14 @@ from __future__ import annotations
 import math
 from functools import lru_cache
 
-from scipy import integrate, stats
-
 from ..config.scenario import ResolvedScenario
 
 
 @lru_cache(maxsize=256)
 def expected_max_normal(n: int) -> float:
     """E[max of ``n`` independent standard normal draws] (0 for one draw; 1/√π for two)."""
+    from scipy import integrate, stats  # only when stragglers are asked for (slow import)
+
     if n < 1:
         raise ValueError("n must be at least 1")
     if n == 1:
