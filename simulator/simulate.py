@@ -11,6 +11,7 @@ from typing import Any
 from .config.loading import resolve_dict
 from .config.scenario import ResolvedScenario
 from .cost import CostReport, compute_cost
+from .engine.periodic import run_periodic
 from .engine.sim import EngineResult, run_engine
 from .errors import UserError
 from .metrics import Metrics, compute_metrics
@@ -65,7 +66,9 @@ def simulate(
             f"--full simulates every rank; {rs.gpus} GPUs is above the limit of {FULL_MODE_LIMIT}",
             hint="drop --full (symmetric mode is exact for uniform clusters)",
         )
-    eng = run_engine(rs, full=full, trace=trace)
+    # Symmetric mode extrapolates the steady state where that is exact; a trace or the full
+    # mode needs every event.
+    eng = run_engine(rs, full=full, trace=trace) if full or trace else run_periodic(rs)
     met = compute_metrics(rs, eng)
     if scaling:
         _scaling(rs, met)
@@ -135,7 +138,7 @@ def _scaling(rs: ResolvedScenario, met: Metrics) -> None:
             "tokens_per_s_per_gpu": met.tokens_per_s / met.gpus,
         }
         return
-    rm = compute_metrics(ref, run_engine(ref))
+    rm = compute_metrics(ref, run_periodic(ref))
     per_gpu = met.tokens_per_s / met.gpus
     ref_per_gpu = rm.tokens_per_s / rm.gpus
     met.scaling_efficiency = per_gpu / ref_per_gpu

@@ -1,0 +1,57 @@
+"""Steady-state extrapolation against the event-by-event engine, which stays the reference.
+
+On 200 random layouts with many micro-batches (every schedule, sharding, stack and fabric of the
+random generator in ``test_invariants_random``), the extrapolated step time and every idle
+category must equal the full event simulation within 0.5% (in practice to rounding), and the
+extrapolation must really be taken on most of them.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import pytest
+from test_invariants_random import _draw
+
+from simulator.config.loading import resolve_dict
+from simulator.engine.periodic import run_periodic
+from simulator.engine.sim import run_engine
+from simulator.errors import UserError
+from simulator.metrics import compute_metrics
+
+LAYOUTS = 200
+
+
+def _many_micro_batches(rnd: random.Random) -> Any:
+    """A random layout that resolves, with 12-24 rounds of micro-batches per pipeline."""
+    while True:
+        data = _draw(rnd)
+        par = data["parallelism"]
+        pp = par["pp"]
+        gpus = data["cluster"]["nodes"] * data["cluster"]["gpus_per_node"]
+        dp = max(1, gpus // (par["tp"] * pp * par["cp"]))
+        m = pp * rnd.randint(12, 24) if pp > 1 else rnd.randint(16, 48)
+        data["training"]["global_batch"] = dp * data["training"]["micro_batch"] * m
+        try:
+            return resolve_dict(data)
+        except UserError:
+            continue
+
+
+def test_extrapolation_equals_the_event_simulation_on_random_layouts() -> None:
+    rnd = random.Random(5)
+    taken = 0
+    for _ in range(LAYOUTS):
+        rs = _many_micro_batches(rnd)
+        exact, fast = run_engine(rs), run_periodic(rs)
+        taken += fast.events < exact.events
+        me, mf = compute_metrics(rs, exact), compute_metrics(rs, fast)
+        assert mf.step_time_s == pytest.approx(me.step_time_s, rel=5e-3), rs.layout()
+        for k, v in me.breakdown_s.items():
+            assert mf.breakdown_s[k] == pytest.approx(v, abs=5e-3 * me.step_time_s), (
+                k,
+                rs.layout(),
+            )
+    assert taken >= LAYOUTS // 2, taken
+    print(f"extrapolated {taken} of {LAYOUTS}")
