@@ -1,0 +1,158 @@
+"""`clustersim sweep` and `clustersim compare`: many layouts from one spec, and scenarios side
+by side."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from .cli_common import Fmt, _json, _kept, app, err, out
+from .errors import UserError
+from .report.text import safe
+
+
+@app.command()
+def sweep(
+    spec_file: Annotated[str, typer.Argument(help="sweep spec YAML (see scenarios/sweeps/)")],
+    out_file: Annotated[str, typer.Option("--out", help=".csv, .jsonl or .parquet")] = (
+        "results/sweep.csv"
+    ),
+    plot: Annotated[str | None, typer.Option(help="folder for PNG plots")] = None,
+    best: Annotated[str | None, typer.Option(help="time | cost | usd-per-token")] = None,
+    deadline_days: Annotated[float | None, typer.Option(help="at most this many days")] = None,
+    budget_usd: Annotated[float | None, typer.Option(help="at most this many US$")] = None,
+    max_gpus: Annotated[int | None, typer.Option(help="at most this many GPUs")] = None,
+    own: Annotated[
+        bool | None, typer.Option("--own/--rent", help="only owned, or only rented, clusters")
+    ] = None,
+    all_plans: Annotated[bool, typer.Option("--all", help="keep every valid plan")] = False,
+    executor: Annotated[str, typer.Option(help="local | serial | ray")] = "local",
+    workers: Annotated[int | None, typer.Option(help="local processes (default: cores)")] = None,
+    address: Annotated[str | None, typer.Option(help="Ray cluster address (ray)")] = None,
+) -> None:
+    """Evaluate every point of a sweep spec; write one row per point (resumable), print the
+    Pareto front of time against cost and, with --best, the best layout under constraints."""
+    from rich.table import Table
+
+    from .report.progress import progress_bar
+    from .sweep.answers import best as pick
+    from .sweep.answers import pareto
+    from .sweep.run import run_sweep
+    from .sweep.spec import load_spec, points
+
+    if executor not in ("local", "serial", "ray"):
+        raise UserError(
+            f"unknown executor '{executor}'", path="--executor", hint="local | serial | ray"
+        )
+    if best not in (None, "time", "cost", "usd-per-token"):
+        raise UserError(
+            f"unknown objective '{best}'", path="--best", hint="time | cost | usd-per-token"
+        )
+    spec, base, _ = load_spec(spec_file)
+    if all_plans:
+        spec = spec.model_copy(update={"keep": "all"})
+    pts = points(spec)
+    path = Path(out_file)
+    _kept[0] = f"finished points are kept in {out_file}; run the same command again to resume"
+    with progress_bar(err, f"sweep {safe(spec.name)}", len(pts)) as update:
+        rows = run_sweep(
+            spec,
+            base,
+            pts,
+            path,
+            executor,
+            workers,
+            address,
+            on_point=lambda done, total: update(done),
+        )
+    ok = [r for r in rows if r.get("status") == "ok"]
+    failed: dict[str, int] = {}
+    for r in rows:
+        if r.get("status") != "ok":
+            failed[str(r["status"])] = failed.get(str(r["status"]), 0) + 1
+    dropped_mem = sum(int(r.get("plans_dropped_memory") or 0) for r in rows if r.get("point_rows"))
+    out.print(
+        f"{len(pts)} points, {len(ok)} rows written to {safe(out_file)}; plans dropped as not "
+        f"fitting in memory: {dropped_mem}"
+    )
+    for reason, n in sorted(failed.items()):
+        out.print(f"  {n} point(s): {safe(reason)}")
+    front = pareto(rows)
+    t = Table(title="Pareto front: time to train against total cost")
+    for col in ("point", "layout", "tier", "days", "US$", "$/M tokens", "MFU"):
+        t.add_column(col, justify="right" if col not in ("layout", "tier") else "left")
+    for r in front:
+        t.add_row(*_cells(r))
+    out.print(t)
+    chosen = None
+    if best:
+        ownership = None if own is None else ("own" if own else "rent")
+        chosen, removed = pick(rows, best, deadline_days, budget_usd, max_gpus, ownership)  # type: ignore[arg-type]
+        if chosen is None:
+            why = ", ".join(f"{k}: {v}" for k, v in removed.items() if v)
+            out.print(f"[red]no layout meets the constraints[/red] (removed by {why or 'none'})")
+        else:
+            out.print(
+                "[bold]best[/bold] (" + best + "): " + " | ".join(safe(c) for c in _cells(chosen))
+            )
+    if plot:
+        from .report import plots
+
+        d = Path(plot)
+        d.mkdir(parents=True, exist_ok=True)
+        made = [
+            plots.scaling(rows, d / f"{spec.name}-scaling.png", f"{spec.name}: scaling"),
+            plots.cost_time(
+                rows, d / f"{spec.name}-cost-time.png", f"{spec.name}: cost vs time", chosen
+            ),
+            plots.idle_breakdown(
+                rows, d / f"{spec.name}-idle.png", f"{spec.name}: where the step goes"
+            ),
+        ]
+        for p in made:
+            out.print(f"wrote {safe(p)}")
+
+
+def _cells(r: dict[str, Any]) -> list[str]:
+    days, usd, per_m = (
+        r.get("time_to_train_days"),
+        r.get("usd_total"),
+        r.get("usd_per_million_tokens"),
+    )
+    return [
+        str(r["point"]),
+        safe(
+            f"{r['gpus']}×{r['gpu']} TP{r['tp']} PP{r['pp']} DP{r['dp']} mb{r['micro_batch']} "
+            f"{r['sharding']} {r['recompute']}"
+        ),
+        safe(r.get("tier") or "-"),
+        "-" if days in (None, "") else f"{float(days):.1f}",
+        "-" if usd in (None, "") else f"{float(usd):,.0f}",
+        "-" if per_m in (None, "") else f"{float(per_m):.3f}",
+        f"{100 * float(r['mfu']):.1f}%",
+    ]
+
+
+@app.command()
+def compare(
+    scenarios: Annotated[list[str], typer.Argument(help="two or more scenario YAML files")],
+    fmt: Annotated[Fmt, typer.Option("--format")] = Fmt.table,
+) -> None:
+    """Scenarios side by side: differences highlighted, one verdict per metric."""
+    from .catalog import find_scenario
+    from .compare import compare_results, print_compare
+    from .config.loading import load_scenario
+    from .simulate import simulate
+
+    if len(scenarios) < 2:
+        raise UserError(
+            "compare needs at least two scenarios", hint="clustersim compare a.yaml b.yaml"
+        )
+    results = [simulate(load_scenario(find_scenario(s))).as_dict() for s in scenarios]
+    rep = compare_results(results)
+    if fmt == Fmt.json:
+        _json(rep)
+    else:
+        print_compare(rep, out)

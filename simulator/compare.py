@@ -1,0 +1,113 @@
+"""`clustersim compare`: two or more simulated scenarios side by side, with a verdict per metric
+(which is better, by how much, and why: the part of the step that differs most)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from .report.text import safe
+
+# (key, label, better: "low" or "high", format)
+METRICS = [
+    ("step_time_s", "step time (s)", "low", "{:.3f}"),
+    ("tokens_per_s", "throughput (tokens/s)", "high", "{:,.0f}"),
+    ("tokens_per_s_per_gpu", "tokens/s per GPU", "high", "{:,.0f}"),
+    ("mfu", "MFU", "high", "{:.1%}"),
+    ("memory_gb_per_gpu", "memory per GPU (GB)", "low", "{:.1f}"),
+    ("usd_per_million_tokens", "$ per million tokens", "low", "{:.3f}"),
+    ("time_to_train_days", "time to train (days)", "low", "{:.1f}"),
+    ("usd_total", "$ for the token budget", "low", "{:,.0f}"),
+]
+
+CATEGORY_LABELS = {
+    "compute": "compute",
+    "optimizer": "optimizer",
+    "comm_tp": "exposed TP communication",
+    "comm_cp": "exposed CP communication",
+    "comm_dp": "exposed DP communication",
+    "comm_pp": "exposed PP communication",
+    "pp_bubble": "pipeline bubble",
+    "data_stall": "data-loader stall",
+    "imbalance": "stage imbalance",
+    "straggler": "waiting for the slowest GPU",
+}
+
+
+def _values(d: dict[str, Any]) -> dict[str, float | None]:
+    c = d.get("cost") or {}
+    return {
+        "step_time_s": d["step_time_s"],
+        "tokens_per_s": d["tokens_per_s"],
+        "tokens_per_s_per_gpu": d["tokens_per_s"] / d["gpus"],
+        "mfu": d["mfu"],
+        "memory_gb_per_gpu": d["memory_gb_per_gpu"],
+        "usd_per_million_tokens": c.get("usd_per_million_tokens"),
+        "time_to_train_days": c.get("time_to_train_days"),
+        "usd_total": c.get("usd_total"),
+    }
+
+
+def _why(a: dict[str, Any], b: dict[str, Any]) -> str:
+    """The step category whose time differs most between two results."""
+    cats = set(a["breakdown_s"]) | set(b["breakdown_s"])
+    key = max(cats, key=lambda k: abs(a["breakdown_s"].get(k, 0.0) - b["breakdown_s"].get(k, 0.0)))
+    da, db = a["breakdown_s"].get(key, 0.0), b["breakdown_s"].get(key, 0.0)
+    return f"{CATEGORY_LABELS.get(key, key)}: {da:.3f} s vs {db:.3f} s per step"
+
+
+def compare_results(results: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per metric: every scenario's value, the best one, and a one-line verdict."""
+    names = [r["scenario"] for r in results]
+    vals = [_values(r) for r in results]
+    rows = []
+    for key, label, better, fmt in METRICS:
+        column = [v[key] for v in vals]
+        present = [(i, x) for i, x in enumerate(column) if x is not None]
+        if len(present) < 2:
+            continue
+        pick = min if better == "low" else max
+        bi, bx = pick(present, key=lambda p: p[1])
+        wi, wx = (max if better == "low" else min)(present, key=lambda p: p[1])
+        ratio = (wx / bx) if better == "low" and bx else (bx / wx if wx else float("inf"))
+        if bi == wi or abs(ratio - 1) < 1e-9:
+            verdict = f"{label}: the same for all"
+        else:
+            word = "lower" if better == "low" else "higher"
+            verdict = (
+                f"{label}: {names[bi]} is best, {fmt.format(bx)} against {fmt.format(wx)} "
+                f"for {names[wi]} ({ratio:.2f}× {word} is better); "
+                f"why: {_why(results[bi], results[wi])}"
+            )
+        rows.append(
+            {
+                "metric": key,
+                "label": label,
+                "values": column,
+                "formatted": [None if x is None else fmt.format(x) for x in column],
+                "best": names[bi],
+                "verdict": verdict,
+            }
+        )
+    return {"scenarios": names, "metrics": rows}
+
+
+def print_compare(rep: dict[str, Any], console: Console) -> None:
+    t = Table(title="compare")
+    t.add_column("metric", style="cyan")
+    for n in rep["scenarios"]:
+        t.add_column(safe(n), justify="right")
+    for m in rep["metrics"]:
+        cells = []
+        for n, f in zip(rep["scenarios"], m["formatted"], strict=True):
+            text = safe(f if f is not None else "-")
+            cells.append(f"[bold green]{text}[/bold green]" if n == m["best"] else text)
+        t.add_row(safe(m["label"]), *cells)
+    console.print(t)
+    for m in rep["metrics"]:
+        console.print("• " + safe(m["verdict"]), highlight=False)
+
+
+__all__ = ["compare_results", "print_compare"]

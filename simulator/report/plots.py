@@ -1,0 +1,148 @@
+"""PNG plots of sweep results (matplotlib, Agg backend, imported only when a plot is asked for):
+the scaling curve, cost against time to train with the Pareto front, and the idle breakdown per
+layout."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from ..errors import UserError
+from ..sweep.answers import cost_of, ok_rows, pareto, time_of
+
+Rows = list[dict[str, Any]]
+
+IDLE = [
+    ("compute_s", "compute"),
+    ("optimizer_s", "optimizer"),
+    ("idle_comm_tp_s", "TP comm"),
+    ("idle_comm_cp_s", "CP comm"),
+    ("idle_comm_dp_s", "DP comm"),
+    ("idle_comm_pp_s", "PP comm"),
+    ("idle_pp_bubble_s", "pipeline bubble"),
+    ("idle_data_stall_s", "data stall"),
+    ("idle_imbalance_s", "stage imbalance"),
+    ("idle_straggler_s", "stragglers"),
+]
+
+
+def _plt() -> Any:
+    try:
+        import matplotlib
+    except ImportError:
+        raise UserError(
+            "plots need matplotlib", hint='pip install "clustersim[plot]", or drop --plot'
+        ) from None
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _label(r: dict[str, Any]) -> str:
+    return f"{r['gpus']}×{r['gpu']} TP{r['tp']} PP{r['pp']} DP{r['dp']}" + (
+        f" {r['tier']}" if r.get("tier") else ""
+    )
+
+
+def scaling(rows: Rows, path: Path, title: str) -> Path:
+    """Throughput and scaling efficiency against GPU count (log2 axis), with the ideal line;
+    one curve per GPU type, the fastest row at each GPU count."""
+    plt = _plt()
+    fig, (ax, ax2) = plt.subplots(1, 2, figsize=(12, 4.8))
+    by_gpu: dict[str, dict[int, dict[str, Any]]] = {}
+    for r in ok_rows(rows):
+        cur = by_gpu.setdefault(str(r["gpu"]), {}).get(int(r["gpus"]))
+        if cur is None or float(r["tokens_per_s"]) > float(cur["tokens_per_s"]):
+            by_gpu[str(r["gpu"])][int(r["gpus"])] = r
+    for gpu, pts in sorted(by_gpu.items()):
+        n = sorted(pts)
+        tput = [float(pts[k]["tokens_per_s"]) for k in n]
+        (line,) = ax.plot(n, tput, marker="o", label=gpu)
+        ideal = [tput[0] * k / n[0] for k in n]
+        ax.plot(n, ideal, linestyle="--", color=line.get_color(), alpha=0.5)
+        eff = [100 * (t / k) / (tput[0] / n[0]) for t, k in zip(tput, n, strict=True)]
+        ax2.plot(n, eff, marker="o", label=gpu, color=line.get_color())
+    for a in (ax, ax2):
+        a.set_xscale("log", base=2)
+        a.set_xlabel("GPUs")
+        a.grid(True, which="both", alpha=0.3)
+    ax.set_ylabel("throughput (tokens/s)")
+    ax.set_title("throughput (dashed: ideal linear scaling)")
+    ax2.set_ylabel("scaling efficiency (% of the smallest layout, per GPU)")
+    ax2.set_title("scaling efficiency")
+    ax2.axhline(100, color="grey", linestyle="--", alpha=0.5)
+    ax.legend()
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def cost_time(rows: Rows, path: Path, title: str, best: dict[str, Any] | None = None) -> Path:
+    """Every layout's cost against its time to train, the Pareto front joined, the best
+    labelled."""
+    plt = _plt()
+    ok = [r for r in ok_rows(rows) if time_of(r) is not None and cost_of(r) is not None]
+    days = any(r.get("time_to_train_days") not in (None, "") for r in ok)
+    fig, ax = plt.subplots(figsize=(8, 5.5))
+    for tier in sorted({str(r.get("tier") or "unpriced") for r in ok}):
+        sel = [r for r in ok if str(r.get("tier") or "unpriced") == tier]
+        ax.scatter([time_of(r) for r in sel], [cost_of(r) for r in sel], label=tier, alpha=0.7)
+    front = pareto(ok)
+    if front:
+        xs, ys = [time_of(r) for r in front], [cost_of(r) for r in front]
+        ax.plot(xs, ys, color="black", linewidth=1.2)
+        ax.scatter(
+            xs,
+            ys,
+            s=140,
+            facecolors="none",
+            edgecolors="black",
+            linewidths=1.5,
+            label="Pareto front (no layout is both faster and cheaper)",
+        )
+    if best is not None:
+        ax.annotate(
+            "best: " + _label(best),
+            (time_of(best), cost_of(best)),
+            xytext=(15, 15),
+            textcoords="offset points",
+            arrowprops={"arrowstyle": "->"},
+        )
+    ax.set_xlabel("time to train (days)" if days else "step time (s)")
+    ax.set_ylabel("total cost (US$)" if days else "US$ per million tokens")
+    ax.set_title(title)
+    ax.grid(True, alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def idle_breakdown(rows: Rows, path: Path, title: str, limit: int = 30) -> Path:
+    """Where each layout's step goes, stacked, as a share of the step (the ``limit`` fastest)."""
+    plt = _plt()
+    ok = sorted(ok_rows(rows), key=lambda r: float(r["step_time_s"]))[:limit]
+    fig, ax = plt.subplots(figsize=(max(8, 0.45 * len(ok) + 3), 5.5))
+    bottom = [0.0] * len(ok)
+    for col, name in IDLE:
+        share = [100 * float(r.get(col) or 0.0) / float(r["step_time_s"]) for r in ok]
+        if not any(share):
+            continue
+        ax.bar(range(len(ok)), share, bottom=bottom, label=name)
+        bottom = [b + s for b, s in zip(bottom, share, strict=True)]
+    ax.set_xticks(range(len(ok)), [_label(r) for r in ok], rotation=60, ha="right", fontsize=7)
+    ax.set_ylabel("share of the step (%)")
+    ax.set_ylim(0, 100)
+    ax.set_title(title)
+    ax.legend(loc="center left", bbox_to_anchor=(1.0, 0.5))
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+__all__ = ["cost_time", "idle_breakdown", "scaling"]

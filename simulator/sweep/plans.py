@@ -1,0 +1,265 @@
+"""Automatic parallelism: every valid plan of the 'auto' fields for one cluster, and the row a
+simulated plan gives.
+
+A plan is valid when the scenario resolves (degrees divide the GPUs, heads, layers and batch)
+and fits in memory (`check`); the others are dropped and counted by reason. Each valid plan is
+simulated in symmetric mode; ``keep`` picks the fastest, the cheapest, or all of them.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import json
+from collections import Counter
+from typing import Any
+
+from ..check import check
+from ..config.loading import apply_sets, resolve_dict
+from ..config.scenario import ResolvedScenario
+from ..cost import compute_cost
+from ..engine.sim import CATEGORIES
+from ..errors import UserError
+from ..simulate import simulate
+from .spec import Point
+
+SHARDINGS: list[dict[str, Any]] = [{"kind": "zero", "stage": s} for s in (0, 1, 2, 3)]
+MICRO_BATCHES = (1, 2, 4, 8)
+RECOMPUTE = ("none", "selective", "full")
+
+COLUMNS = [
+    "sweep",
+    "point",
+    "point_key",
+    "point_rows",
+    "status",
+    "gpu",
+    "gpus_per_node",
+    "nodes",
+    "gpus",
+    "fabric",
+    "network",
+    "nics_per_node",
+    "software",
+    "pricing",
+    "tier",
+    "tp",
+    "pp",
+    "dp",
+    "cp",
+    "micro_batch",
+    "micro_batches",
+    "schedule",
+    "virtual_stages",
+    "sharding",
+    "recompute",
+    "memory_gb_per_gpu",
+    "step_time_s",
+    "tokens_per_s",
+    "tokens_per_s_per_gpu",
+    "mfu",
+    "model_tflops_per_gpu",
+    "usd_per_gpu_hour",
+    "usd_per_million_tokens",
+    "time_to_train_days",
+    "usd_total",
+    "usd_idle",
+    *[f"idle_{c}_s" if c not in ("compute", "optimizer") else f"{c}_s" for c in CATEGORIES],
+    "plans_valid",
+    "plans_dropped_memory",
+    "plans_dropped_invalid",
+]
+
+
+def _divisors(n: int, cap: int) -> list[int]:
+    return [d for d in range(1, min(n, cap) + 1) if n % d == 0]
+
+
+def plan_variants(data: dict[str, Any], auto: list[str]) -> list[dict[str, Any]]:
+    """The scenario ``data`` under every combination of the 'auto' fields (unvalidated)."""
+    if not auto:
+        return [data]
+    cl = data.get("cluster") or {}
+    gpn = int(cl.get("gpus_per_node") or 8)
+    gpus = gpn * int(cl.get("nodes") or 1)
+    par = dict(data.get("parallelism") or {})
+    choices: dict[str, list[Any]] = {}
+    if "tp" in auto:
+        choices["tp"] = _divisors(gpn, 64)
+    if "pp" in auto:
+        choices["pp"] = [p for p in (1, 2, 4, 8, 16, 32, 64) if p <= gpus]
+    if "cp" in auto:
+        choices["cp"] = [1, 2]
+    if "sharding" in auto:
+        choices["sharding"] = SHARDINGS
+    if "micro_batch" in auto:
+        choices["micro_batch"] = list(MICRO_BATCHES)
+    if "schedule" in auto:
+        choices["schedule"] = ["1f1b", "interleaved"]
+    if "recompute" in auto:
+        choices["recompute"] = list(RECOMPUTE)
+    out = []
+    names = list(choices)
+    for combo in itertools.product(*(choices[n] for n in names)):
+        d = copy.deepcopy(data)
+        p = dict(par)
+        tr = dict(d.get("training") or {})
+        for name, value in zip(names, combo, strict=True):
+            if name == "micro_batch":
+                tr["micro_batch"] = value
+            elif name == "schedule":
+                p["pp_schedule"] = (
+                    {"kind": "interleaved", "virtual_stages": 2}
+                    if value == "interleaved"
+                    else {"kind": value}
+                )
+            else:
+                p[name] = value
+        pp = p.get("pp", 1)
+        kind = (p.get("pp_schedule") or {}).get("kind")
+        if pp == 1 and kind == "interleaved":
+            continue  # the same plan as 1f1b without a pipeline
+        p["dp"] = "auto"
+        p["sequence_parallel"] = int(p.get("tp", 1)) > 1
+        d["parallelism"] = p
+        d["training"] = tr
+        out.append(d)
+    return out
+
+
+# Per process: the same cluster and plan under another price needs no new simulation.
+_SIMULATED: dict[str, tuple[dict[str, Any], float]] = {}
+
+
+def _simulate_unpriced(
+    variant: dict[str, Any], rs: ResolvedScenario
+) -> tuple[dict[str, Any], float]:
+    """``simulate`` of ``rs`` without its cost, and its idle fraction (cached by the scenario
+    with its pricing and token budget left out)."""
+    cl = {k: v for k, v in (variant.get("cluster") or {}).items() if k != "pricing"}
+    key = json.dumps({**variant, "cluster": cl, "run": None}, sort_keys=True, default=str)
+    hit = _SIMULATED.get(key)
+    if hit is None:
+        res = simulate(rs.model_copy(update={"price": None}), scaling=False)
+        hit = _SIMULATED[key] = (res.as_dict(), res.metrics.idle_fraction)
+        if len(_SIMULATED) > 4096:
+            _SIMULATED.pop(next(iter(_SIMULATED)))
+    return hit
+
+
+def _row_common(sweep: str, point: Point, rs: ResolvedScenario) -> dict[str, Any]:
+    lay = rs.layout()
+    sh = rs.parallelism.sharding
+    price = rs.price
+    return {
+        "sweep": sweep,
+        "point": point.index,
+        "point_key": point.key,
+        **{f"axis_{k}": v for k, v in point.labels.items()},
+        "gpu": rs.gpu.name,
+        "gpus_per_node": rs.gpus_per_node,
+        "nodes": rs.nodes,
+        "gpus": rs.gpus,
+        "fabric": rs.fabric.name,
+        "network": rs.network.name if rs.network else "",
+        "nics_per_node": rs.nics_per_node,
+        "software": rs.software.name,
+        "pricing": price.name if price else "",
+        "tier": ("ownership" if price.kind == "ownership_price" else rs.price_tier)
+        if price
+        else "",
+        "tp": rs.tp,
+        "pp": rs.pp,
+        "dp": rs.dp,
+        "cp": rs.cp,
+        "micro_batch": rs.training.micro_batch,
+        "micro_batches": lay["micro_batches"],
+        "schedule": lay["schedule"],
+        "virtual_stages": rs.parallelism.virtual_stages,
+        "sharding": f"zero{sh.stage}" if sh.kind == "zero" else f"fsdp_{sh.strategy}",
+        "recompute": rs.parallelism.recompute,
+    }
+
+
+def evaluate_point(
+    sweep: str, base: dict[str, Any], point: Point, auto: list[str], keep: str
+) -> list[dict[str, Any]]:
+    """The rows of one point: its kept plan(s), or one row saying why none fits."""
+    try:
+        data = apply_sets(base, point.sets, None)
+    except UserError as err:
+        return [_failed(sweep, point, f"invalid: {err.message}", Counter())]
+    drops: Counter[str] = Counter()
+    rows: list[dict[str, Any]] = []
+    last_invalid = ""
+    variants = plan_variants(data, auto)
+    for variant in variants:
+        try:
+            rs = resolve_dict(variant)
+        except UserError as err:
+            drops["invalid"] += 1
+            last_invalid = err.message
+            continue
+        rep = check(rs)
+        if not rep.fits:
+            drops["memory"] += 1
+            continue
+        try:
+            d, idle = _simulate_unpriced(variant, rs)
+            cost = compute_cost(rs, d["step_time_s"], min(1.0, max(0.0, idle)))
+        except UserError as err:  # e.g. a price tier the profile does not offer
+            return [_failed(sweep, point, f"invalid: {err.message}", drops)]
+        c = cost.as_dict() if cost else {}
+        row = _row_common(sweep, point, rs)
+        row.update(
+            status="ok",
+            memory_gb_per_gpu=d["memory_gb_per_gpu"],
+            step_time_s=d["step_time_s"],
+            tokens_per_s=d["tokens_per_s"],
+            tokens_per_s_per_gpu=d["tokens_per_s"] / rs.gpus,
+            mfu=d["mfu"],
+            model_tflops_per_gpu=d["model_tflops_per_gpu"],
+            usd_per_gpu_hour=c.get("usd_per_gpu_hour"),
+            usd_per_million_tokens=c.get("usd_per_million_tokens"),
+            time_to_train_days=c.get("time_to_train_days"),
+            usd_total=c.get("usd_total"),
+            usd_idle=c.get("usd_idle"),
+        )
+        for cat in CATEGORIES:
+            col = f"{cat}_s" if cat in ("compute", "optimizer") else f"idle_{cat}_s"
+            row[col] = d["breakdown_s"].get(cat, 0.0)
+        rows.append(row)
+    if not rows:
+        reason = "no plan fits in memory" if drops["memory"] else "no valid plan"
+        if not drops["memory"] and drops["invalid"] and len(variants) == 1:
+            reason = f"invalid: {last_invalid}"
+        return [_failed(sweep, point, reason, drops)]
+    if keep != "all":
+        metric = "step_time_s" if keep == "fastest" else "usd_per_million_tokens"
+        rows = [min(rows, key=lambda r: (r[metric] is None, r[metric] or 0.0, r["step_time_s"]))]
+    valid = len(variants) - drops["memory"] - drops["invalid"]
+    for r in rows:
+        r.update(
+            point_rows=len(rows),
+            plans_valid=valid,
+            plans_dropped_memory=drops["memory"],
+            plans_dropped_invalid=drops["invalid"],
+        )
+    return rows
+
+
+def _failed(sweep: str, point: Point, reason: str, drops: Counter[str]) -> dict[str, Any]:
+    return {
+        "sweep": sweep,
+        "point": point.index,
+        "point_key": point.key,
+        "point_rows": 1,
+        "status": reason,
+        **{f"axis_{k}": v for k, v in point.labels.items()},
+        "plans_valid": 0,
+        "plans_dropped_memory": drops["memory"],
+        "plans_dropped_invalid": drops["invalid"],
+    }
+
+
+__all__ = ["COLUMNS", "evaluate_point", "plan_variants"]

@@ -1,0 +1,214 @@
+"""Running a sweep: points evaluated on a local process pool (default), in this process, or on
+Ray; rows written as points finish; a re-run with the same output resumes.
+
+Output: CSV (default), JSON lines (``.jsonl``) or Parquet (``.parquet``, needs pyarrow). While
+the sweep runs, each finished point's rows are appended in one write to the output (CSV/JSONL)
+or to ``<out>.partial.jsonl`` (Parquet), so an interrupted sweep loses no finished point. A
+re-run reads what is there, keeps every complete point (all of its ``point_rows`` present) and
+evaluates only the rest. At the end the file is rewritten atomically, sorted by point, so an
+interrupted-and-resumed sweep gives the same file as an uninterrupted one.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from ..errors import UserError
+from ..report.files import write_atomic
+from .plans import COLUMNS, evaluate_point
+from .spec import Point, SweepSpec
+
+Rows = list[dict[str, Any]]
+
+
+def columns(spec: SweepSpec) -> list[str]:
+    axes = [f"axis_{next(iter(a))}" for a in spec.axes]
+    return COLUMNS[:4] + axes + COLUMNS[4:]
+
+
+def _fmt(path: Path) -> str:
+    suffix = path.suffix.lower()
+    if suffix == ".jsonl":
+        return "jsonl"
+    if suffix == ".parquet":
+        return "parquet"
+    return "csv"
+
+
+def _journal(path: Path) -> Path:
+    return path.with_name(path.name + ".partial.jsonl") if _fmt(path) == "parquet" else path
+
+
+def _parse(value: str) -> Any:
+    if value == "":
+        return None
+    for cast in (int, float):
+        try:
+            return cast(value)
+        except ValueError:
+            pass
+    return value
+
+
+def read_rows(path: Path) -> Rows:
+    """Rows already in ``path`` (a torn last line from an interruption is ignored)."""
+    j = _journal(path)
+    if not j.exists():
+        return []
+    text = j.read_text(encoding="utf-8")
+    rows: Rows = []
+    if _fmt(j) == "csv":
+        lines = text.splitlines(keepends=True)
+        if lines and not lines[-1].endswith("\n"):
+            lines = lines[:-1]
+        for r in csv.DictReader(io.StringIO("".join(lines))):
+            if None in r or any(v is None for v in r.values()):
+                continue
+            rows.append({k: _parse(v) for k, v in r.items()})
+    else:
+        for line in text.splitlines():
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue
+    return rows
+
+
+def complete_points(rows: Rows) -> dict[str, Rows]:
+    """Rows grouped by point key, only the points whose every row is present."""
+    by: dict[str, Rows] = {}
+    for r in rows:
+        by.setdefault(str(r.get("point_key")), []).append(r)
+    return {k: v for k, v in by.items() if v and len(v) == int(v[0].get("point_rows") or 0)}
+
+
+def _csv_text(cols: list[str], rows: Rows, header: bool) -> str:
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=cols, extrasaction="ignore", lineterminator="\n")
+    if header:
+        w.writeheader()
+    for r in rows:
+        w.writerow({c: ("" if r.get(c) is None else r.get(c)) for c in cols})
+    return buf.getvalue()
+
+
+def _append(path: Path, cols: list[str], rows: Rows) -> None:
+    j = _journal(path)
+    fresh = not j.exists() or j.stat().st_size == 0
+    if _fmt(j) == "csv":
+        text = _csv_text(cols, rows, header=fresh)
+    else:
+        text = "".join(json.dumps({c: r.get(c) for c in cols}) + "\n" for r in rows)
+    with open(j, "a", encoding="utf-8") as fh:
+        fh.write(text)
+        fh.flush()
+        os.fsync(fh.fileno())
+
+
+def finish(path: Path, cols: list[str], rows: Rows) -> None:
+    """The final file, sorted by point (and by plan within a point), written atomically."""
+    rows = sorted(rows, key=lambda r: (int(r["point"]), r.get("step_time_s") or 0.0))
+    fmt = _fmt(path)
+    if fmt == "csv":
+        write_atomic(path, _csv_text(cols, rows, header=True))
+    elif fmt == "jsonl":
+        write_atomic(path, "".join(json.dumps({c: r.get(c) for c in cols}) + "\n" for r in rows))
+    else:
+        try:
+            import pyarrow as pa
+            import pyarrow.parquet as pq
+        except ImportError:
+            raise UserError(
+                "Parquet output needs pyarrow",
+                file=str(path),
+                hint='pip install "clustersim[parquet]", or write .csv or .jsonl',
+            ) from None
+        table = pa.Table.from_pylist([{c: r.get(c) for c in cols} for r in rows])
+        tmp = path.with_name(f".{path.name}.tmp")
+        pq.write_table(table, tmp)
+        os.replace(tmp, path)
+        _journal(path).unlink(missing_ok=True)
+
+
+def _pool(
+    args: list[tuple[str, dict[str, Any], Point, list[str], str]], workers: int
+) -> Iterator[Rows]:
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+
+    with ProcessPoolExecutor(max_workers=workers) as ex:
+        futs = [ex.submit(evaluate_point, *a) for a in args]
+        for f in as_completed(futs):
+            yield f.result()
+
+
+def _ray(
+    args: list[tuple[str, dict[str, Any], Point, list[str], str]], address: str | None
+) -> Iterator[Rows]:
+    try:
+        import ray
+    except ImportError:
+        raise UserError(
+            "the Ray executor needs Ray", hint='pip install "clustersim[ray]"'
+        ) from None
+    if not ray.is_initialized():
+        ray.init(address=address, include_dashboard=False, log_to_driver=False)
+    remote = ray.remote(evaluate_point)
+    pending = [remote.remote(*a) for a in args]
+    while pending:
+        done, pending = ray.wait(pending, num_returns=1)
+        yield ray.get(done[0])
+
+
+def run_sweep(
+    spec: SweepSpec,
+    base: dict[str, Any],
+    pts: list[Point],
+    out: Path,
+    executor: str = "local",
+    workers: int | None = None,
+    address: str | None = None,
+    on_point: Callable[[int, int], None] | None = None,
+) -> Rows:
+    """Evaluate every point not already in ``out``; return all rows (sorted) and write them."""
+    cols = columns(spec)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    have = complete_points(read_rows(out))
+    keys = {p.key for p in pts}
+    rows: Rows = [r for k, v in have.items() if k in keys for r in v]
+    todo = [p for p in pts if p.key not in have]
+    # The journal holds exactly the complete points kept, before new ones are appended.
+    j = _journal(out)
+    if _fmt(j) == "csv":
+        write_atomic(j, _csv_text(cols, rows, header=True))
+    else:
+        write_atomic(j, "".join(json.dumps({c: r.get(c) for c in cols}) + "\n" for r in rows))
+    auto = spec.auto()
+    args: list[tuple[str, dict[str, Any], Point, list[str], str]] = [
+        (spec.name, base, p, auto, str(spec.keep)) for p in todo
+    ]
+    if executor == "serial" or (executor == "local" and (workers == 1 or len(args) <= 1)):
+        results: Iterator[Rows] = (evaluate_point(*a) for a in args)
+    elif executor == "ray":
+        results = _ray(args, address)
+    else:
+        results = _pool(args, workers or os.cpu_count() or 1)
+    done = len(pts) - len(todo)
+    if on_point:
+        on_point(done, len(pts))
+    for point_rows in results:
+        _append(out, cols, point_rows)
+        rows += point_rows
+        done += 1
+        if on_point:
+            on_point(done, len(pts))
+    finish(out, cols, rows)
+    return sorted(rows, key=lambda r: (int(r["point"]), r.get("step_time_s") or 0.0))
+
+
+__all__ = ["columns", "complete_points", "finish", "read_rows", "run_sweep"]
