@@ -1,0 +1,209 @@
+"""Sweeps: the Pareto front and constraints on hand-made rows, automatic plans that always pass
+`check`, resume after an interruption, the same rows from every executor (a real local Ray),
+plots, and `compare`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from conftest import REPO, run_cli
+
+from simulator.check import check
+from simulator.config.loading import read_yaml, resolve_dict
+from simulator.sweep.answers import best, pareto
+from simulator.sweep.run import run_sweep
+from simulator.sweep.spec import load_spec, points
+
+BASE = REPO / "scenarios" / "llama3-8b-8xh100.yaml"
+
+
+def _spec(tmp: Path, **over: Any) -> Path:
+    spec = {
+        "name": "t",
+        "base": str(BASE),
+        "axes": [
+            {"cluster.gpus_per_node": [4, 8]},
+            {
+                "offer": [
+                    {"cluster.pricing.profile": "aws-p5-h100", "cluster.pricing.tier": "on_demand"},
+                    {"cluster.pricing.profile": "own-dgx-h100"},
+                ]
+            },
+        ],
+        "parallelism": {"tp": "auto", "micro_batch": "auto"},
+        **over,
+    }
+    p = tmp / "spec.yaml"
+    p.write_text(yaml.safe_dump(spec))
+    return p
+
+
+def _run(spec_path: Path, out: Path, executor: str = "serial") -> list[dict[str, Any]]:
+    spec, base, _ = load_spec(spec_path)
+    return run_sweep(spec, base, points(spec), out, executor=executor)
+
+
+def _row(point: int, days: float, usd: float, **kw: Any) -> dict[str, Any]:
+    return {
+        "point": point,
+        "status": "ok",
+        "time_to_train_days": days,
+        "usd_total": usd,
+        "gpus": kw.get("gpus", 8),
+        "tier": kw.get("tier", "on_demand"),
+        "usd_per_million_tokens": usd / 1000,
+        "step_time_s": days,
+    }
+
+
+def test_pareto_front_is_complete_and_non_dominated() -> None:
+    rows = [
+        _row(0, 10, 100),
+        _row(1, 5, 200),
+        _row(2, 20, 50),
+        _row(3, 12, 120),  # dominated by 0
+        _row(4, 5, 250),  # dominated by 1
+        _row(5, 30, 50),  # dominated by 2 (same cost, slower)
+        {"point": 6, "status": "no plan fits in memory"},
+    ]
+    front = pareto(rows)
+    assert [r["point"] for r in front] == [1, 0, 2]
+    for r in front:  # nothing beats a front row on both axes
+        assert not any(
+            o["time_to_train_days"] <= r["time_to_train_days"]
+            and o["usd_total"] <= r["usd_total"]
+            and (o["time_to_train_days"], o["usd_total"])
+            != (r["time_to_train_days"], r["usd_total"])
+            for o in rows
+            if o.get("status") == "ok"
+        )
+    for r in rows:  # every row off the front is beaten by a front row
+        if r.get("status") == "ok" and r not in front:
+            assert any(
+                f["time_to_train_days"] <= r["time_to_train_days"]
+                and f["usd_total"] <= r["usd_total"]
+                for f in front
+            )
+
+
+def test_best_respects_every_constraint() -> None:
+    rows = [_row(0, 10, 100), _row(1, 5, 200, gpus=64), _row(2, 20, 50, tier="ownership")]
+    assert best(rows, "time")[0]["point"] == 1
+    assert best(rows, "cost")[0]["point"] == 2
+    assert best(rows, "cost", ownership="rent")[0]["point"] == 0
+    assert best(rows, "time", max_gpus=8)[0]["point"] == 0
+    assert best(rows, "cost", deadline_days=12)[0]["point"] == 0
+    chosen, removed = best(rows, "time", deadline_days=1)
+    assert chosen is None and removed["deadline"] == 3
+
+
+def test_auto_plans_always_pass_check(tmp_path: Path) -> None:
+    rows = _run(_spec(tmp_path, keep="all"), tmp_path / "all.csv")
+    ok = [r for r in rows if r["status"] == "ok"]
+    assert len(ok) > 8
+    base = read_yaml(BASE)
+    for r in ok:
+        data = dict(base)
+        data["cluster"] = {**base["cluster"], "gpus_per_node": r["gpus_per_node"]}
+        data["training"] = {**base["training"], "micro_batch": r["micro_batch"]}
+        data["parallelism"] = {
+            **base["parallelism"],
+            "tp": r["tp"],
+            "sequence_parallel": r["tp"] > 1,
+        }
+        assert check(resolve_dict(data)).fits
+    # Plans that do not fit were dropped and counted, not silently lost.
+    assert all(int(r["plans_dropped_memory"]) >= 0 for r in ok)
+
+
+def test_interrupted_then_resumed_sweep_gives_the_same_file(tmp_path: Path) -> None:
+    spec = _spec(tmp_path)
+    whole = tmp_path / "whole.csv"
+    _run(spec, whole)
+    lines = whole.read_text().splitlines(keepends=True)
+    assert len(lines) == 5  # header + 4 points
+    part = tmp_path / "part.csv"
+    part.write_text("".join(lines[:3]) + lines[3][:20])  # two points and a torn line
+    _run(spec, part)
+    assert part.read_text() == whole.read_text()
+
+
+@pytest.mark.parametrize("suffix", [".jsonl", ".parquet"])
+def test_other_formats_hold_the_same_rows(tmp_path: Path, suffix: str) -> None:
+    spec = _spec(tmp_path)
+    rows_csv = _run(spec, tmp_path / "r.csv")
+    out = tmp_path / f"r{suffix}"
+    _run(spec, out)
+    if suffix == ".jsonl":
+        import json
+
+        got = [json.loads(x) for x in out.read_text().splitlines()]
+    else:
+        import pyarrow.parquet as pq
+
+        got = pq.read_table(out).to_pylist()
+    assert [g["step_time_s"] for g in got] == [r["step_time_s"] for r in rows_csv]
+
+
+def test_ray_and_local_pool_give_identical_rows(tmp_path: Path) -> None:
+    pytest.importorskip("ray")
+    import ray
+
+    spec = _spec(tmp_path)
+    _run(spec, tmp_path / "serial.csv", "serial")
+    _run(spec, tmp_path / "pool.csv", "local")
+    try:
+        _run(spec, tmp_path / "ray.csv", "ray")
+    finally:
+        ray.shutdown()
+    ref = (tmp_path / "serial.csv").read_text()
+    assert (tmp_path / "pool.csv").read_text() == ref
+    assert (tmp_path / "ray.csv").read_text() == ref
+
+
+def test_sweep_command_writes_rows_plots_and_best(tmp_path: Path) -> None:
+    spec = _spec(tmp_path)
+    res = run_cli(
+        "sweep",
+        str(spec),
+        "--out",
+        str(tmp_path / "o.csv"),
+        "--plot",
+        str(tmp_path / "png"),
+        "--best",
+        "cost",
+        "--executor",
+        "serial",
+    )
+    assert res.returncode == 0, res.stderr
+    assert "Pareto front" in res.stdout and "best (cost)" in res.stdout
+    pngs = sorted(p.name for p in (tmp_path / "png").glob("*.png"))
+    assert pngs == ["t-cost-time.png", "t-idle.png", "t-scaling.png"]
+    assert all((tmp_path / "png" / n).stat().st_size > 10_000 for n in pngs)
+
+
+def test_bad_sweep_spec_is_a_user_error(tmp_path: Path) -> None:
+    p = tmp_path / "bad.yaml"
+    p.write_text("name: x\nbase: nowhere.yaml\n")
+    res = run_cli("sweep", str(p), "--out", str(tmp_path / "o.csv"))
+    assert res.returncode == 2 and "base scenario" in res.stderr
+    p.write_text(f"name: x\nbase: {BASE}\naxes: [{{a.b: [1], c.d: [2]}}]\n")
+    res = run_cli("sweep", str(p), "--out", str(tmp_path / "o.csv"))
+    assert res.returncode == 2 and "exactly one key" in res.stderr
+
+
+def test_compare_gives_a_verdict_per_metric() -> None:
+    a = REPO / "scenarios" / "llama3-70b-1xh100-node.yaml"
+    b = REPO / "scenarios" / "llama3-70b-2xa100-nodes.yaml"
+    res = run_cli("compare", str(a), str(b))
+    assert res.returncode == 0, res.stderr
+    assert "step time" in res.stdout and "why:" in res.stdout
+
+
+def test_bundled_sweeps_load() -> None:
+    for f in sorted((REPO / "scenarios" / "sweeps").glob("*.yaml")):
+        spec, _base, _ = load_spec(f)
+        assert points(spec)
