@@ -46,15 +46,16 @@ def _label(r: dict[str, Any]) -> str:
 
 
 def scaling(rows: Rows, path: Path, title: str) -> Path:
-    """Throughput and scaling efficiency against GPU count (log2 axis), with the ideal line;
-    one curve per GPU type, the fastest row at each GPU count."""
+    """Throughput and scaling efficiency against GPU count (log2 axes), with the ideal line;
+    one curve per GPU type and network, the fastest row at each GPU count."""
     plt = _plt()
     fig, (ax, ax2) = plt.subplots(1, 2, figsize=(12, 4.8))
     by_gpu: dict[str, dict[int, dict[str, Any]]] = {}
     for r in ok_rows(rows):
-        cur = by_gpu.setdefault(str(r["gpu"]), {}).get(int(r["gpus"]))
+        series = f"{r['gpu']} / {r['network'] or r['fabric']}"
+        cur = by_gpu.setdefault(series, {}).get(int(r["gpus"]))
         if cur is None or float(r["tokens_per_s"]) > float(cur["tokens_per_s"]):
-            by_gpu[str(r["gpu"])][int(r["gpus"])] = r
+            by_gpu[series][int(r["gpus"])] = r
     for gpu, pts in sorted(by_gpu.items()):
         n = sorted(pts)
         tput = [float(pts[k]["tokens_per_s"]) for k in n]
@@ -67,7 +68,8 @@ def scaling(rows: Rows, path: Path, title: str) -> Path:
         a.set_xscale("log", base=2)
         a.set_xlabel("GPUs")
         a.grid(True, which="both", alpha=0.3)
-    ax.set_ylabel("throughput (tokens/s)")
+    ax.set_yscale("log", base=2)
+    ax.set_ylabel("throughput (tokens/s, log scale)")
     ax.set_title("throughput (dashed: ideal linear scaling)")
     ax2.set_ylabel("scaling efficiency (% of the smallest layout, per GPU)")
     ax2.set_title("scaling efficiency")
