@@ -166,13 +166,21 @@ from . import cli_calibrate, cli_sweep  # noqa: E402, F401
 
 
 @app.command()
-def schema() -> None:
-    """JSON Schema of the scenario file (for editor completion)."""
-    from .config.scenario import Scenario
+def schema(
+    sweep: Annotated[bool, typer.Option("--sweep", help="the sweep spec's schema instead")] = False,
+) -> None:
+    """JSON Schema of the scenario file, or of a sweep spec (for editor completion)."""
+    if sweep:
+        from .sweep.spec import SweepSpec
 
-    s = Scenario.model_json_schema()
+        s = SweepSpec.model_json_schema()
+        s["title"] = "clustersim sweep spec"
+    else:
+        from .config.scenario import Scenario
+
+        s = Scenario.model_json_schema()
+        s["title"] = "clustersim scenario"
     s["$schema"] = "https://json-schema.org/draft/2020-12/schema"
-    s["title"] = "clustersim scenario"
     _json(s)
 
 
