@@ -1,0 +1,41 @@
+"""What the engine reports: the time categories, the per-rank result and the step's result."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+CATEGORIES = (
+    "compute",
+    "optimizer",
+    "comm_tp",
+    "comm_cp",
+    "comm_dp",
+    "comm_pp",
+    "pp_bubble",
+    "data_stall",
+    "imbalance",
+    "straggler",
+)
+BUSY = ("compute", "optimizer")
+
+STREAMS = ("compute", "tp", "cp", "dp", "pp-fwd", "pp-bwd", "io")
+
+
+@dataclass
+class RankResult:
+    rank: int
+    stage: int
+    finish: float = 0.0
+    acc: dict[str, float] = field(default_factory=lambda: dict.fromkeys(CATEGORIES, 0.0))
+
+
+@dataclass
+class EngineResult:
+    step_time: float
+    ranks: dict[int, RankResult]
+    classes: dict[int, RankResult]  # stage -> the class's representative
+    mode: str
+    events: int
+    trace: list[dict[str, Any]] | None
+    loader_done: float

@@ -1,0 +1,338 @@
+"""The set-up of one step's simulation: the SimPy environment, the topology, link capacities
+and weights, the per-layer programs, stream helpers, the data loader and the trace. The rank
+process that runs the pipeline schedule is in :mod:`simulator.engine.sim`."""
+
+from __future__ import annotations
+
+from collections.abc import Generator
+from typing import Any
+
+import simpy
+
+from ..config.scenario import ResolvedScenario
+from ..network.collectives import choose
+from ..network.flows import FlowNetwork
+from ..network.topology import Topology
+from ..workload.comm import grad_bytes_per_param
+from ..workload.memory import shard_group
+from ..workload.model import param_breakdown
+from ..workload.ops import Op, backward_ops, embedding_ops, head_ops, layer_ops
+from .comm import Comm, Job, Stream
+from .compute import OpTimer, Program, build_program
+from .results import STREAMS, RankResult
+from .stragglers import pace as straggler_pace
+
+
+class SimulationBase:
+    def __init__(self, rs: ResolvedScenario, full: bool = False, trace: bool = False) -> None:
+        self.rs = rs
+        self.full = full
+        self.env = simpy.Environment()
+        self.topo = Topology(rs)
+        self.lay = self.topo.layout
+        self.net = FlowNetwork(self.env, self._capacity)
+        self.timer = OpTimer(
+            rs.gpu,
+            rs.training.precision,
+            rs.software.host_us_per_kernel.value,
+            rs.software.flash_kernel,
+        )
+        self.pace = straggler_pace(rs)
+        self.p = rs.pp
+        self.v = rs.parallelism.virtual_stages
+        self.m = rs.micro_batches
+        self.z = rs.parallelism.zero_stage
+        self.ov = rs.parallelism.overlap
+        self.tracing = trace
+        self.trace: list[dict[str, Any]] = []
+        self.fabric_tier = self.topo.fabric_tier()
+        self.network_tier = self.topo.network_tier()
+        if full:
+            self.ranks = list(range(self.lay.world))
+        else:
+            self.ranks = [self.lay.rank(0, 0, 0, s) for s in range(self.p)]
+        self.results = {r: RankResult(r, self.lay.coords(r)[3]) for r in self.ranks}
+        self._streams: dict[tuple[int, str], Stream] = {}
+        self._recv: dict[tuple, simpy.Event] = {}  # a receiver waiting for this input
+        self._arrived: set[tuple] = set()  # inputs delivered before their receiver asked
+        self._sent_at: dict[tuple, float] = {}
+        self._weights = self._symmetric_weights()
+        self.comm = Comm(self.env, self.topo, self.net, full, self._link_weights)
+        self._analytic = self._analytic_groups()
+        pb = param_breakdown(rs.model, rs.training.seq_len)
+        self.layer_params = (pb.attention_per_layer + pb.mlp_per_layer) / rs.tp + (
+            pb.norms_per_layer
+        )
+        # Parameters outside the layers: the embedding (first stage), whose backward runs last,
+        # and the output layer and final norm (last stage), whose backward runs first.
+        self.emb_params = pb.embedding / rs.tp + pb.positions
+        self.head_params = (pb.lm_head or (pb.embedding if rs.pp > 1 else 0)) / rs.tp + (
+            pb.final_norm
+        )
+        self.extra_params = {
+            s: (self.emb_params if s == 0 else 0.0) + (self.head_params if s == rs.pp - 1 else 0.0)
+            for s in range(rs.pp)
+        }
+        # DDP with gradient_as_bucket_view=False copies gradients into its buckets and back.
+        self.bucket_copy = rs.parallelism.dp_bucket_copy and rs.dp > 1 and self.z == 0
+        self._build_programs()
+        self._chunk_layers = self._split_chunks()
+        self.shard_n = shard_group(rs)
+
+    # -- links ---------------------------------------------------------------------------------
+    def _capacity(self, key: tuple) -> float:
+        st = self.rs.storage
+        if key[0] == "storage_client":
+            return st.read_gbps_per_client.value * 1e9
+        if key[0] == "storage_agg":
+            assert st.aggregate_read_gbps is not None
+            return st.aggregate_read_gbps.value * 1e9
+        return self.topo.capacity(key)
+
+    def _symmetric_weights(self) -> dict[tuple[int, str], float]:
+        """For each stage representative: class members sharing its node / NIC / leaf."""
+        w: dict[tuple[int, str], float] = {}
+        gpn = self.rs.gpus_per_node
+        for s in range(self.p):
+            members = self.lay.stage_members(s)
+            rep = members[0]
+            node = self.lay.node(rep)
+            nic = self.topo.nic_of(rep)
+            leaf = self.topo.leaf(node)
+            on_node = [r for r in range(node * gpn, (node + 1) * gpn) if r in members]
+            w[(s, "node")] = len(on_node)
+            w[(s, "nic")] = sum(1 for r in on_node if self.topo.nic_of(r) == nic)
+            lo = leaf * self.topo.nodes_per_leaf * gpn
+            hi = lo + self.topo.nodes_per_leaf * gpn
+            w[(s, "leaf")] = max(0, min(hi, members.stop) - max(lo, members.start))
+        return w
+
+    def _link_weights(
+        self, rank: int, links: list[tuple[tuple, float]]
+    ) -> list[tuple[tuple, float]]:
+        if self.full:
+            return links
+        stage = self.lay.coords(rank)[3]
+        out = []
+        for key, frac in links:
+            kind = key[0]
+            if kind == "nic":
+                mult = self._weights[(stage, "nic")]
+            elif kind == "uplink":
+                mult = self._weights[(stage, "leaf")]
+            elif kind == "pcie_root":
+                mult = self._weights[(stage, "node")]
+            else:
+                mult = 1.0
+            out.append((key, frac * mult))
+        return out
+
+    def _uses_fabric(self, kind: str) -> bool:
+        rep = self.ranks[0]
+        if kind == "pp":
+            return any(
+                self.lay.node(r) == self.lay.node(r + len(self.lay.stage_members(0)))
+                for r in (self.lay.stage_members(s)[0] for s in range(self.p - 1))
+            )
+        size = {"tp": self.rs.tp, "cp": self.rs.cp, "dp": self.rs.dp}[kind]
+        return size > 1 and self.topo.shape(rep, kind).per_node > 1
+
+    def _analytic_groups(self) -> set[str]:
+        """Group kinds whose traffic stays on links nothing else uses: timed analytically."""
+        out: set[str] = set()
+        active = [
+            k
+            for k, n in (
+                ("tp", self.rs.tp),
+                ("cp", self.rs.cp),
+                ("dp", self.rs.dp),
+                ("pp", self.rs.pp),
+            )
+            if n > 1
+        ]
+        for kind in ("tp", "cp"):
+            if kind not in active:
+                continue
+            shape = self.topo.shape(self.ranks[0], kind)
+            if shape.nodes > 1:
+                continue
+            others = [k for k in active if k != kind and self._uses_fabric(k)]
+            if not others:
+                out.add(kind)
+        return out
+
+    # -- programs -----------------------------------------------------------------------------
+    def _coll_times(self, ops: list) -> dict[str, float | None]:
+        out: dict[str, float | None] = {}
+        rep = self.ranks[0]
+        for op in ops:
+            if op.kind != "collective" or op.group not in self._analytic:
+                continue
+            shape = self.topo.shape(rep, op.group)
+            out[f"{op.group}:{op.collective}:{op.msg_bytes}"] = choose(
+                op.collective, shape, op.msg_bytes, self.fabric_tier, self.network_tier
+            )[2]
+        return out
+
+    def _prog(self, ops: list) -> Program:
+        return build_program(
+            ops, self.timer, self._coll_times(ops), overlap_tp=self.ov.tp_comm, pace=self.pace
+        )
+
+    def _build_programs(self) -> None:
+        rs = self.rs
+        fwd = layer_ops(rs)
+        bwd = backward_ops(fwd)
+        self.p_fwd = self._prog(fwd)
+        rc = rs.parallelism.recompute
+        self.p_bwd = Program()
+        if rc == "full":
+            self.p_bwd.extend(self._prog(fwd))
+        elif rc == "selective":
+            attn = [
+                o
+                for o in fwd
+                if o.kind == "attention"
+                or o.name in ("attn_scores", "softmax_dropout", "attn_values")
+            ]
+            self.p_bwd.extend(self._prog(attn))
+        self.p_bwd.extend(self._prog(bwd))
+        emb = embedding_ops(rs)
+        head = head_ops(rs)
+        self.p_emb_f, self.p_emb_b = self._prog(emb), self._prog(backward_ops(emb))
+        self.p_head_f, self.p_head_b = self._prog(head), self._prog(backward_ops(head))
+        # The backward passes that produce the step's gradients (a chunk's last micro-batch:
+        # under gradient accumulation DDP's hooks fire only then). With bucket copies, each
+        # ends with its gradients' copy into the bucket: read the gradient, write the bucket.
+        self.p_bwd_sync = self._with_bucket_copy(self.p_bwd, self.layer_params)
+        self.p_emb_b_sync = self._with_bucket_copy(self.p_emb_b, self.emb_params)
+        self.p_head_b_sync = self._with_bucket_copy(self.p_head_b, self.head_params)
+
+    def _with_bucket_copy(self, prog: Program, params: float) -> Program:
+        if not self.bucket_copy or params <= 0:
+            return prog
+        nbytes = 2.0 * params * grad_bytes_per_param(self.rs)
+        out = Program(list(prog.items))
+        out.extend(self._prog([Op("grad_bucket_copy_in", "memory", bytes=nbytes)]))
+        return out
+
+    def _split_chunks(self) -> dict[int, list[int]]:
+        rs = self.rs
+        p, v = self.p, self.v
+        sl = rs.parallelism.stage_layers
+        if sl is not None and len(sl) == p * v:
+            return {s: [sl[c * p + s] for c in range(v)] for s in range(p)}
+        per_stage = rs.stage_layers()
+        out = {}
+        for s in range(p):
+            base, extra = divmod(per_stage[s], v)
+            out[s] = [base + (1 if c < extra else 0) for c in range(v)]
+        return out
+
+    # -- helpers ------------------------------------------------------------------------------
+    def _emit(
+        self,
+        rank: int,
+        stream: str,
+        name: str,
+        start: float,
+        dur: float,
+        args: dict[str, Any] | None = None,
+    ) -> None:
+        if not self.tracing or dur <= 0:
+            return
+        pid = self.lay.node(rank) if self.full else self.lay.coords(rank)[3]
+        tid = STREAMS.index(stream)
+        if self.full:
+            tid += 10 * (rank % self.rs.gpus_per_node)
+        ev: dict[str, Any] = {
+            "name": name,
+            "ph": "X",
+            "ts": start * 1e6,
+            "dur": dur * 1e6,
+            "pid": pid,
+            "tid": tid,
+        }
+        if self.full:
+            ev["args"] = {"rank": rank}
+        if args:
+            ev.setdefault("args", {}).update(args)
+        self.trace.append(ev)
+
+    def _submit(self, rank: int, stream: str, job: Job) -> Job:
+        """Queue ``job`` on one of ``rank``'s communication streams."""
+        if job.done:
+            return job
+        st = self._streams.get((rank, stream))
+        if st is None:
+            emit = self._emit if self.tracing else None
+            st = self._streams[(rank, stream)] = Stream(self.env, rank, stream, emit)
+        return st.submit(job)
+
+    def _wait(self, job: Job) -> Generator:
+        """Wait (in a rank's process) until ``job`` is done."""
+        ev = job.event(self.env)
+        if ev is not None:
+            yield ev
+
+    # -- the rank process ---------------------------------------------------------------------
+
+    # -- data loader --------------------------------------------------------------------------
+    def loader(self) -> Generator:
+        """Reads the next step's input while this step runs (one step of prefetch)."""
+        rs = self.rs
+        st = rs.storage
+        total = rs.training.tokens_per_step * rs.training.input_bytes_per_token
+        per_node = total / rs.nodes
+        t0 = self.env.now
+        yield self.env.timeout(st.latency_ms.value * 1e-3 * self.m)
+        nodes = range(rs.nodes) if self.full else [0]
+        jobs = []
+        for node in nodes:
+            links: list[tuple[tuple, float]] = [(("storage_client", node), 1.0)]
+            if st.aggregate_read_gbps is not None:
+                links.append((("storage_agg",), 1.0 if self.full else float(rs.nodes)))
+            jobs.append(self.net.transfer(links, per_node))
+        yield self.env.all_of(jobs)
+        self.loader_done = self.env.now
+        if self.tracing:
+            for r in (
+                self.ranks if not self.full else [n * rs.gpus_per_node for n in range(rs.nodes)]
+            ):
+                self._emit(r, "io", "read next batch", t0, self.env.now - t0)
+
+    def _trace_program(self, rank: int, prog: Program, reps: int, t0: float) -> None:
+        t = t0
+        for _ in range(reps):
+            for it in prog.items:
+                stream = "compute" if it.cat == "compute" else it.cat[5:]
+                self._emit(rank, stream, it.name, t, it.dur)
+                t += it.dur
+
+    def _count_events(self) -> int:
+        # SimPy numbers every event it schedules with a running counter.
+        eid = getattr(self.env, "_eid", None)
+        return int(next(eid)) if eid is not None else 0
+
+    def _trace_meta(self) -> None:
+        meta = []
+        pids = sorted({e["pid"] for e in self.trace} | ({0} if not self.trace else set()))
+        for pid in pids:
+            label = f"node {pid}" if self.full else f"stage {pid} (rank class)"
+            meta.append({"name": "process_name", "ph": "M", "pid": pid, "args": {"name": label}})
+            tids = sorted({e["tid"] for e in self.trace if e["pid"] == pid})
+            for tid in tids:
+                local, stream = divmod(tid, 10) if self.full else (0, tid)
+                name = STREAMS[stream] + (f" (gpu {local})" if self.full else "")
+                meta.append(
+                    {
+                        "name": "thread_name",
+                        "ph": "M",
+                        "pid": pid,
+                        "tid": tid,
+                        "args": {"name": name},
+                    }
+                )
+        self.trace = meta + sorted(
+            self.trace, key=lambda e: (e["pid"], e["tid"], e["ts"], -e["dur"])
+        )
