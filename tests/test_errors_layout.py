@@ -1,0 +1,141 @@
+"""Layouts that do not divide: DP·TP·PP·CP against the GPU count, TP against the heads, PP
+against the layers, the global batch against DP·micro-batch, and the other layout checks; each
+one message with the field path and what to do, exit 2."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import inline_scenario, run_cli
+from test_errors import _mutated, _write, assert_user_error
+
+from simulator.config.loading import resolve_dict
+from simulator.errors import UserError
+
+
+def test_degrees_do_not_multiply_to_gpu_count(tmp_path: Path) -> None:
+    def change(d: dict[str, Any]) -> None:
+        d["parallelism"].update(dp=3, tp=2)
+
+    f = _write(tmp_path, _mutated(change))
+    assert_user_error(
+        run_cli("check", str(f)),
+        file=f,
+        path="parallelism.dp",
+        says=("DP·TP·PP·CP = 3·2·1·1 = 6", "8 GPUs"),
+        hint=("dp: auto", "dp: 4"),
+    )
+
+
+def test_degrees_do_not_divide_gpu_count(tmp_path: Path) -> None:
+    def change(d: dict[str, Any]) -> None:
+        d["parallelism"].update(tp=2, pp=3)
+
+    f = _write(tmp_path, _mutated(change))
+    assert_user_error(
+        run_cli("check", str(f)),
+        file=f,
+        path="parallelism",
+        says=("TP·PP·CP = 2·3·1 = 6",),
+        hint=("divide 8",),
+    )
+
+
+def test_tp_not_dividing_heads(tmp_path: Path) -> None:
+    def change(d: dict[str, Any]) -> None:
+        d["parallelism"]["tp"] = 6  # 6 GPUs per node, 32 heads
+
+    f = _write(tmp_path, _mutated(change, gpus_per_node=6, global_batch=12))
+    assert_user_error(
+        run_cli("check", str(f)),
+        file=f,
+        path="parallelism.tp",
+        says=("TP=6", "32 attention heads"),
+        hint=("1, 2, 4, 8, 16, 32",),
+    )
+
+
+def test_pp_not_dividing_layers_then_uneven_stages_fix_it(tmp_path: Path) -> None:
+    def change(d: dict[str, Any]) -> None:
+        d["parallelism"]["pp"] = 3  # 6 GPUs, 32 layers
+
+    data = _mutated(change, gpus_per_node=6, global_batch=12)
+    f = _write(tmp_path, data)
+    assert_user_error(
+        run_cli("check", str(f)),
+        file=f,
+        path="parallelism.pp",
+        says=("PP=3", "32 layers"),
+        hint=("stage_layers",),
+    )
+
+    data = copy.deepcopy(data)
+    data["parallelism"]["stage_layers"] = [10, 11, 11]
+    g = _write(tmp_path, data, "uneven.yaml")
+    res = run_cli("check", str(g), "--format", "json")
+    assert res.returncode == 0, res.stderr
+    assert resolve_dict(data).stage_layers() == [10, 11, 11]
+
+
+def test_stage_layers_that_do_not_sum(tmp_path: Path) -> None:
+    def change(d: dict[str, Any]) -> None:
+        d["parallelism"].update(pp=2, stage_layers=[10, 11])
+
+    f = _write(tmp_path, _mutated(change))
+    assert_user_error(
+        run_cli("check", str(f)),
+        file=f,
+        path="parallelism.stage_layers",
+        says=("summing to 32", "got 2 summing to 21"),
+    )
+
+
+def test_global_batch_not_divisible(tmp_path: Path) -> None:
+    f = _write(tmp_path, inline_scenario("llama3-8b", global_batch=12))
+    assert_user_error(
+        run_cli("check", str(f)),
+        file=f,
+        path="training.global_batch",
+        says=("12", "DP·micro_batch = 8·1 = 8"),
+        hint=("multiple of 8",),
+    )
+
+
+@pytest.mark.parametrize(
+    ("kw", "par", "path", "fragment"),
+    [
+        ({"nodes": 2}, {}, "cluster.network", "need a network"),
+        ({}, {"sequence_parallel": True}, "parallelism.sequence_parallel", "TP > 1"),
+        ({}, {"pp_schedule": {"kind": "interleaved"}}, "parallelism.pp_schedule", "PP > 1"),
+        ({"seq_len": 1001}, {"cp": 8}, "parallelism.cp", "sequence length 1001"),
+        ({"gpus_per_node": 128, "global_batch": 128}, {}, "cluster.gpus_per_node", "at most 64"),
+        (
+            {"global_batch": 6},
+            {"tp": 2, "pp": 2, "pp_schedule": {"kind": "interleaved"}},
+            "training.global_batch",
+            "multiple of PP",
+        ),
+    ],
+)
+def test_other_layout_errors(
+    kw: dict[str, Any], par: dict[str, Any], path: str, fragment: str
+) -> None:
+    data = inline_scenario("llama3-8b", **kw)
+    if kw.get("nodes", 1) > 1:
+        del data["cluster"]["network"]
+    data["parallelism"].update(par)
+    with pytest.raises(UserError) as exc:
+        resolve_dict(data, file="layout.yaml")
+    err = exc.value
+    assert err.file == "layout.yaml"
+    assert err.path == path
+    assert fragment in err.message
+    assert err.hint
+
+
+# --------------------------------------------------------------------------------------------
+# --set
+# --------------------------------------------------------------------------------------------
