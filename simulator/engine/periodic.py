@@ -45,9 +45,9 @@ def _affine(a: list[float], b: list[float], c: list[float]) -> bool:
     return all(abs(x - 2 * y + z) <= AFFINE_TOL * scale for x, y, z in zip(a, b, c, strict=True))
 
 
-def _extrapolate(lo: EngineResult, hi: EngineResult, span: int, steps: float) -> EngineResult:
-    """``hi`` carried ``steps`` more spans of ``span`` micro-batches beyond, with the data stall
-    and step time recomputed."""
+def _extrapolate(lo: EngineResult, hi: EngineResult, steps: float) -> EngineResult:
+    """``hi`` carried ``steps`` more rounds beyond (a round being the step from ``lo`` to
+    ``hi``), with the data stall and step time recomputed."""
     k = steps
     loader = hi.loader_done + k * (hi.loader_done - lo.loader_done)
     classes: dict[int, RankResult] = {}
@@ -71,7 +71,6 @@ def _extrapolate(lo: EngineResult, hi: EngineResult, span: int, steps: float) ->
         ranks=ranks,
         classes=classes,
         loader_done=loader,
-        events=lo.events + hi.events,
         trace=None,
     )
 
@@ -94,8 +93,7 @@ def run_periodic(rs: ResolvedScenario) -> EngineResult:
             [a.loader_done], [b.loader_done], [c.loader_done]
         ):
             steps = (m - (m1 + 2 * span)) / span
-            res = _extrapolate(b, c, span, steps)
-            return replace(res, events=a.events + b.events + c.events)
+            return replace(_extrapolate(b, c, steps), events=a.events + b.events + c.events)
         m1 *= 2
     return run_engine(rs)
 

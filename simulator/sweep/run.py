@@ -98,27 +98,34 @@ def _csv_text(cols: list[str], rows: Rows, header: bool) -> str:
     return buf.getvalue()
 
 
+def _jsonl_text(cols: list[str], rows: Rows) -> str:
+    return "".join(json.dumps({c: r.get(c) for c in cols}) + "\n" for r in rows)
+
+
+def _text(path: Path, cols: list[str], rows: Rows, header: bool = True) -> str:
+    """``rows`` as the text of ``path``'s format (CSV, else JSON lines)."""
+    return _csv_text(cols, rows, header) if _fmt(path) == "csv" else _jsonl_text(cols, rows)
+
+
+def _sorted(rows: Rows) -> Rows:
+    return sorted(rows, key=lambda r: (int(r["point"]), r.get("step_time_s") or 0.0))
+
+
 def _append(path: Path, cols: list[str], rows: Rows) -> None:
     j = _journal(path)
-    fresh = not j.exists() or j.stat().st_size == 0
-    if _fmt(j) == "csv":
-        text = _csv_text(cols, rows, header=fresh)
-    else:
-        text = "".join(json.dumps({c: r.get(c) for c in cols}) + "\n" for r in rows)
+    text = _text(j, cols, rows, header=not j.exists() or j.stat().st_size == 0)
     with open(j, "a", encoding="utf-8") as fh:
         fh.write(text)
         fh.flush()
         os.fsync(fh.fileno())
 
 
-def finish(path: Path, cols: list[str], rows: Rows) -> None:
-    """The final file, sorted by point (and by plan within a point), written atomically."""
-    rows = sorted(rows, key=lambda r: (int(r["point"]), r.get("step_time_s") or 0.0))
-    fmt = _fmt(path)
-    if fmt == "csv":
-        write_atomic(path, _csv_text(cols, rows, header=True))
-    elif fmt == "jsonl":
-        write_atomic(path, "".join(json.dumps({c: r.get(c) for c in cols}) + "\n" for r in rows))
+def finish(path: Path, cols: list[str], rows: Rows) -> Rows:
+    """The final file, sorted by point (and by plan within a point), written atomically; the
+    rows in that order."""
+    rows = _sorted(rows)
+    if _fmt(path) != "parquet":
+        write_atomic(path, _text(path, cols, rows))
     else:
         try:
             import pyarrow as pa
@@ -134,6 +141,7 @@ def finish(path: Path, cols: list[str], rows: Rows) -> None:
         pq.write_table(table, tmp)
         os.replace(tmp, path)
         _journal(path).unlink(missing_ok=True)
+    return rows
 
 
 def _pool(
@@ -184,10 +192,7 @@ def run_sweep(
     todo = [p for p in pts if p.key not in have]
     # The journal holds exactly the complete points kept, before new ones are appended.
     j = _journal(out)
-    if _fmt(j) == "csv":
-        write_atomic(j, _csv_text(cols, rows, header=True))
-    else:
-        write_atomic(j, "".join(json.dumps({c: r.get(c) for c in cols}) + "\n" for r in rows))
+    write_atomic(j, _text(j, cols, rows))
     auto = spec.auto()
     args: list[tuple[str, dict[str, Any], Point, list[str], str]] = [
         (spec.name, base, p, auto, str(spec.keep)) for p in todo
@@ -207,8 +212,7 @@ def run_sweep(
         done += 1
         if on_point:
             on_point(done, len(pts))
-    finish(out, cols, rows)
-    return sorted(rows, key=lambda r: (int(r["point"]), r.get("step_time_s") or 0.0))
+    return finish(out, cols, rows)
 
 
 __all__ = ["columns", "complete_points", "finish", "read_rows", "run_sweep"]
