@@ -29,12 +29,14 @@ from .fits import (
     COEFFS,
     RESOLUTION,
     AlphaBeta,
+    efficiency_quality,
     fit_alpha_beta,
     fit_efficiency,
     fit_speed_cv,
     in_step_fit,
     job_memory_fit,
     simulated_compute_s,
+    step_kernels,
     unit_seconds,
 )
 from .output import Calibration, check_name, in_sample, write
@@ -110,6 +112,22 @@ def load_probe(path: str | Path) -> dict[str, Any]:
 
 def _src(probe: dict[str, Any], file: str, what: str) -> str:
     return f"probe {Path(file).name} {probe.get('date', '?')} host {probe.get('host', '?')}: {what}"
+
+
+def launch_fit(probe: dict[str, Any], bare_s: float) -> tuple[float, str]:
+    """Per-operation overhead (µs) and its source: from the probe's training step at a size
+    where the operations do next to no work, over the kernels the simulator counts for that
+    step (Python module calls, autograd and backward dispatch included); else the bare time of
+    a one-element add."""
+    so = probe.get("step_overhead") or {}
+    if so.get("time_s") and so.get("model"):
+        n = step_kernels(so["model"])
+        per = max(float(so["time_s"]) / max(1, n), bare_s)
+        return per * 1e6, (
+            f"{so['what']}: {so['time_s'] * 1e3:.2f} ms over the {n} operations the simulator "
+            f"counts for that step (a bare one-element add takes {bare_s * 1e6:.1f} µs)"
+        )
+    return bare_s * 1e6, "time of a one-element in-place add (per-op dispatch overhead)"
 
 
 def calibrate(probe: dict[str, Any], file: str, name: str) -> Calibration:
@@ -275,9 +293,7 @@ def calibrate(probe: dict[str, Any], file: str, name: str) -> Calibration:
                 "TFLOP/s in the simulator's FLOP convention, over the peak",
             ),
             "memory_bandwidth": S(max(mem_eff, 1e-3), mem_what),
-            "kernel_launch_us": S(
-                ovh * 1e6, "time of a one-element in-place add (per-op dispatch overhead)"
-            ),
+            "kernel_launch_us": S(*launch_fit(probe, ovh)),
         },
     }
     if job is not None and job.get("optimizer_fraction"):
@@ -307,7 +323,21 @@ def calibrate(probe: dict[str, Any], file: str, name: str) -> Calibration:
             if sv.get("reps")
             else None,
             "procs": len(per_rank),
+            "reps": int(sv["reps"]) if sv.get("reps") else None,
+            "shape": sv.get("shape"),
+            # local rank 0 alone on its host (the others waiting): the one-process reference
+            "alone_unit_s": unit_seconds([sv["alone_block_times_s"]], int(sv["reps"]))
+            if sv.get("alone_block_times_s") and sv.get("reps")
+            else None,
         }
+    chk = probe.get("train_speed_check") or {}
+    if speed is not None and chk.get("block_times_s"):
+        # validate's drift reference: the same check, made as the in-step factor was measured
+        speed["check_unit_s"] = unit_seconds(chk["block_times_s"], int(chk["reps"]))
+        if chk.get("alone_block_times_s"):
+            speed["check_alone_unit_s"] = unit_seconds(
+                [chk["alone_block_times_s"]], int(chk["reps"])
+            )
     st = probe.get("storage") or {}
     if st:
         storage = {
@@ -358,6 +388,9 @@ def calibrate(probe: dict[str, Any], file: str, name: str) -> Calibration:
             "matmul_max": eff_m,
             "matmul_half_flops": eff_h,
             "r2": eff_r2,
+            **efficiency_quality(
+                [r["flops"] for r in mm], [r["tflops"] / best for r in mm], eff_m, eff_h, eff_r2
+            ),
             "in_step_factor": step_fit[0] if step_fit else None,
             # one process per host, the host's others idle (for layouts that leave it so)
             "in_step_factor_alone": step_fit[2] if step_fit else None,

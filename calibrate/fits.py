@@ -134,6 +134,43 @@ def fit_efficiency(flops: Any, eff: Any) -> tuple[float, float, float]:
     return m, h, _r2(e, m * F / (F + h))
 
 
+def efficiency_quality(flops: Any, eff: Any, m: float, h: float, r2: float) -> dict[str, Any]:
+    """How far to trust the GEMM efficiency curve: its rms relative residual, the measured
+    efficiencies' own relative spread, and, when R² is low, why and what to run.
+
+    R² compares the curve with a flat line at the mean. Where throughput barely changes with
+    size (a CPU's GEMMs; a GPU measured only at large sizes) the flat line is already a good
+    model, and R² is near zero even for a good fit: the residual then says more than R²."""
+    F = np.asarray(flops, dtype=float)
+    e = np.asarray(eff, dtype=float)
+    rel = (m * F / (F + h) - e) / e
+    rms = float(np.sqrt(np.mean(rel**2)))
+    spread = float(np.std(e) / np.mean(e))
+    out: dict[str, Any] = {"rms_rel_err": rms, "spread": spread, "points": int(F.size)}
+    if r2 < 0.9:
+        if F.size < 6:
+            out["note"] = (
+                f"R²={r2:.2f} from only {F.size} sizes: too few to fit a curve; "
+                "re-probe with more (the default set has 16)"
+            )
+        elif spread < 0.25:
+            out["note"] = (
+                f"R²={r2:.2f}: throughput is nearly flat across sizes (spread {spread:.0%}), "
+                f"so R² says little; the curve's rms relative error is {rms:.0%}"
+                + (
+                    ", mostly shape-to-shape scatter: re-probe on a quieter machine to lower it"
+                    if rms > 0.05
+                    else ""
+                )
+            )
+        else:
+            out["note"] = (
+                f"R²={r2:.2f}: the measurements scatter ({rms:.0%} rms about the curve); "
+                "re-probe on a quiet machine (nothing else running)"
+            )
+    return out
+
+
 def unit_seconds(block_times: list[list[float]], reps: int) -> float:
     """Seconds per unit of the speed-variation work: the mean block over ranks, over its reps
     (what validate re-measures to see how the machine drifted since the probe)."""
@@ -225,6 +262,24 @@ def job_memory_fit(probe: dict[str, Any], copy_gbps: float, op_s: float) -> dict
             f"simulator counts optimizer traffic (each tensor once), over copy {copy_gbps:.3g} GB/s"
         )
     return out
+
+
+def step_kernels(model_cfg: dict[str, Any]) -> int:
+    """Kernels of one training step (forward and backward, no optimizer) of the probe
+    transformer ``model_cfg`` as the simulator counts them: one per operation, two per backward
+    GEMM (its data and weight gradients)."""
+    from simulator.config.loading import resolve_dict
+    from simulator.workload.ops import backward_ops, embedding_ops, head_ops, layer_ops
+
+    from .scenario import inline_job_scenario
+
+    rs = resolve_dict(inline_job_scenario(model_cfg))
+    n = 0
+    for reps, fwd in ((1, embedding_ops(rs)), (rs.model.layers, layer_ops(rs)), (1, head_ops(rs))):
+        for op in fwd + backward_ops(fwd):
+            if op.kind != "collective":
+                n += reps * (2 if op.kind == "gemm" and op.backward else 1)
+    return n
 
 
 def simulated_compute_s(gpu: dict[str, Any], model_cfg: dict[str, Any]) -> float:

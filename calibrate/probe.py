@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from .probe_base import (
+    DEFAULT_PHASES,
     FORMAT,
     PHASES,
     VERSION,
@@ -99,7 +100,7 @@ class Probe(CollectivePhase, DevicePhases, TrainPhase):
             "notes": [],
         }
         self.save()
-        wanted = [p.strip() for p in a.phases.split(",")] if a.phases else list(PHASES[1:])
+        wanted = [p.strip() for p in a.phases.split(",")] if a.phases else list(DEFAULT_PHASES)
         for phase in PHASES[1:]:
             if phase not in wanted:
                 continue
@@ -170,6 +171,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--train-steps", type=int, default=8)
     p.add_argument("--train-warmup", type=int, default=3)
     p.add_argument("--fsdp", action="store_true", help="wrap the training model in FSDP")
+    p.add_argument("--jobs", default=None, help="jobs phase: JSON list of model configurations")
+    p.add_argument("--speed-shape", default=None, help="speed work's GEMM shape T,h")
+    p.add_argument("--speed-reps", type=int, default=1, help="jobs phase: units per speed block")
+    p.add_argument("--speed-blocks", type=int, default=6, help="jobs phase: speed blocks per job")
     p.add_argument("--layers", type=int, default=0)
     p.add_argument("--hidden", type=int, default=0)
     p.add_argument("--batch", type=int, default=0)

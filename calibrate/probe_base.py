@@ -16,7 +16,9 @@ from typing import Any
 
 FORMAT = "clustersim-probe"
 VERSION = 1
-PHASES = ("init", "collectives", "compute", "speed", "memory", "storage", "train")
+PHASES = ("init", "collectives", "compute", "speed", "memory", "storage", "train", "jobs")
+# What a plain probe run measures ("jobs" is validate's: other training jobs, asked for by name).
+DEFAULT_PHASES = PHASES[1:-1]
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all", "p2p")
 
 # The probe's training job: small enough for a CPU, big enough that compute dominates noise.
@@ -120,6 +122,13 @@ class ProbeBase:
         finally:
             stop.set()
             t.join()
+
+    def sleep_beating(self, seconds: float) -> None:
+        """Sleep (no CPU used), with heartbeats."""
+        end = time.monotonic() + seconds
+        with self._local():
+            while (left := end - time.monotonic()) > 0:
+                time.sleep(min(left, 0.5))
 
     def enter(self, phase: str) -> None:
         self.beat(phase)

@@ -68,6 +68,33 @@ class DevicePhases(ProbeBase):
             "time_s": t,
             "iters": it,
         }
+        # The same overhead inside a training step: the probe transformer at a size where its
+        # operations do next to no work (hidden 8, 4 tokens), forward, loss and backward: each
+        # operation's Python module call, autograd bookkeeping and backward dispatch.
+        self.beat(detail="training-step overhead")
+        from .model import ProbeTransformer
+
+        tiny = {"layers": 4, "hidden": 8, "heads": 1, "vocab": 16, "seq": 4, "batch": 1}
+        net = ProbeTransformer(
+            **{k: tiny[k] for k in ("layers", "hidden", "heads", "vocab", "seq")}
+        )
+        net = net.to(self.device)
+        idx = torch.randint(0, tiny["vocab"], (1, tiny["seq"] + 1), device=self.device)
+
+        def tiny_step() -> None:
+            logits = net(idx[:, :-1])
+            loss = torch.nn.functional.cross_entropy(
+                logits.reshape(-1, tiny["vocab"]), idx[:, 1:].reshape(-1)
+            )
+            loss.backward()
+
+        t, it = self._timeit(tiny_step, target_s=0.1, max_iters=200)
+        self.result["step_overhead"] = {
+            "model": tiny,
+            "what": "forward, cross-entropy and backward of the probe transformer at hidden 8",
+            "time_s": t,
+            "iters": it,
+        }
         # Attention: scaled_dot_product_attention (causal) forward + backward on the training
         # job's shape, FLOPs counted as the simulator does (full s×s, backward = 2× forward).
         self.beat(detail="attention")
@@ -98,20 +125,47 @@ class DevicePhases(ProbeBase):
             "kernel": "scaled_dot_product_attention(is_causal=True)",
         }
 
-    def phase_speed(self, block_s: float = 0.1, blocks: int = 24, warmup: int = 2) -> None:
-        """How much a device's speed varies from one step-sized stretch of work to the next,
-        and between devices: every rank at once runs the same block (a GEMM of the training
-        job's MLP shape and a GELU over its output) back to back, timed block by block, with no
-        synchronisation in between. Feeds ``speed_cv`` (stragglers)."""
+    def speed_unit(self) -> Any:
+        """The speed-variation work: a GEMM of the probe job's MLP shape and a GELU over its
+        output, fp32 (``--speed-shape T,h`` gives the shape when another job runs)."""
         torch = self.torch
-        cfg = self.model_config()
-        T, h = cfg["batch"] * cfg["seq"], cfg["hidden"]
-        x = torch.randn(T, h, device=self.device)  # fp32, as the training job
+        if self.args.speed_shape:
+            T, h = (int(x) for x in self.args.speed_shape.split(","))
+        else:
+            cfg = self.model_config()
+            T, h = cfg["batch"] * cfg["seq"], cfg["hidden"]
+        x = torch.randn(T, h, device=self.device)
         w = torch.randn(h, 4 * h, device=self.device)
 
         def unit() -> None:
             torch.nn.functional.gelu(torch.matmul(x, w))
 
+        unit.shape = (T, h)  # type: ignore[attr-defined]
+        return unit
+
+    def speed_blocks(self, unit: Any, reps: int, blocks: int, warmup: int) -> list[float]:
+        """Seconds of each of ``blocks`` blocks of ``reps`` units run back to back."""
+        times: list[float] = []
+        with self._local():
+            for _ in range(blocks + warmup):
+                t0 = time.perf_counter()
+                for _ in range(reps):
+                    unit()
+                self._sync_dev()
+                times.append(time.perf_counter() - t0)
+        return times[warmup:]
+
+    def phase_speed(self, block_s: float = 0.1, blocks: int = 24, warmup: int = 2) -> None:
+        """How much a device's speed varies from one step-sized stretch of work to the next,
+        and between devices: every rank at once runs the same block (a GEMM of the training
+        job's MLP shape and a GELU over its output) back to back, timed block by block, with no
+        synchronisation in between. Feeds ``speed_cv`` (stragglers).
+
+        Then local rank 0 of each host runs a few blocks alone while the host's other processes
+        wait: the reference ``validate`` compares a one-process run's speed check with, so that
+        the machine's drift is told apart from how busy its host is."""
+        unit = self.speed_unit()
+        T, h = unit.shape
         self.beat(detail="speed variation")
         for _ in range(3):
             unit()
@@ -123,21 +177,27 @@ class DevicePhases(ProbeBase):
         per = max((time.perf_counter() - t0) / 5, 1e-7)
         reps = int(self.reduce_max(max(1, round(block_s / per))))
         self.sync()
-        times: list[float] = []
-        for _ in range(blocks + warmup):
-            t0 = time.perf_counter()
-            for _ in range(reps):
-                unit()
-            self._sync_dev()
-            times.append(time.perf_counter() - t0)
-        per_rank = self.gather_floats(times[warmup:])
+        per_rank = self.gather_floats(self.speed_blocks(unit, reps, blocks, warmup))
+        alone: list[float] = []
+        if self.local_world > 1:
+            self.sync()
+            n_alone = max(4, blocks // 3)
+            if self.local_rank == 0:
+                alone = self.speed_blocks(unit, reps, n_alone, warmup)
+            else:  # asleep, not polling a barrier: rank 0 has the host to itself
+                mine = per_rank[self.rank]
+                self.sleep_beating(1.3 * (n_alone + warmup) * max(mine) + 0.2)
+            self.sync()
         self.result["speed_variation"] = {
             "work": f"{reps} × (matmul {T}x{h}x{4 * h} + GELU), fp32",
+            "shape": [T, h],
             "reps": reps,
             "block_target_s": block_s,
             "warmup_blocks": warmup,
             "block_times_s": per_rank,
         }
+        if alone:
+            self.result["speed_variation"]["alone_block_times_s"] = alone
 
     def phase_memory(self) -> None:
         torch = self.torch

@@ -1,11 +1,15 @@
-"""The probe's training phase: a small real training step (DDP or FSDP), with and without
-gradient synchronisation."""
+"""The probe's training phases: a small real training step (DDP or FSDP), with and without
+gradient synchronisation; and, for ``validate``, a list of other training jobs, each timed right
+after a check of the machine's speed."""
 
 from __future__ import annotations
 
 import contextlib
+import json
 import statistics
 import time
+from pathlib import Path
+from typing import Any
 
 from .probe_base import (
     ProbeBase,
@@ -13,11 +17,12 @@ from .probe_base import (
 
 
 class TrainPhase(ProbeBase):
-    def phase_train(self) -> None:
+    def _job(self, cfg: dict[str, int]) -> tuple[Any, Any, str, int]:
+        """(model, step function, wrapper, parameter count) of the probe transformer ``cfg``
+        under DDP (or FSDP) when there are several ranks."""
         torch = self.torch
         from .model import ProbeTransformer
 
-        cfg = self.model_config()
         torch.manual_seed(0)
         model = ProbeTransformer(
             **{k: cfg[k] for k in ("layers", "hidden", "heads", "vocab", "seq")}
@@ -51,14 +56,62 @@ class TrainPhase(ProbeBase):
             self._sync_dev()
             return float(loss.detach())
 
+        return model, step, wrap, params
+
+    def _timed(self, step: Any, what: str, grad_sync: bool = True) -> list[float]:
+        out: list[float] = []
+        for i in range(self.args.train_steps):
+            self.beat(detail=f"{what} {i}")
+            t0 = time.perf_counter()
+            step(grad_sync)
+            out.append(time.perf_counter() - t0)
+        return out
+
+    def phase_jobs(self) -> None:
+        """``validate``'s live runs: each job of ``--jobs`` (a JSON list of probe-transformer
+        configurations), preceded by the probe's speed-variation work (``--speed-shape``,
+        ``--speed-reps``) run by every rank at once, so that each job's prediction can be
+        rescaled by how fast the machine is right then."""
+        jobs = json.loads(Path(self.args.jobs).read_text())
+        rows: list[dict[str, Any]] = []
+        self.result["jobs"] = rows
+        unit = self.speed_unit()  # type: ignore[attr-defined]
+        reps = max(1, int(self.args.speed_reps))
+        for job in jobs:
+            cfg = {k: int(job[k]) for k in ("layers", "hidden", "heads", "vocab", "seq", "batch")}
+            self.beat(detail=f"speed check before {job['name']}")
+            self.sync()
+            speed = self.gather_floats(
+                self.speed_blocks(unit, reps, self.args.speed_blocks, 1)  # type: ignore[attr-defined]
+            )
+            model, step, wrap, params = self._job(cfg)
+            for i in range(self.args.train_warmup):
+                self.beat(detail=f"{job['name']} warm-up {i}")
+                step()
+            self.sync()
+            times = [self.reduce_max(t) for t in self._timed(step, job["name"])]
+            rows.append(
+                {
+                    "name": job["name"],
+                    "model": cfg,
+                    "params": params,
+                    "wrapper": wrap,
+                    "world_size": self.world,
+                    "speed_reps": reps,
+                    "speed_block_times_s": speed,
+                    "step_times_s": times,
+                    "step_time_median_s": statistics.median(times),
+                }
+            )
+            del model, step
+            self.save()
+
+    def phase_train(self) -> None:
+        cfg = self.model_config()
+        model, step, wrap, params = self._job(cfg)
+
         def timed(what: str, grad_sync: bool = True) -> list[float]:
-            out: list[float] = []
-            for i in range(self.args.train_steps):
-                self.beat(detail=f"{what} {i}")
-                t0 = time.perf_counter()
-                step(grad_sync)
-                out.append(time.perf_counter() - t0)
-            return out
+            return self._timed(step, what, grad_sync)
 
         for i in range(self.args.train_warmup):
             self.beat(detail=f"train warm-up {i}")
@@ -68,6 +121,17 @@ class TrainPhase(ProbeBase):
         # whose host is fully busy, as the simulator's compute and optimizer time describe it.
         compute_only: list[list[float]] | None = None
         alone: list[float] | None = None
+        # The machine's speed right when the in-step factor is measured, checked the way
+        # validate checks it before each live job: its drift reference.
+        sv = self.result.get("speed_variation") or {}
+        unit = self.speed_unit()  # type: ignore[attr-defined]
+        reps = int(sv.get("reps") or 1)
+        check: dict[str, Any] = {"reps": reps, "shape": list(unit.shape)}
+        self.result["train_speed_check"] = check
+        self.sync()
+        check["block_times_s"] = self.gather_floats(
+            self.speed_blocks(unit, reps, self.args.speed_blocks, 1)  # type: ignore[attr-defined]
+        )
         if wrap == "ddp":
             self.sync()
             compute_only = self.gather_floats(timed("train step without gradient sync", False))
@@ -75,7 +139,16 @@ class TrainPhase(ProbeBase):
             # difference is the host's other devices being busy (shared caches, memory bus).
             self.sync()
             if self.local_world > 1 and self.local_rank == 0:
+                check["alone_block_times_s"] = self.speed_blocks(  # type: ignore[attr-defined]
+                    unit, reps, self.args.speed_blocks, 1
+                )
                 alone = timed("train step without gradient sync, alone on the host", False)
+            elif self.local_world > 1:
+                # Asleep rather than waiting in a barrier (a waiting rank may poll its socket),
+                # so that local rank 0 has the host to itself; a little longer than it needs.
+                blocks = check["block_times_s"][self.rank]
+                steps = compute_only[self.rank]
+                self.sleep_beating(1.3 * (sum(blocks) * (1 + 1 / len(blocks)) + sum(steps)) + 0.2)
         self.sync()
         times = timed("train step")
         if wrap == "none":  # one process: the step is all compute-stream work

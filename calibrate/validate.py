@@ -1,5 +1,6 @@
-"""Live run vs prediction: re-runs the probe's training job at several world sizes on this
-machine and simulates the same job with the calibrated profiles.
+"""Live run vs prediction: runs the probe's training job (in-sample) and workloads calibration
+never saw at several world sizes on this machine, and simulates the same jobs with the
+calibrated profiles, corrected for the machine's drift since the probe.
 
 Each layout runs ``nodes × nproc`` local processes (``nodes`` > 1: groups of processes that
 rendezvous over 127.0.0.1 and act as separate nodes) with the same threads per process as the
@@ -21,8 +22,20 @@ from typing import Any
 from simulator.errors import UserError
 
 from .fit import unit_seconds
+from .intervals import LEVEL, Z, bootstrap_median, passed, prediction_sd, robust_rel_sd, verdict
 from .launch import ProbeFailed, launch
-from .scenario import cpu_comm_overlaps, job_scenario
+from .prediction import drift_reference, host_occupancy_factor, loopback_network, predict
+from .scenario import cpu_comm_overlaps
+from .workloads import KEYS, check_names, select, workloads
+
+__all__ = [
+    "drift_reference",
+    "host_occupancy_factor",
+    "load_sidecar",
+    "loopback_network",
+    "predict",
+    "validate",
+]
 
 
 def load_sidecar(profile: str) -> tuple[dict[str, Any], Path]:
@@ -50,138 +63,79 @@ def load_sidecar(profile: str) -> tuple[dict[str, Any], Path]:
     return side, path
 
 
-def loopback_network(profile: str) -> dict[str, Any]:
-    """A network profile for 'nodes' that are process groups on this one host: the same loopback
-    transport as the calibrated fabric, so its figures are the fabric's."""
-    from simulator.catalog import load_catalog
-    from simulator.config.hardware import FabricProfile
-
-    fab = load_catalog().get(f"{profile}-fabric", "fabric")
-    assert isinstance(fab, FabricProfile)
-    src = (
-        f"no inter-node probe data: the 'nodes' are process groups on one host, so this is "
-        f"the intra-host fit of {profile}-fabric"
-    )
-    return {
-        "name": f"{profile}-loopback-network",
-        "kind": "network",
-        "display_name": "loopback (derived from the fabric fit)",
-        "technology": "ethernet_tcp",
-        "port_gbps": {"value": fab.bandwidth_gbps.value * 8, "source": src + " (×8 bits)"},
-        "latency_us": {"value": fab.latency_us.value, "source": src},
-        "achievable_fraction": {"value": 1.0, "source": src},
-        "tail_latency": {
-            "sigma": {
-                "value": 0.05,
-                "source": "assumed (not used by the deterministic step simulation)",
-            }
-        },
-    }
-
-
-def predict(
-    profile: str,
-    model_cfg: dict[str, Any],
-    nproc: int,
-    nodes: int,
-    overlap: bool = True,
-    stragglers: bool = False,
-    in_step_factor: tuple[float, str] | None = None,
-) -> tuple[float, str]:
-    """Predicted step time (and a note) of the probe job at ``nodes × nproc`` on the calibrated
-    profiles; ``in_step_factor`` (value, source) replaces the profile's own."""
-    from simulator.catalog import load_catalog
-    from simulator.config.loading import resolve_dict
-    from simulator.config.yamlio import load_text
-    from simulator.simulate import simulate
-
-    net: Any = None
-    note = ""
-    if nodes > 1:
-        if f"{profile}-network" in load_catalog().profiles:
-            net = f"{profile}-network"
-        else:
-            net = loopback_network(profile)
-            note = "network: loopback, derived from the fabric fit"
-    sc = job_scenario(profile, model_cfg, nproc, nodes, net, overlap=overlap, stragglers=stragglers)
-    if in_step_factor is not None:
-        gpu = load_text(load_catalog().files[profile].read_text())
-        gpu["efficiency"]["in_step_factor"] = {
-            "value": in_step_factor[0],
-            "source": in_step_factor[1],
-        }
-        sc["cluster"]["gpu"] = gpu
-    rs = resolve_dict(sc)
-    return simulate(rs, scaling=False).metrics.step_time_s, note
-
-
-def host_occupancy_factor(side: dict[str, Any], busy: int) -> tuple[float, str, str] | None:
-    """(in-step factor, its source, a note) for a layout that keeps ``busy`` processes on this
-    host when the probe kept more: the profile's factor was measured with every one of the
-    probe's processes computing; with fewer, the host's caches and memory bus are less shared.
-    Linear between the probe's step run by one process alone and by all at once."""
-    cf = side.get("compute_fit") or {}
-    full, alone = cf.get("in_step_factor"), cf.get("in_step_factor_alone")
-    procs = int(side.get("procs_per_node") or 1) if side.get("hosts") == 1 else 0
-    if not full or not alone or procs <= 1 or busy >= procs:
-        return None
-    f = alone + (full - alone) * (busy - 1) / (procs - 1)
-    what = (
-        f"{busy} of the probe's {procs} processes on this host: between the probe's step "
-        f"without communication run by one process alone ({alone:.3f}) and by all at once "
-        f"({full:.3f})"
-    )
-    return f, what, f"host {busy}/{procs} busy: in-step factor {f:.2f} (all busy: {full:.2f})"
-
-
-def run_live(
-    model_cfg: dict[str, Any],
+def _launch_jobs(
+    jobs: list[dict[str, Any]],
     nproc: int,
     nodes: int,
     threads: int,
     steps: int,
+    speed: dict[str, Any],
     timeout: float,
     workdir: Path,
-) -> dict[str, Any]:
-    out = workdir / f"train-{nodes}x{nproc}.json"
-    args = [
-        "--phases",
-        "train",
-        "--threads",
-        str(threads),
-        "--train-steps",
-        str(steps),
-        "--layers",
-        str(model_cfg["layers"]),
-        "--hidden",
-        str(model_cfg["hidden"]),
-        "--batch",
-        str(model_cfg["batch"]),
-        "--seq",
-        str(model_cfg["seq"]),
-    ]
+) -> list[dict[str, Any]]:
+    """One live run: every job in ``jobs`` on ``nodes × nproc`` processes, each preceded by the
+    probe's speed work."""
+    spec = workdir / "jobs.json"
+    spec.write_text(json.dumps(jobs))
+    out = workdir / f"jobs-{nodes}x{nproc}.json"
+    args = ["--phases", "jobs", "--jobs", str(spec), "--threads", str(threads)]
+    args += ["--train-steps", str(steps), "--speed-blocks", "6"]
+    if speed.get("shape") and speed.get("reps"):
+        args += ["--speed-shape", ",".join(str(int(x)) for x in speed["shape"])]
+        args += ["--speed-reps", str(int(speed["reps"]))]
     try:
-        launch(out, nproc, nodes, args, timeout=timeout)
+        launch(out, nproc, nodes, args, timeout=timeout * max(1, len(jobs)))
     except ProbeFailed as exc:
         raise UserError(
             f"live run at {nodes}×{nproc} processes failed: {exc}",
             hint="see the message; re-run with a larger --timeout if it hung",
         ) from None
-    return json.loads(out.read_text())["train"]
+    res = list(json.loads(out.read_text())["jobs"])
+    # The run's speed: every check it made (one before each job), so that one check's noise
+    # does not move a job's correction; a drift slower than a run (a minute) is still seen.
+    units = [unit_seconds(r["speed_block_times_s"], int(r["speed_reps"])) for r in res]
+    for r in res:
+        r["run_unit_s"] = statistics.median(units)
+    return res
 
 
-def speed_check(procs: int, threads: int, timeout: float, workdir: Path) -> float:
-    """Seconds per unit of the probe's speed-variation work, measured now the way the probe
-    measured it (same processes at once, same threads)."""
-    out = workdir / "speed.json"
-    try:
-        launch(out, procs, 1, ["--phases", "speed", "--threads", str(threads)], timeout=timeout)
-    except ProbeFailed as exc:
-        raise UserError(
-            f"speed check failed: {exc}", hint="re-run with a larger --timeout if it hung"
-        ) from None
-    sv = json.loads(out.read_text())["speed_variation"]
-    return unit_seconds(sv["block_times_s"], int(sv["reps"]))
+def _layouts(
+    nprocs: list[int], nodes_list: list[int], threads: int, cores: int
+) -> list[dict[str, Any]]:
+    if any(n < 1 for n in nprocs + nodes_list):
+        raise UserError("process and node counts must be at least 1", path="--nproc/--nodes")
+    out: list[dict[str, Any]] = []
+    for nodes in sorted(set(nodes_list)):
+        for nproc in sorted(set(nprocs)):
+            world = nodes * nproc
+            lay: dict[str, Any] = {"nodes": nodes, "nproc_per_node": nproc, "world_size": world}
+            if world * threads > cores:
+                lay["skipped"] = (
+                    f"{world} processes × {threads} thread(s) > {cores} "
+                    "cores (would measure oversubscription)"
+                )
+            out.append(lay)
+    return out
+
+
+def _sigmas(side: dict[str, Any]) -> tuple[dict[str, float], str]:
+    """Relative error of each part of a prediction, from the calibration's own residuals:
+    compute from the GEMM curve's residuals and the scatter of the in-step factor's steps;
+    communication from the all-reduce fit's."""
+    cf = side.get("compute_fit") or {}
+    tr = side.get("train") or {}
+    steps = [t for r in tr.get("compute_step_times_s") or [] for t in r]
+    step_se = robust_rel_sd(steps) / max(1, len(steps)) ** 0.5 if steps else 0.0
+    gemm = float(cf.get("rms_rel_err") or 0.0)
+    comm = 0.0
+    for f in side.get("fits") or []:
+        if f.get("op") == "all_reduce":
+            comm = max(comm, float(f.get("rms_rel_err") or 0.0))
+    what = (
+        f"compute ±{(gemm**2 + step_se**2) ** 0.5:.0%} (GEMM fit residuals {gemm:.0%}, "
+        f"in-step factor ±{step_se:.1%}); communication ±{comm:.0%} (all-reduce fit residuals)"
+    )
+    return {"compute": (gemm**2 + step_se**2) ** 0.5, "comm": comm}, what
 
 
 def validate(
@@ -193,129 +147,185 @@ def validate(
     log: Any = None,
     repeats: int = 3,
     progress: Callable[[int, int], None] | None = None,
+    workload_names: list[str] | None = None,
 ) -> dict[str, Any]:
-    """Live runs vs predictions. Each layout runs ``repeats`` times, the layouts interleaved
-    (1×1, 1×2, 2×1, then 1×2, 2×1, 1×1, …: rotated each repeat), so a machine whose speed
-    drifts over minutes (a shared VM) is measured evenly across layouts; the measured step time
-    is the median over every timed step of every repeat, and the spread of the per-run medians
-    is reported beside it.
+    """Live runs vs predictions for the probe's job (in-sample) and workloads calibration never
+    saw (:mod:`calibrate.workloads`), at each layout.
 
-    Drift: before each repeat the probe's reference work (its speed-variation blocks) runs again
-    as the probe ran it, and how much slower or faster it is now than during the probe is
-    reported: a diagnostic for a machine whose speed changes (re-probe if it is large). The
-    prediction always uses the profile as calibrated."""
+    Each repeat runs every layout once (one launch per layout, the layouts and the jobs within
+    a launch rotated each repeat, so that no job always follows the same other one); before each
+    job every process runs the probe's speed work, and the job's prediction is rescaled by how
+    much slower or faster that work runs in the live run (median of its checks) than right
+    before the probe timed its in-step factor (drift correction). The
+    measured step time is the median over every timed step of every repeat, with a bootstrap
+    interval over repeats and steps; the prediction's interval comes from the calibration fits'
+    residuals. A row passes when its corrected error is within 10% or the intervals overlap."""
+    check_names(workload_names)
     side, path = load_sidecar(profile)
-    tr = side["train"]
-    model_cfg = {k: tr["model"][k] for k in ("layers", "hidden", "heads", "vocab", "seq", "batch")}
+    base = {k: side["train"]["model"][k] for k in KEYS}
     threads = int(side.get("threads_per_process") or 1)
     cores = os.cpu_count() or 1
-    if any(n < 1 for n in nprocs + nodes_list):
-        raise UserError("process and node counts must be at least 1", path="--nproc/--nodes")
     if repeats < 1 or steps < 1:
         raise UserError("--repeats and --steps must be at least 1", path="--repeats/--steps")
-    rows: list[dict[str, Any]] = []
-    todo: list[dict[str, Any]] = []
-    for nodes in sorted(set(nodes_list)):
-        for nproc in sorted(set(nprocs)):
-            world = nodes * nproc
-            row: dict[str, Any] = {
-                "nodes": nodes,
-                "nproc_per_node": nproc,
-                "world_size": world,
-                "threads_per_process": threads,
-            }
-            rows.append(row)
-            if world * threads > cores:
-                row["skipped"] = (
-                    f"{world} processes × {threads} thread(s) > {cores} "
-                    "cores (would measure oversubscription)"
-                )
-            else:
-                todo.append(row)
-    runs: dict[int, list[dict[str, Any]]] = {id(r): [] for r in todo}
-    speed = side.get("speed_variation") or {}
-    ref_unit = speed.get("unit_s")
-    checks: list[float] = []
+    wls = select(workloads(base), workload_names)
+    layouts = _layouts(nprocs, nodes_list, threads, cores)
+    todo = [lay for lay in layouts if "skipped" not in lay]
+    speed = dict(side.get("speed_variation") or {})
+    if not speed.get("shape"):  # older calibrations: the probe job's MLP shape
+        speed["shape"] = [base["batch"] * base["seq"], base["hidden"]]
+    runs: dict[tuple[str, str], list[dict[str, Any]]] = {}
     order: list[str] = []
-    checking = bool(ref_unit and todo and int(speed.get("procs") or 1) * threads <= cores)
-    total = repeats * (len(todo) + int(checking))
-    units = 0
+    total, done_units = repeats * len(todo), 0
     with tempfile.TemporaryDirectory(prefix="clustersim-validate-") as tmp:
         for rep in range(repeats):
-            if checking:
-                if progress:
-                    progress(units, total)
-                units += 1
-                if log:
-                    log(f"speed check {rep + 1}/{repeats} (the probe's reference work)…")
-                checks.append(
-                    speed_check(int(speed.get("procs") or 1), threads, timeout, Path(tmp))
-                )
-            # Rotated each repeat, so that no layout always runs right after the same other one
-            # (on a shared VM, a run's speed depends on what ran just before it).
             k = rep % len(todo) if todo else 0
-            for row in todo[k:] + todo[:k]:
-                nodes, nproc = row["nodes"], row["nproc_per_node"]
-                order.append(f"{nodes}x{nproc}")
+            j = rep % len(wls)
+            jobs = [w.job() for w in wls[j:] + wls[:j]]
+            for lay in todo[k:] + todo[:k]:
+                key = f"{lay['nodes']}x{lay['nproc_per_node']}"
+                order.append(key)
                 if log:
-                    log(f"live run {rep + 1}/{repeats}: {nodes} node(s) × {nproc} process(es)…")
+                    log(
+                        f"live run {rep + 1}/{repeats}: {lay['nodes']} node(s) × "
+                        f"{lay['nproc_per_node']} process(es), {len(jobs)} job(s)…"
+                    )
                 if progress:
-                    progress(units, total)
-                units += 1
-                runs[id(row)].append(
-                    run_live(model_cfg, nproc, nodes, threads, steps, timeout, Path(tmp))
-                )
-    for row in todo:
-        nodes, nproc, world = row["nodes"], row["nproc_per_node"], row["world_size"]
-        # Every process of a layout runs on this host.
-        overlap = cpu_comm_overlaps(str(side.get("device_type")), world, threads, cores)
-        # the profile has a speed_cv exactly when its calibration measured speed variation
-        factor = host_occupancy_factor(side, world)
-        pred, note = predict(
-            profile, model_cfg, nproc, nodes, overlap, bool(speed), factor[:2] if factor else None
-        )
-        if factor:
-            note = "; ".join(filter(None, [note, factor[2]]))
-        if not overlap:
-            note = "; ".join(filter(None, [note, "no comm/compute overlap: every core computes"]))
-        lives = runs[id(row)]
-        all_steps = [t for live in lives for t in live["step_times_s"]]
-        meas = statistics.median(all_steps)
-        run_medians = [live["step_time_median_s"] for live in lives]
-        row.update(
-            {
-                "measured_s": meas,
-                "predicted_s": pred,
-                "error_pct": 100.0 * (pred - meas) / meas,
-                "run_medians_s": run_medians,
-                "run_spread_pct": 100.0 * (max(run_medians) - min(run_medians)) / meas,
-                "measured_steps_s": all_steps,
-            }
-        )
-        if note:
-            row["note"] = note
-    drift = statistics.median(checks) / ref_unit - 1.0 if checks and ref_unit else None
+                    progress(done_units, total)
+                done_units += 1
+                for res in _launch_jobs(
+                    jobs,
+                    lay["nproc_per_node"],
+                    lay["nodes"],
+                    threads,
+                    steps,
+                    speed,
+                    timeout,
+                    Path(tmp),
+                ):
+                    runs.setdefault((res["name"], key), []).append(res)
+    sigmas, sigma_what = _sigmas(side)
+    rows: list[dict[str, Any]] = []
+    for w in wls:
+        for lay in layouts:
+            row = {"workload": w.name, "in_sample": w.in_sample, **lay}
+            rows.append(row)
+            if "skipped" in lay:
+                continue
+            key = f"{lay['nodes']}x{lay['nproc_per_node']}"
+            row.update(_row(profile, side, w.cfg, lay, runs[(w.name, key)], speed, sigmas))
+    _scaling(rows)
     done = [r for r in rows if "measured_s" in r]
-    if done:
-        ref = min(done, key=lambda r: r["world_size"])
-        for r in done:
-            # weak scaling (fixed batch per process): per-process throughput vs the smallest run
-            r["measured_scaling"] = ref["measured_s"] / r["measured_s"]
-            r["predicted_scaling"] = ref["predicted_s"] / r["predicted_s"]
+    out = [r for r in done if not r["in_sample"]]
     return {
         "profile": profile,
         "calibration": str(path),
-        "model": model_cfg,
+        "model": base,
+        "workloads": [
+            {"name": w.name, "in_sample": w.in_sample, "what": w.what, **w.cfg} for w in wls
+        ],
         "threads_per_process": threads,
         "cores": cores,
         "steps": steps,
         "repeats": repeats,
         "run_order": order,
-        "drift_pct": None if drift is None else 100.0 * drift,
-        "drift_checks_unit_s": checks,
-        "drift_reference_unit_s": ref_unit,
+        "interval_level": LEVEL,
+        "prediction_errors": sigma_what,
         "drift_work": speed.get("work"),
-        "scaling": "weak (batch per process fixed); reference: the smallest run",
+        "scaling": "weak (batch per process fixed); reference: the smallest run of each workload",
         "rows": rows,
         "max_abs_error_pct": max((abs(r["error_pct"]) for r in done), default=None),
+        "out_of_sample": {
+            "rows": len(out),
+            "passed": sum(passed(r["verdict"]) for r in out),
+            "max_abs_corrected_error_pct": max(
+                (abs(r["corrected_error_pct"]) for r in out), default=None
+            ),
+            "max_scaling_gap_points": max(
+                (abs(r["scaling_gap_points"]) for r in out if "scaling_gap_points" in r),
+                default=None,
+            ),
+        },
     }
+
+
+def _row(
+    profile: str,
+    side: dict[str, Any],
+    cfg: dict[str, int],
+    lay: dict[str, Any],
+    lives: list[dict[str, Any]],
+    speed: dict[str, Any],
+    sigmas: dict[str, float],
+) -> dict[str, Any]:
+    nodes, nproc, world = lay["nodes"], lay["nproc_per_node"], lay["world_size"]
+    threads = int(side.get("threads_per_process") or 1)
+    cores = os.cpu_count() or 1
+    overlap = cpu_comm_overlaps(str(side.get("device_type")), world, threads, cores)
+    factor = host_occupancy_factor(side, world)
+    pred, note, shares = predict(
+        profile, cfg, nproc, nodes, overlap, bool(speed.get("cv")), factor[:2] if factor else None
+    )
+    notes = [note] if note else []
+    if factor:
+        notes.append(factor[2])
+    if not overlap:
+        notes.append("no comm/compute overlap: every core computes")
+    all_steps = [t for live in lives for t in live["step_times_s"]]
+    meas = statistics.median(all_steps)
+    ci = bootstrap_median([live["step_times_s"] for live in lives])
+    run_medians = [live["step_time_median_s"] for live in lives]
+    units = [live["run_unit_s"] for live in lives]
+    blocks = [
+        t / int(live["speed_reps"])
+        for live in lives
+        for r in live["speed_block_times_s"]
+        for t in r
+    ]
+    ref = drift_reference(speed, world if side.get("hosts") == 1 else nproc)
+    drift = statistics.median(units) / ref if ref else None
+    corrected = pred * drift if drift else pred
+    if drift is None:
+        notes.append(
+            "drift not corrected: the calibration has no speed reference for this many "
+            "busy processes"
+        )
+    comm = sum(v for k, v in shares.items() if k.startswith("comm"))
+    sd = prediction_sd({"compute": 1.0 - comm, "comm": comm}, sigmas)
+    drift_sd = robust_rel_sd(blocks) / max(1, len(blocks)) ** 0.5 if drift else 0.0
+    sd = (sd**2 + drift_sd**2) ** 0.5
+    pi = (corrected * (1 - Z * sd), corrected * (1 + Z * sd))
+    err = (corrected - meas) / meas
+    row: dict[str, Any] = {
+        "measured_s": meas,
+        "measured_interval_s": list(ci),
+        "predicted_s": pred,
+        "error_pct": 100.0 * (pred - meas) / meas,
+        "drift_pct": None if drift is None else 100.0 * (drift - 1.0),
+        "corrected_predicted_s": corrected,
+        "predicted_interval_s": list(pi),
+        "corrected_error_pct": 100.0 * err,
+        "verdict": verdict(err, ci, pi),
+        "comm_share": comm,
+        "run_medians_s": run_medians,
+        "run_spread_pct": 100.0 * (max(run_medians) - min(run_medians)) / meas,
+        "measured_steps_s": all_steps,
+    }
+    if notes:
+        row["note"] = "; ".join(notes)
+    return row
+
+
+def _scaling(rows: list[dict[str, Any]]) -> None:
+    """Weak scaling per workload: per-process throughput against its smallest measured run,
+    measured and predicted (drift-corrected), and the gap in points."""
+    by: dict[str, list[dict[str, Any]]] = {}
+    for r in rows:
+        if "measured_s" in r:
+            by.setdefault(r["workload"], []).append(r)
+    for group in by.values():
+        ref = min(group, key=lambda r: r["world_size"])
+        for r in group:
+            r["measured_scaling"] = ref["measured_s"] / r["measured_s"]
+            r["predicted_scaling"] = ref["corrected_predicted_s"] / r["corrected_predicted_s"]
+            if r is not ref:
+                r["scaling_gap_points"] = 100.0 * (r["predicted_scaling"] - r["measured_scaling"])

@@ -171,12 +171,18 @@ def validate(
     repeats: Annotated[
         int, typer.Option(help="runs per layout, interleaved across layouts (median of all)")
     ] = 3,
+    workloads: Annotated[
+        str,
+        typer.Option(
+            help="comma list of workloads (default: all): probe-job (in-sample), wide, "
+            "long-seq, narrow-deep, comm-heavy"
+        ),
+    ] = "",
     timeout: Annotated[float, typer.Option(help="seconds before a stuck run is stopped")] = 120.0,
     fmt: Annotated[Fmt, typer.Option("--format")] = Fmt.table,
 ) -> None:
-    """Run the probe's training job live and compare its step time with the prediction."""
-    from rich.table import Table
-
+    """Run the probe's job and workloads calibration never saw, live, and compare their step
+    times with the drift-corrected predictions."""
     from calibrate.validate import validate as run_validate
 
     def ints(text: str, opt: str) -> list[int]:
@@ -201,88 +207,31 @@ def validate(
             progress=lambda done, total: update(
                 done, f"validate: run {done + 1} of {total}", total
             ),
+            workload_names=[w.strip() for w in workloads.split(",") if w.strip()] or None,
         )
     if fmt == Fmt.json:
         _json(rep)
         return
     if fmt == Fmt.csv:
         keys = [
+            "workload",
+            "in_sample",
             "nodes",
             "nproc_per_node",
             "world_size",
             "measured_s",
             "predicted_s",
             "error_pct",
-            "run_spread_pct",
+            "drift_pct",
+            "corrected_predicted_s",
+            "corrected_error_pct",
+            "verdict",
             "measured_scaling",
             "predicted_scaling",
             "skipped",
         ]
         _csv_rows(keys, rep["rows"])
         return
-    t = Table(
-        title=f"validate {profile}: measured vs predicted step time "
-        f"({rep['threads_per_process']} thread(s) per process)"
-    )
-    notes: list[str] = []
-    for col in (
-        "nodes",
-        "procs/node",
-        "world",
-        "meas. ms",
-        "pred. ms",
-        "error",
-        "run spread",
-        "scal. meas.",
-        "scal. pred.",
-        "",
-    ):
-        t.add_column(col, justify="right")
-    for r in rep["rows"]:
-        if "skipped" in r:
-            t.add_row(
-                str(r["nodes"]),
-                str(r["nproc_per_node"]),
-                str(r["world_size"]),
-                "-",
-                "-",
-                "-",
-                "-",
-                "-",
-                "-",
-                "skipped*",
-            )
-            notes.append(f"* {r['nodes']}×{r['nproc_per_node']} skipped: {r['skipped']}")
-            continue
-        t.add_row(
-            str(r["nodes"]),
-            str(r["nproc_per_node"]),
-            str(r["world_size"]),
-            f"{r['measured_s'] * 1e3:.1f}",
-            f"{r['predicted_s'] * 1e3:.1f}",
-            f"{r['error_pct']:+.1f}%",
-            f"{r['run_spread_pct']:.0f}%" if len(r["run_medians_s"]) > 1 else "-",
-            f"{r['measured_scaling']:.2f}",
-            f"{r['predicted_scaling']:.2f}",
-            "†" if r.get("note") else "",
-        )
-        if r.get("note"):
-            notes.append(f"† {r['nodes']}×{r['nproc_per_node']}: {r['note']}")
-    out.print(t)
-    for n in notes:
-        out.print(safe(n))
-    if rep.get("drift_pct") is not None:
-        out.print(
-            safe(
-                f"machine drift: the probe's reference work ({rep['drift_work']}) runs "
-                f"{abs(rep['drift_pct']):.1f}% {'slower' if rep['drift_pct'] >= 0 else 'faster'} "
-                f"now than during the probe (median of {len(rep['drift_checks_unit_s'])} "
-                "checks): a shared machine's speed changes; re-probe if this is large"
-            )
-        )
-    if rep["max_abs_error_pct"] is not None:
-        out.print(
-            f"largest |error|: {rep['max_abs_error_pct']:.1f}%; measured: median of "
-            f"{rep['repeats']} interleaved run(s) × {rep['steps']} steps (run spread: max − min "
-            f"of the runs' medians); scaling is {rep['scaling']}"
-        )
+    from .report.validation import print_validation
+
+    print_validation(out, rep)

@@ -27,7 +27,9 @@ def clustersim(*args: str, cwd: Path, timeout: float = 200):
     )
 
 
-def test_validate_reports_error(tmp_path: Path) -> None:
+def test_probe_calibrate_validate_loop(tmp_path: Path) -> None:
+    """The whole loop on gloo with real processes: probe, calibrate, then validate the probe's
+    own job (in-sample) and an out-of-sample workload at one and two processes."""
     probe = tmp_path / "runs" / "probe.json"
     r = clustersim(
         "probe",
@@ -42,8 +44,19 @@ def test_validate_reports_error(tmp_path: Path) -> None:
         cwd=tmp_path,
     )
     assert r.returncode == 0, r.stderr
+    data = json.loads(probe.read_text())
+    # the drift reference, made as the in-step factor was measured, by all and by one alone
+    chk = data["train_speed_check"]
+    assert len(chk["block_times_s"]) == 2 and chk["alone_block_times_s"]
+    assert data["step_overhead"]["time_s"] > 0
     r = clustersim("calibrate", str(probe), "--name", "v-cluster", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
+    side = json.loads(
+        (tmp_path / "hardware_profiles" / "calibrated" / "v-cluster.calibration.json").read_text()
+    )
+    assert side["speed_variation"]["check_unit_s"] > 0
+    assert side["speed_variation"]["check_alone_unit_s"] > 0
+    assert side["compute_fit"]["rms_rel_err"] >= 0
     r = clustersim(
         "validate",
         "--profile",
@@ -51,37 +64,81 @@ def test_validate_reports_error(tmp_path: Path) -> None:
         "--nproc",
         "1,2",
         "--steps",
-        "4",
+        "3",
         "--repeats",
         "2",
+        "--workloads",
+        "probe-job,comm-heavy",
         "--format",
         "json",
         cwd=tmp_path,
+        timeout=400,
     )
     assert r.returncode == 0, r.stderr
     rep = json.loads(r.stdout)
-    rows = {row["world_size"]: row for row in rep["rows"]}
-    assert set(rows) == {1, 2}
-    for row in rows.values():
+    rows = {(row["workload"], row["world_size"]): row for row in rep["rows"]}
+    assert set(rows) == {(w, n) for w in ("probe-job", "comm-heavy") for n in (1, 2)}
+    for (name, _), row in rows.items():
+        assert row["in_sample"] == (name == "probe-job")
         assert row["measured_s"] > 0 and row["predicted_s"] > 0
         assert row["error_pct"] == pytest.approx(
             100 * (row["predicted_s"] - row["measured_s"]) / row["measured_s"]
         )
-        # two interleaved runs of four steps each; the measured time is their median
-        assert len(row["run_medians_s"]) == 2 and len(row["measured_steps_s"]) == 8
+        # drift-corrected: the raw prediction rescaled by the machine's speed now
+        assert row["drift_pct"] is not None
+        assert row["corrected_predicted_s"] == pytest.approx(
+            row["predicted_s"] * (1 + row["drift_pct"] / 100)
+        )
+        err = (row["corrected_predicted_s"] - row["measured_s"]) / row["measured_s"]
+        assert row["corrected_error_pct"] == pytest.approx(100 * err)
+        # two interleaved runs of three steps each; the measured time is their median, inside
+        # its bootstrap interval; the prediction inside its own
+        assert len(row["run_medians_s"]) == 2 and len(row["measured_steps_s"]) == 6
         assert row["measured_s"] == pytest.approx(np.median(row["measured_steps_s"]))
-    assert rep["repeats"] == 2
-    # interleaved, the order rotated each repeat
+        lo, hi = row["measured_interval_s"]
+        assert lo <= row["measured_s"] <= hi
+        plo, phi = row["predicted_interval_s"]
+        assert plo < row["corrected_predicted_s"] < phi
+        overlap = lo <= phi and plo <= hi
+        expect = "within 10%" if abs(err) <= 0.1 else ("intervals overlap" if overlap else "fail")
+        assert row["verdict"] == expect
+    # the out-of-sample job has the larger communication share at two processes
+    assert rows[("comm-heavy", 2)]["comm_share"] > rows[("probe-job", 2)]["comm_share"]
     assert rep["run_order"] == ["1x1", "1x2", "1x2", "1x1"]
-    # the probe's reference work ran again before each repeat: the machine's drift is reported
-    assert len(rep["drift_checks_unit_s"]) == 2 and rep["drift_reference_unit_s"] > 0
-    assert rep["drift_pct"] == pytest.approx(
-        100 * (np.median(rep["drift_checks_unit_s"]) / rep["drift_reference_unit_s"] - 1)
-    )
-    assert rows[1]["measured_scaling"] == 1.0
-    assert 0 < rows[2]["predicted_scaling"] <= 1.0
+    oos = rep["out_of_sample"]
+    assert oos["rows"] == 2
+    assert oos["passed"] == sum(rows[("comm-heavy", n)]["verdict"] != "fail" for n in (1, 2))
+    for name in ("probe-job", "comm-heavy"):
+        assert rows[(name, 1)]["measured_scaling"] == 1.0
+        assert 0 < rows[(name, 2)]["predicted_scaling"] <= 1.0
     # A loose sanity bound (a shared CI CPU is noisy); the 10% goal is checked by hand.
-    assert abs(rows[1]["error_pct"]) < 60
+    assert abs(rows[("probe-job", 1)]["error_pct"]) < 60
+    # the table: raw and corrected errors, drift, verdicts
+    r = clustersim(
+        "validate",
+        "--profile",
+        "v-cluster",
+        "--nproc",
+        "1",
+        "--steps",
+        "2",
+        "--repeats",
+        "1",
+        "--workloads",
+        "narrow-deep",
+        cwd=tmp_path,
+        timeout=300,
+    )
+    assert r.returncode == 0, r.stderr
+    for text in ("raw err", "drift", "corr. err", "narrow-deep", "out-of-sample: "):
+        assert text in r.stdout
+
+
+def test_validate_unknown_workload_exits_2(tmp_path: Path) -> None:
+    r = clustersim("validate", "--profile", "x", "--workloads", "huge", cwd=tmp_path, timeout=60)
+    assert r.returncode == 2
+    assert "unknown workload 'huge'" in r.stderr and "--workloads" in r.stderr
+    assert "Traceback" not in r.stderr
 
 
 def test_validate_unknown_profile_exits_2(tmp_path: Path) -> None:

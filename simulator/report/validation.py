@@ -1,0 +1,87 @@
+"""The ``validate`` table: measured against predicted step time per workload and layout, raw
+and drift-corrected, with intervals and each row's verdict."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from .text import safe
+
+
+def _ms(x: float) -> str:
+    return f"{x * 1e3:.1f}"
+
+
+def print_validation(out: Console, rep: dict[str, Any]) -> None:
+    level = f"{rep['interval_level']:.0%}"
+    t = Table(
+        title=f"validate {safe(rep['profile'])}: measured vs predicted step time "
+        f"({rep['threads_per_process']} thread(s) per process)"
+    )
+    cols = (
+        "workload",
+        "layout",
+        f"meas. ms [{level}]",
+        "pred. ms",
+        "raw err",
+        "drift",
+        f"corr. pred. ms [{level}]",
+        "corr. err",
+        "scal. meas./pred.",
+        "verdict",
+    )
+    for c in cols:
+        t.add_column(c, justify="left" if c in ("workload", "verdict") else "right")
+    notes: list[str] = []
+    for r in rep["rows"]:
+        name = r["workload"] + (" (in-sample)" if r["in_sample"] else "")
+        layout = f"{r['nodes']}×{r['nproc_per_node']}"
+        if "skipped" in r:
+            t.add_row(name, layout, *["-"] * 7, "skipped*")
+            notes.append(f"* {layout} skipped: {r['skipped']}")
+            continue
+        lo, hi = r["measured_interval_s"]
+        plo, phi = r["predicted_interval_s"]
+        mark = ""
+        if r.get("note"):
+            mark = " †"
+            notes.append(f"† {r['workload']} {layout}: {r['note']}")
+        verdict = r["verdict"]
+        style = "red" if verdict == "fail" else "green"
+        t.add_row(
+            safe(name),
+            layout,
+            f"{_ms(r['measured_s'])} [{_ms(lo)}–{_ms(hi)}]",
+            _ms(r["predicted_s"]),
+            f"{r['error_pct']:+.1f}%",
+            "-" if r["drift_pct"] is None else f"{r['drift_pct']:+.1f}%",
+            f"{_ms(r['corrected_predicted_s'])} [{_ms(plo)}–{_ms(phi)}]",
+            f"{r['corrected_error_pct']:+.1f}%",
+            f"{r['measured_scaling']:.2f}/{r['predicted_scaling']:.2f}",
+            f"[{style}]{verdict}[/{style}]{mark}",
+        )
+    out.print(t)
+    for n in notes:
+        out.print(safe(n))
+    oos = rep["out_of_sample"]
+    if oos["rows"]:
+        gap = oos["max_scaling_gap_points"]
+        out.print(
+            f"out-of-sample: {oos['passed']} of {oos['rows']} rows pass; largest corrected "
+            f"|error| {oos['max_abs_corrected_error_pct']:.1f}%"
+            + (f"; largest scaling gap {gap:.1f} points" if gap is not None else "")
+        )
+    out.print(
+        safe(
+            f"measured: median of {rep['repeats']} interleaved run(s) × {rep['steps']} steps, "
+            f"{level} bootstrap interval over runs and steps. Drift: before each job every "
+            f"process runs the probe's reference work ({rep['drift_work']}); the prediction is "
+            "rescaled by how much slower (+) or faster (−) it runs now than during the probe. "
+            f"Prediction interval ({level}) from the calibration's residuals: "
+            f"{rep['prediction_errors']}. A row passes within 10% or when the intervals "
+            f"overlap. Scaling is {rep['scaling']}."
+        )
+    )

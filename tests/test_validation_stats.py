@@ -1,0 +1,100 @@
+"""validate's statistics and workloads: bootstrap intervals, prediction intervals, verdicts,
+the out-of-sample shapes, and what calibrate says about a GEMM curve it cannot trust."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from calibrate.fits import efficiency_quality, step_kernels
+from calibrate.intervals import bootstrap_median, prediction_sd, robust_rel_sd, verdict
+from calibrate.prediction import drift_reference
+from calibrate.workloads import NAMES, select, workloads
+from simulator.errors import UserError
+
+BASE = {"layers": 2, "hidden": 256, "heads": 4, "vocab": 4096, "seq": 128, "batch": 4}
+
+
+def test_bootstrap_interval_covers_the_median_about_as_often_as_it_says() -> None:
+    rng = np.random.default_rng(1)
+    hits = 0
+    trials = 60
+    for _ in range(trials):
+        runs = [list(rng.normal(100.0, 5.0, 8)) for _ in range(3)]
+        lo, hi = bootstrap_median(runs, resamples=300, seed=2)
+        assert lo <= np.median(np.concatenate(runs)) <= hi
+        hits += lo <= 100.0 <= hi
+    assert hits / trials > 0.7  # nominal 90%; a small-sample bootstrap runs a little narrow
+
+
+def test_bootstrap_interval_widens_when_runs_disagree() -> None:
+    rng = np.random.default_rng(3)
+    same = [list(rng.normal(100, 2, 8)) for _ in range(3)]
+    apart = [list(rng.normal(m, 2, 8)) for m in (80, 100, 120)]
+    w_same = np.diff(bootstrap_median(same, resamples=500))[0]
+    w_apart = np.diff(bootstrap_median(apart, resamples=500))[0]
+    assert w_apart > 3 * w_same
+
+
+def test_prediction_sd_adds_independent_parts_in_quadrature() -> None:
+    assert prediction_sd({"compute": 1.0}, {"compute": 0.1, "comm": 0.5}) == pytest.approx(0.1)
+    sd = prediction_sd({"compute": 0.6, "comm": 0.4}, {"compute": 0.1, "comm": 0.2})
+    assert sd == pytest.approx(np.hypot(0.06, 0.08))
+    assert robust_rel_sd([1.0, 1.0, 1.0]) == 0.0
+
+
+def test_verdict_within_tolerance_then_overlap_then_fail() -> None:
+    assert verdict(0.05, (1.0, 2.0), (5.0, 6.0)) == "within 10%"
+    assert verdict(-0.3, (1.0, 2.0), (1.5, 3.0)) == "intervals overlap"
+    assert verdict(0.3, (1.0, 2.0), (2.1, 3.0)) == "fail"
+
+
+def test_out_of_sample_workloads_differ_from_the_probe_job_and_are_valid() -> None:
+    wls = workloads(BASE)
+    assert [w.name for w in wls] == list(NAMES)
+    assert [w.in_sample for w in wls] == [True] + [False] * 4
+    by = {w.name: w.cfg for w in wls}
+    assert by["probe-job"] == BASE
+    assert by["wide"]["hidden"] == 2 * BASE["hidden"]
+    assert by["long-seq"]["seq"] == 4 * BASE["seq"]
+    assert by["narrow-deep"]["hidden"] < BASE["hidden"] < 4 * by["narrow-deep"]["layers"] * 64
+    assert by["comm-heavy"]["batch"] < BASE["batch"]
+    for w in wls:
+        assert w.cfg["hidden"] % w.cfg["heads"] == 0
+        if not w.in_sample:
+            assert w.cfg != BASE
+    # a larger probe job gives proportionate workloads
+    big = {w.name: w.cfg for w in workloads(dict(BASE, hidden=1024, heads=8))}
+    assert big["wide"]["hidden"] == 2048 and big["wide"]["hidden"] % big["wide"]["heads"] == 0
+    assert [w.name for w in select(wls, ["wide", "probe-job"])] == ["probe-job", "wide"]
+    with pytest.raises(UserError, match="unknown workload 'huge'"):
+        select(wls, ["huge"])
+
+
+def test_drift_reference_interpolates_between_alone_and_all_busy() -> None:
+    speed = {"check_unit_s": 2.0, "check_alone_unit_s": 1.0, "procs": 3, "unit_s": 9.0}
+    assert drift_reference(speed, 3) == 2.0
+    assert drift_reference(speed, 1) == 1.0
+    assert drift_reference(speed, 2) == pytest.approx(1.5)
+    # an older calibration: the speed phase's figures, none for fewer busy processes
+    assert drift_reference({"unit_s": 4.0, "procs": 2}, 2) == 4.0
+    assert drift_reference({"unit_s": 4.0, "procs": 2}, 1) is None
+
+
+def test_flat_gemm_throughput_is_explained_not_reported_as_a_bad_fit() -> None:
+    F = np.geomspace(1e5, 1e9, 12)
+    rng = np.random.default_rng(0)
+    eff = 0.8 * (1 + rng.normal(0, 0.03, F.size))
+    q = efficiency_quality(F, eff, 0.8, 1.0, r2=0.05)
+    assert q["rms_rel_err"] < 0.06 and q["spread"] < 0.1
+    assert "nearly flat" in q["note"]
+    assert "note" not in efficiency_quality(F, 0.8 * F / (F + 1e6), 0.8, 1e6, r2=0.99)
+    few = efficiency_quality(F[:4], eff[:4], 0.8, 1.0, r2=0.1)
+    assert "too few" in few["note"]
+
+
+def test_step_kernels_grows_with_layers() -> None:
+    one = step_kernels(dict(BASE, layers=1))
+    two = step_kernels(dict(BASE, layers=2))
+    assert two > one > 0
+    assert (two - one) * 3 == step_kernels(dict(BASE, layers=4)) - one
