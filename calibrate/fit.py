@@ -29,6 +29,7 @@ from .fits import (
     COEFFS,
     RESOLUTION,
     AlphaBeta,
+    comm_in_step_fit,
     efficiency_quality,
     fit_alpha_beta,
     fit_efficiency,
@@ -338,6 +339,13 @@ def calibrate(probe: dict[str, Any], file: str, name: str) -> Calibration:
             speed["check_alone_unit_s"] = unit_seconds(
                 [chk["alone_block_times_s"]], int(chk["reps"])
             )
+    comm = comm_in_step_fit(gpu, fabric, probe)
+    if comm is not None:
+        fabric["achievable_fraction"] = S(*comm)
+        fabric["description"] = fabric["description"].replace(
+            "so achievable_fraction is 1.",
+            "scaled inside a training step by achievable_fraction (see its source).",
+        )
     st = probe.get("storage") or {}
     if st:
         storage = {

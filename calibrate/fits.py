@@ -282,6 +282,67 @@ def step_kernels(model_cfg: dict[str, Any]) -> int:
     return n
 
 
+def comm_in_step_fit(
+    gpu: dict[str, Any], fabric: dict[str, Any], probe: dict[str, Any]
+) -> tuple[float, str] | None:
+    """The fabric's achievable fraction inside a training step: the probe's DDP step on one
+    host measured with gradient synchronisation and without (``no_sync``); the difference is
+    what synchronisation costs in the step (the all-reduce, DDP's bucket copies, the wait for
+    the slowest rank, and on CPUs the reduction competing with the other processes). The same
+    difference simulated with the fitted (stand-alone) fabric gives the ratio; a step that
+    synchronises slower than that gets the fitted bandwidth scaled down by it. None when the
+    probe did not time both, or synchronisation costs no more than predicted."""
+    tr = probe.get("train") or {}
+    if (
+        tr.get("wrapper") != "ddp"
+        or int(tr.get("nodes") or 1) != 1
+        or not tr.get("compute_step_median_s")
+        or not tr.get("step_time_median_s")
+    ):
+        return None
+    from simulator.config.loading import resolve_dict
+    from simulator.simulate import simulate
+
+    from .scenario import cpu_comm_overlaps, inline_job_scenario, job_scenario
+
+    ppn = int(tr["procs_per_node"])
+    overlap = cpu_comm_overlaps(
+        str(probe.get("device_type")),
+        ppn,
+        int(tr.get("threads_per_process") or 1),
+        int(probe.get("cpu_count") or 1),
+    )
+    sc = job_scenario("x", tr["model"], ppn, 1, overlap=overlap, stragglers="speed_cv" in gpu)
+    inline = inline_job_scenario(tr["model"])["cluster"]
+    sc["cluster"].update(gpu=gpu, fabric=dict(fabric, max_gpus=max(ppn, 2)))
+    sc["cluster"]["storage"] = inline["storage"]
+    m = simulate(resolve_dict(sc), scaling=False).metrics
+    pred_sync = (
+        m.step_time_s - m.breakdown_s.get("compute", 0.0) - m.breakdown_s.get("optimizer", 0.0)
+    )
+    paired = probe.get("train_sync_cost") or {}
+    meas_sync = float(
+        paired.get("median_s")
+        or float(tr["step_time_median_s"]) - float(tr["compute_step_median_s"])
+    )
+    if pred_sync <= 0 or meas_sync <= pred_sync:
+        return None
+    frac = max(0.02, pred_sync / meas_sync)
+    return frac, (
+        f"synchronisation inside the probe's DDP step: {meas_sync * 1e3:.1f} ms measured ("
+        + (
+            f"median of {len(paired['differences_s'])} paired differences, a step with "
+            "gradient sync less the step without it just before"
+            if paired.get("median_s")
+            else f"step {tr['step_time_median_s'] * 1e3:.1f} ms with gradient sync, "
+            f"{tr['compute_step_median_s'] * 1e3:.1f} ms without"
+        )
+        + f"), {pred_sync * 1e3:.1f} ms "
+        "simulated with the stand-alone fit: the fitted bandwidth is achieved at this fraction "
+        "inside a step"
+    )
+
+
 def simulated_compute_s(gpu: dict[str, Any], model_cfg: dict[str, Any]) -> float:
     """Compute-stream time (compute + optimizer) of one step of the probe job on one device of
     the (not yet written) GPU profile ``gpu``."""

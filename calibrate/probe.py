@@ -28,6 +28,7 @@ import os
 import platform
 import socket
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -101,11 +102,18 @@ class Probe(CollectivePhase, DevicePhases, TrainPhase):
         }
         self.save()
         wanted = [p.strip() for p in a.phases.split(",")] if a.phases else list(DEFAULT_PHASES)
+        self.wanted = wanted
+        seconds: dict[str, float] = {}
+        self.result["phase_seconds"] = seconds
         for phase in PHASES[1:]:
             if phase not in wanted:
                 continue
             self.enter(phase)
+            if phase != "collectives":
+                self.plan_phase(phase, [q for q in PHASES if q in wanted and q not in seconds])
+            t0 = time.monotonic()
             getattr(self, f"phase_{phase}")()
+            seconds[phase] = time.monotonic() - t0
             self.result["phases_done"].append(phase)
             self.save()
             self.sync()
@@ -147,14 +155,21 @@ def parser() -> argparse.ArgumentParser:
         "--time-budget",
         type=float,
         default=60.0,
-        help="seconds for the collective sweep (larger sizes are skipped past it); "
-        "compute, memory, storage and training use fixed small sets",
+        help="seconds for the whole probe: the collective sweep takes up to half (larger sizes "
+        "are skipped past it), the GEMM sweep, speed blocks and training steps shrink to what "
+        "is left",
     )
     p.add_argument(
         "--timeout",
         type=float,
         default=60.0,
         help="seconds a collective may wait for a dead or hung rank",
+    )
+    p.add_argument(
+        "--started-at",
+        type=float,
+        default=None,
+        help="epoch seconds the time budget counts from (default: when the probe starts)",
     )
     p.add_argument("--storage-path", default=None)
     p.add_argument("--storage-bytes", type=int, default=64 * 2**20)

@@ -21,6 +21,11 @@ PHASES = ("init", "collectives", "compute", "speed", "memory", "storage", "train
 DEFAULT_PHASES = PHASES[1:-1]
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all", "p2p")
 
+# How the phases after the collective sweep share what is left of --time-budget, and about
+# how long each takes at full length on a 2-core CPU (so a short share shortens its timings).
+PHASE_WEIGHT = {"compute": 0.22, "speed": 0.2, "memory": 0.18, "storage": 0.04, "train": 0.36}
+PHASE_NOMINAL_S = {"compute": 5.0, "speed": 4.5, "memory": 4.0, "storage": 0.3}
+
 # The probe's training job: small enough for a CPU, big enough that compute dominates noise.
 DEFAULT_MODEL = {"layers": 2, "hidden": 256, "heads": 4, "vocab": 4096, "seq": 128, "batch": 4}
 
@@ -77,7 +82,17 @@ class ProbeBase:
         torch.set_num_threads(self.threads)
         self.cuda = torch.cuda.is_available()
         self.device = torch.device(f"cuda:{self.local_rank}" if self.cuda else "cpu")
-        self.deadline = time.monotonic() + args.time_budget  # reset when collectives start
+        # --time-budget is the whole probe's, counted from here (torch imported); each phase
+        # sizes its work to what is left (see budget_left)
+        self.t_start = time.monotonic()
+        if getattr(args, "started_at", None):
+            self.t_start -= max(0.0, time.time() - float(args.started_at))
+        self.budget_end = self.t_start + args.time_budget
+        self.deadline = self.budget_end  # the collective sweep's, set when it starts
+        self.wanted: list[str] = []
+        self.train_steps = int(args.train_steps)
+        self.phase_end = self.budget_end  # this phase's share of the budget (see plan_phase)
+        self.target_scale = 1.0  # timings' target durations, scaled down on a short budget
         self.result: dict[str, Any] = {}
 
     # -- bookkeeping ----------------------------------------------------------------------------
@@ -174,6 +189,25 @@ class ProbeBase:
         self.dist.all_gather(out, t)
         return [[float(v) for v in o.cpu().tolist()] for o in out]
 
+    def plan_phase(self, phase: str, remaining: list[str]) -> None:
+        """Give ``phase`` its share of the budget left: by the weights of :data:`PHASE_WEIGHT`
+        over the phases still to run; timings inside it aim at proportionally shorter runs
+        when the share is below the phase's usual length (:data:`PHASE_NOMINAL_S`)."""
+        left = self.budget_left()
+        total = sum(PHASE_WEIGHT.get(p, 0.0) for p in remaining) or 1.0
+        share = max(0.0, left) * PHASE_WEIGHT.get(phase, 0.0) / total
+        self.phase_end = time.monotonic() + share
+        nominal = PHASE_NOMINAL_S.get(phase)
+        self.target_scale = min(1.0, max(0.1, share / nominal)) if nominal else 1.0
+
+    def phase_left(self) -> float:
+        """Seconds left of this phase's share, the same on every rank."""
+        return -self.reduce_max(-(self.phase_end - time.monotonic()))
+
+    def budget_left(self) -> float:
+        """Seconds of the time budget left, the same on every rank (the least of theirs)."""
+        return -self.reduce_max(-(self.budget_end - time.monotonic()))
+
     def over_budget(self) -> bool:
         """Rank 0's clock decides, so every rank skips the same measurements."""
         return self.reduce_max(1.0 if time.monotonic() > self.deadline else 0.0) > 0
@@ -205,6 +239,7 @@ class ProbeBase:
             fn()
             self._sync_dev()
         first = max(time.perf_counter() - t0, 1e-7)
+        target_s *= self.target_scale
         iters = int(min(max_iters, max(1, target_s / repeats / first)))
         iters = int(self.reduce_max(iters))
         if self.pg:

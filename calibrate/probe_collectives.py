@@ -125,7 +125,10 @@ class CollectivePhase(ProbeBase):
         if self.world <= 1:
             self.result["notes"].append("world size 1: no collectives measured")
             return
-        self.deadline = time.monotonic() + a.time_budget
+        # Half the budget when other phases follow (they size themselves to the rest).
+        later = [p for p in self.wanted if p not in ("collectives", "jobs")]
+        share = 0.5 if later else 1.0
+        self.deadline = self.t_start + share * a.time_budget
         sizes = []
         s = 1024
         while s <= a.max_bytes:

@@ -22,11 +22,12 @@ class DevicePhases(ProbeBase):
         tdt = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
         cfg = self.model_config()
         T, h, V = cfg["batch"] * cfg["seq"], cfg["hidden"], cfg["vocab"]
-        # Square sizes, and the training job's own GEMM shapes (forward and backward).
-        shapes = [(n, n, n) for n in (64, 128, 256, 384, 512, 768, 1024)]
+        # The training job's own GEMM shapes (forward and backward), then square sizes, kept
+        # in that order so that a short time budget still times the job's.
+        squares = [(n, n, n) for n in (64, 128, 256, 384, 512, 768, 1024)]
         if self.cuda:
-            shapes += [(n, n, n) for n in (2048, 4096, 8192)]
-        shapes += [
+            squares += [(n, n, n) for n in (2048, 4096, 8192)]
+        shapes = [
             (T, h, 3 * h),
             (T, h, h),
             (T, h, 4 * h),
@@ -36,11 +37,18 @@ class DevicePhases(ProbeBase):
             (h, T, 4 * h),
             (4 * h, T, h),
             (h, T, V),
-        ]
+        ] + squares
         rows: list[dict[str, Any]] = []
         self.result["matmul"] = rows
+        a = self.args
+        cut = False
         for dname in dtypes:
-            for m, k, n in shapes:
+            for i, (m, k, n) in enumerate(shapes):
+                # past the phase's share of the budget, the rest of the sweep is skipped (at
+                # least 6 shapes of the training dtype are kept: the fit needs them)
+                if (i >= 6 or dname != dtypes[0]) and self.phase_left() < 0:
+                    cut = True
+                    break
                 self.beat(detail=f"matmul {dname} {m}x{k}x{n}")
                 x = torch.randn(m, k, device=self.device).to(tdt[dname])
                 y = torch.randn(k, n, device=self.device).to(tdt[dname])
@@ -58,6 +66,12 @@ class DevicePhases(ProbeBase):
                         "tflops": fl / t / 1e12,
                     }
                 )
+            if cut:
+                break
+        if cut:
+            self.result["notes"].append(
+                f"time budget ({a.time_budget:g} s): GEMM sweep cut to {len(rows)} timings"
+            )
         self.save()
         # Per-operation overhead (the CPU's "kernel launch"): a one-element in-place add.
         self.beat(detail="op overhead")
@@ -166,6 +180,9 @@ class DevicePhases(ProbeBase):
         the machine's drift is told apart from how busy its host is."""
         unit = self.speed_unit()
         T, h = unit.shape
+        # as many blocks as the phase's share holds (the alone blocks add a third), 8 at least
+        fit = int(self.phase_left() / (1.4 * block_s)) - warmup
+        blocks = max(8, min(blocks, fit))
         self.beat(detail="speed variation")
         for _ in range(3):
             unit()

@@ -60,12 +60,18 @@ class TrainPhase(ProbeBase):
 
     def _timed(self, step: Any, what: str, grad_sync: bool = True) -> list[float]:
         out: list[float] = []
-        for i in range(self.args.train_steps):
+        for i in range(self.train_steps):
             self.beat(detail=f"{what} {i}")
             t0 = time.perf_counter()
             step(grad_sync)
             out.append(time.perf_counter() - t0)
         return out
+
+    def _timed_one(self, step: Any, what: str, grad_sync: bool) -> list[float]:
+        self.beat(detail=what)
+        t0 = time.perf_counter()
+        step(grad_sync)
+        return [time.perf_counter() - t0]
 
     def phase_jobs(self) -> None:
         """``validate``'s live runs: each job of ``--jobs`` (a JSON list of probe-transformer
@@ -106,6 +112,23 @@ class TrainPhase(ProbeBase):
             del model, step
             self.save()
 
+    def fit_steps(self, step_s: float, wrap: str) -> None:
+        """Timed steps per variant: ``--train-steps``, fewer (at least 3) when the time budget
+        left cannot hold them all (the step without gradient sync, the same alone and the step
+        itself, each a little slower than a warm-up step)."""
+        a = self.args
+        # without sync and with it (alternating), the same alone, then the step itself
+        variants = 1 + 2 * (wrap == "ddp") + (wrap == "ddp" and self.local_world > 1)
+        step_s = self.reduce_max(step_s)
+        left = self.phase_left() - 1.0  # speed checks, gathers and the final save
+        fit = int(left / max(1.2 * variants * step_s, 1e-6))
+        self.train_steps = max(3, min(int(a.train_steps), fit))
+        if self.train_steps < a.train_steps:
+            self.result["notes"].append(
+                f"time budget ({a.time_budget:g} s): {self.train_steps} timed training steps "
+                f"per variant instead of {a.train_steps}"
+            )
+
     def phase_train(self) -> None:
         cfg = self.model_config()
         model, step, wrap, params = self._job(cfg)
@@ -113,9 +136,13 @@ class TrainPhase(ProbeBase):
         def timed(what: str, grad_sync: bool = True) -> list[float]:
             return self._timed(step, what, grad_sync)
 
+        warm = 0.0
         for i in range(self.args.train_warmup):
             self.beat(detail=f"train warm-up {i}")
+            t0 = time.perf_counter()
             step()
+            warm = time.perf_counter() - t0
+        self.fit_steps(warm, wrap)
         # The same step without gradient synchronisation (DDP's no_sync: no all-reduce, no
         # bucket copies), every rank at once: the compute-stream work of one step on a device
         # whose host is fully busy, as the simulator's compute and optimizer time describe it.
@@ -132,9 +159,19 @@ class TrainPhase(ProbeBase):
         check["block_times_s"] = self.gather_floats(
             self.speed_blocks(unit, reps, self.args.speed_blocks, 1)  # type: ignore[attr-defined]
         )
+        paired: list[float] = []
         if wrap == "ddp":
+            # Steps without and with gradient sync alternate, so that the machine's drift moves
+            # both alike: the paired differences are what synchronisation costs in the step.
             self.sync()
-            compute_only = self.gather_floats(timed("train step without gradient sync", False))
+            mine: list[float] = []
+            synced: list[float] = []
+            for i in range(self.train_steps):
+                mine += self._timed_one(step, f"train step without gradient sync {i}", False)
+                synced += self._timed_one(step, f"train step {i}", True)
+            compute_only = self.gather_floats(mine)
+            slowest = [max(r[i] for r in compute_only) for i in range(len(mine))]
+            paired = [self.reduce_max(t) - c for t, c in zip(synced, slowest, strict=True)]
             # ... and by one process per host while the host's others wait: how much of the
             # difference is the host's other devices being busy (shared caches, memory bus).
             self.sync()
@@ -153,6 +190,13 @@ class TrainPhase(ProbeBase):
         times = timed("train step")
         if wrap == "none":  # one process: the step is all compute-stream work
             compute_only = [list(times)]
+        if paired:
+            self.result["train_sync_cost"] = {
+                "how": "paired: a step without gradient sync then one with it, alternating; "
+                "slowest rank of each",
+                "differences_s": paired,
+                "median_s": statistics.median(paired),
+            }
         # per-step time = slowest rank's (MAX over ranks, step by step)
         times = [self.reduce_max(t) for t in times]
         self.result["train"] = {

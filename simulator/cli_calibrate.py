@@ -38,7 +38,11 @@ def probe(
 
     if nproc < 1:
         raise UserError("--nproc must be at least 1")
+    import time
+
+    # the budget counts from now: the processes' start-up (importing torch) is part of it
     args = ["--max-bytes", str(max_bytes), "--time-budget", str(time_budget)]
+    args += ["--started-at", repr(time.time())]
     if storage_path:
         args += ["--storage-path", storage_path]
     if threads:
