@@ -342,7 +342,7 @@ def calibrate(probe: dict[str, Any], file: str, name: str) -> Calibration:
     comm = comm_in_step_fit(gpu, fabric, probe)
     if comm is not None:
         fabric["achievable_fraction"] = S(*comm)
-        fabric["description"] = fabric["description"].replace(
+        fabric["description"] = str(fabric["description"]).replace(
             "so achievable_fraction is 1.",
             "scaled inside a training step by achievable_fraction (see its source).",
         )

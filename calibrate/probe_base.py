@@ -193,7 +193,10 @@ class ProbeBase:
         """Give ``phase`` its share of the budget left: by the weights of :data:`PHASE_WEIGHT`
         over the phases still to run; timings inside it aim at proportionally shorter runs
         when the share is below the phase's usual length (:data:`PHASE_NOMINAL_S`)."""
-        left = self.budget_left()
+        # this rank's own clock: no collective here, so a rank that hangs as the phase starts is
+        # not joined in silence by the others (the launcher names the one without heartbeats);
+        # decisions every rank must share go through phase_left
+        left = self.budget_end - time.monotonic()
         total = sum(PHASE_WEIGHT.get(p, 0.0) for p in remaining) or 1.0
         share = max(0.0, left) * PHASE_WEIGHT.get(phase, 0.0) / total
         self.phase_end = time.monotonic() + share

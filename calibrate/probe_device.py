@@ -180,9 +180,10 @@ class DevicePhases(ProbeBase):
         the machine's drift is told apart from how busy its host is."""
         unit = self.speed_unit()
         T, h = unit.shape
-        # as many blocks as the phase's share holds (the alone blocks add a third), 8 at least
+        # as many blocks as the phase's share holds (the alone blocks add a third), 12 at least
+        # (speed_cv is an interquartile spread: it needs a dozen blocks per rank)
         fit = int(self.phase_left() / (1.4 * block_s)) - warmup
-        blocks = max(8, min(blocks, fit))
+        blocks = max(12, min(blocks, fit))
         self.beat(detail="speed variation")
         for _ in range(3):
             unit()
