@@ -1,0 +1,77 @@
+"""Reading a probe file for calibration: its format and version checked, a failed or
+incomplete probe refused with one clear message naming what is missing."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from simulator.errors import UserError
+
+from .probe import FORMAT, VERSION
+
+NEEDED = {
+    "matmul": "compute (matmul)",
+    "memory": "memory bandwidth",
+    "collectives": "collectives",
+    "train": "the training step",
+}
+
+
+def load_probe(path: str | Path) -> dict[str, Any]:
+    p = Path(path)
+    file = str(path)
+    try:
+        text = p.read_text()
+    except OSError as exc:
+        raise UserError(
+            f"cannot read probe file: {exc.strerror}",
+            file=file,
+            hint="give the JSON file `clustersim probe --out` wrote",
+        ) from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise UserError(
+            f"probe file is not valid JSON ({exc.msg} at line {exc.lineno}); it "
+            "looks truncated or damaged",
+            file=file,
+            hint="re-run `clustersim probe` (it writes atomically, so a probe "
+            "that was stopped leaves a valid partial file)",
+        ) from None
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        got = data.get("format") if isinstance(data, dict) else type(data).__name__
+        raise UserError(
+            f"not a clustersim probe file (format: {got!r}, expected '{FORMAT}')",
+            file=file,
+            path="format",
+            hint="give the JSON file `clustersim probe --out` wrote",
+        )
+    if data.get("version") != VERSION:
+        raise UserError(
+            f"probe file version {data.get('version')!r} is not supported "
+            f"(this clustersim reads version {VERSION})",
+            file=file,
+            path="version",
+            hint="re-run the probe with this version of clustersim",
+        )
+    missing = [label for key, label in NEEDED.items() if not data.get(key)]
+    coll = [r for r in data.get("collectives") or [] if r.get("group") == "intra"]
+    if data.get("collectives") and len({r["bytes"] for r in coll if r["op"] == "all_reduce"}) < 2:
+        missing.append("intra-node all-reduce at two or more message sizes")
+    if missing:
+        why = ""
+        if data.get("error"):
+            why = f" (the probe stopped: {data['error'].get('message')})"
+        elif data.get("world_size", 2) < 2:
+            why = " (the probe ran on one process: collectives need --nproc 2 or more)"
+        raise UserError(
+            f"probe file lacks {', '.join(missing)}{why}",
+            file=file,
+            hint="re-run `clustersim probe --nproc 2` (or more) to completion",
+        )
+    return data
+
+
+# -- profiles ----------------------------------------------------------------------------------
