@@ -117,7 +117,7 @@ class TrainPhase(ProbeBase):
         left cannot hold them all (the step without gradient sync, the same alone and the step
         itself, each a little slower than a warm-up step)."""
         a = self.args
-        # without sync and with it (alternating), the same alone, then the step itself
+        # without sync, then twice with it (alternating), and the first alone
         variants = 1 + 2 * (wrap == "ddp") + (wrap == "ddp" and self.local_world > 1)
         step_s = self.reduce_max(step_s)
         left = self.phase_left() - 1.0  # speed checks, gathers and the final save
@@ -163,11 +163,15 @@ class TrainPhase(ProbeBase):
         if wrap == "ddp":
             # Steps without and with gradient sync alternate, so that the machine's drift moves
             # both alike: the paired differences are what synchronisation costs in the step.
+            # Each step without sync is followed by two with it, and the second is the one
+            # timed: the first after a no_sync step runs slower than a steady one (measured on
+            # the 2-core VM: paired differences 30-50 ms where steady steps differ by 20-40).
             self.sync()
             mine: list[float] = []
             synced: list[float] = []
             for i in range(self.train_steps):
                 mine += self._timed_one(step, f"train step without gradient sync {i}", False)
+                self._timed_one(step, f"train step {i} (settling)", True)
                 synced += self._timed_one(step, f"train step {i}", True)
             compute_only = self.gather_floats(mine)
             slowest = [max(r[i] for r in compute_only) for i in range(len(mine))]
@@ -187,13 +191,16 @@ class TrainPhase(ProbeBase):
                 steps = compute_only[self.rank]
                 self.sleep_beating(1.3 * (sum(blocks) * (1 + 1 / len(blocks)) + sum(steps)) + 0.2)
         self.sync()
-        times = timed("train step")
+        if wrap == "ddp":
+            times = synced  # the steady synchronised steps timed above
+        else:
+            times = timed("train step")
         if wrap == "none":  # one process: the step is all compute-stream work
             compute_only = [list(times)]
         if paired:
             self.result["train_sync_cost"] = {
-                "how": "paired: a step without gradient sync then one with it, alternating; "
-                "slowest rank of each",
+                "how": "paired: a step without gradient sync, one with it to settle, then the "
+                "timed one with it; slowest rank of each",
                 "differences_s": paired,
                 "median_s": statistics.median(paired),
             }
