@@ -98,7 +98,7 @@ def test_probe_calibrate_validate_loop(tmp_path: Path) -> None:
         lo, hi = row["measured_interval_s"]
         assert lo <= row["measured_s"] <= hi
         plo, phi = row["predicted_interval_s"]
-        assert plo < row["corrected_predicted_s"] < phi
+        assert plo <= row["corrected_predicted_s"] <= phi
         overlap = lo <= phi and plo <= hi
         expect = "within 10%" if abs(err) <= 0.1 else ("intervals overlap" if overlap else "fail")
         assert row["verdict"] == expect
@@ -109,8 +109,14 @@ def test_probe_calibrate_validate_loop(tmp_path: Path) -> None:
     assert oos["rows"] == 2
     assert oos["passed"] == sum(rows[("comm-heavy", n)]["verdict"] != "fail" for n in (1, 2))
     for name in ("probe-job", "comm-heavy"):
-        assert rows[(name, 1)]["measured_scaling"] == 1.0
-        assert 0 < rows[(name, 2)]["predicted_scaling"] <= 1.0
+        one, two = rows[(name, 1)], rows[(name, 2)]
+        assert one["measured_scaling"] == 1.0
+        # the raw prediction never scales super-linearly (the same work per rank, plus sync);
+        # the reported figure is the drift-corrected one, which the two runs' drift can lift
+        assert 0 < one["predicted_s"] / two["predicted_s"] <= 1.0
+        assert two["predicted_scaling"] == pytest.approx(
+            one["corrected_predicted_s"] / two["corrected_predicted_s"]
+        )
     # A loose sanity bound (a shared CI CPU is noisy); the 10% goal is checked by hand.
     assert abs(rows[("probe-job", 1)]["error_pct"]) < 60
     # the table: raw and corrected errors, drift, verdicts
