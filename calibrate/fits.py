@@ -41,6 +41,27 @@ class AlphaBeta:
     def bandwidth_gbps(self) -> float:
         return 1.0 / self.beta_s_per_byte / 1e9 if self.beta_s_per_byte > 0 else math.inf
 
+    @property
+    def note(self) -> str | None:
+        """Why the fit is not to be trusted, and what to run, when R² < 0.9 (else None)."""
+        if self.r2 >= 0.9:
+            return None
+        if self.points < 5:
+            return (
+                f"R²={self.r2:.2f} from {self.points} sizes: too few; re-probe with a larger "
+                "--max-bytes or --time-budget"
+            )
+        if not self.resolved:
+            return (
+                f"R²={self.r2:.2f}: latency-dominated (the bandwidth term is below what the "
+                "timings resolve); re-probe with a larger --max-bytes"
+            )
+        return (
+            f"R²={self.r2:.2f}: timings scatter {self.rms_rel_err:.0%} rms about the fit "
+            "(a busy or shared machine); re-probe on a quiet one, or with more iterations "
+            "(--max-iters)"
+        )
+
     def as_dict(self) -> dict[str, Any]:
         return {
             "op": self.op,
@@ -53,6 +74,7 @@ class AlphaBeta:
             "points": self.points,
             "residuals_rel": self.residuals_rel,
             "bandwidth_resolved": self.resolved,
+            "note": self.note,
         }
 
 

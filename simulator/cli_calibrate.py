@@ -145,6 +145,9 @@ def calibrate(
             str(f.points),
         )
     out.print(t)
+    for f in cal.fits:
+        if f.note:
+            out.print(safe(f"{f.op} ({f.group}): {f.note}"))
     cf = cal.sidecar["compute_fit"]
     out.print(
         f"compute: peak {cf['peak_tflops'] * 1e3:.1f} GFLOP/s ({cf['dtype']}), "
@@ -156,6 +159,8 @@ def calibrate(
             else ""
         )
     )
+    if cf.get("note"):
+        out.print(safe(f"compute: {cf['note']}"))
     if check:
         out.print(
             f"in-sample check (the probe's own training step, world size "

@@ -98,3 +98,16 @@ def test_step_kernels_grows_with_layers() -> None:
     two = step_kernels(dict(BASE, layers=2))
     assert two > one > 0
     assert (two - one) * 3 == step_kernels(dict(BASE, layers=4)) - one
+
+
+def test_a_poor_collective_fit_says_why_and_what_to_run() -> None:
+    from calibrate.fits import AlphaBeta
+
+    def fit(r2: float, points: int = 9, resolved: bool = True) -> AlphaBeta:
+        return AlphaBeta("all_reduce", "intra", 2, 1e-4, 1e-9, r2, 0.4, points, [], resolved)
+
+    assert fit(0.95).note is None
+    assert "too few" in (fit(0.5, points=3).note or "")
+    assert "--max-bytes" in (fit(0.5, resolved=False).note or "")
+    assert "scatter 40%" in (fit(0.5).note or "")
+    assert fit(0.5).as_dict()["note"] == fit(0.5).note
