@@ -28,19 +28,21 @@ from .fits import (
     COEFFS,
     RESOLUTION,
     AlphaBeta,
-    comm_in_step_fit,
     efficiency_quality,
     fit_alpha_beta,
     fit_efficiency,
     fit_speed_cv,
-    in_step_fit,
-    job_memory_fit,
-    simulated_compute_s,
-    step_kernels,
     unit_seconds,
 )
 from .output import Calibration, check_name, in_sample, write
 from .probe_file import load_probe
+from .step_fits import (
+    comm_in_step_fit,
+    in_step_fit,
+    job_memory_fit,
+    simulated_compute_s,
+    step_kernels,
+)
 
 
 def _src(probe: dict[str, Any], file: str, what: str) -> str:

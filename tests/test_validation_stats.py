@@ -6,9 +6,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from calibrate.fits import efficiency_quality, step_kernels
+from calibrate.fits import efficiency_quality
 from calibrate.intervals import bootstrap_median, prediction_sd, robust_rel_sd, verdict
 from calibrate.prediction import drift_reference
+from calibrate.step_fits import step_kernels
 from calibrate.workloads import NAMES, select, workloads
 from simulator.errors import UserError
 

@@ -1,0 +1,197 @@
+"""Fits that hold the probe's training job against the simulator's own view of it: the
+memory-bound operations' and the optimizer's bandwidth fractions (the simulator's byte counts
+over the measured times), the kernel count behind the per-operation overhead, the in-step
+compute factor and the fabric's in-step achievable fraction."""
+
+from __future__ import annotations
+
+from typing import Any
+
+# Which probe measurement times which of the simulator's memory-bound operations (by name), and
+# whether the measurement covers the operation's forward and backward together.
+JOB_OP_OF = {
+    "attn_norm": "layernorm",
+    "mlp_norm": "layernorm",
+    "final_norm": "layernorm",
+    "activation": "gelu",
+    "residual_add": "add",
+    "cross_entropy": "cross_entropy",
+}
+FWD_BWD = {"layernorm", "gelu", "cross_entropy"}  # timed forward+backward; "add": one add
+
+
+def job_memory_fit(probe: dict[str, Any], copy_gbps: float, op_s: float) -> dict[str, Any] | None:
+    """Bandwidth fractions from the probe's timings of the training job's own memory-bound
+    operations and optimizer step, with bytes counted as the simulator counts them (so the
+    simulated time of those operations is the measured one)."""
+    jo, tr = probe.get("job_ops"), probe.get("train")
+    if not jo or not tr:
+        return None
+    from simulator.config.loading import resolve_dict
+    from simulator.workload.memory import optimizer_bytes_per_param
+    from simulator.workload.ops import backward_ops, head_ops, layer_ops
+
+    from .scenario import inline_job_scenario
+
+    rs = resolve_dict(inline_job_scenario(tr["model"]))
+    layers = rs.model.layers
+    nbytes = 0.0
+    secs = 0.0
+    used: dict[str, int] = {}
+    for reps, fwd in ((layers, layer_ops(rs)), (1, head_ops(rs))):
+        for ops in (fwd, backward_ops(fwd)):
+            for op in ops:
+                if op.kind != "memory":
+                    continue
+                key = JOB_OP_OF.get(op.name.removesuffix("_bwd"))
+                if key is None or key not in jo:
+                    continue
+                nbytes += reps * op.bytes
+                is_bwd = op.name.endswith("_bwd")
+                if key in FWD_BWD:
+                    # one measurement covers forward and backward: charge it with the forward
+                    if is_bwd:
+                        continue
+                    secs += reps * max(jo[key]["time_s"] - 2 * op_s, 1e-9)
+                else:
+                    secs += reps * max(jo[key]["time_s"] - op_s, 1e-9)
+                used[key] = used.get(key, 0) + reps
+    if nbytes <= 0 or secs <= 0:
+        return None
+    frac = min(1.0, nbytes / secs / (copy_gbps * 1e9))
+    out: dict[str, Any] = {
+        "memory_fraction": frac,
+        "memory_what": (
+            "the training job's own memory-bound operations on its shapes ("
+            + ", ".join(f"{jo[k]['op']} ×{n}" for k, n in sorted(used.items()))
+            + f"): {nbytes / 1e6:.1f} MB as the simulator counts them in {secs * 1e3:.2f} ms "
+            f"(less per-op overhead), over copy {copy_gbps:.3g} GB/s"
+        ),
+    }
+    o = jo.get("optimizer")
+    if o and o.get("params"):
+        ob = o["params"] * optimizer_bytes_per_param(rs)
+        out["optimizer_fraction"] = min(1.0, ob / max(o["time_s"] - op_s, 1e-9) / (copy_gbps * 1e9))
+        out["optimizer_what"] = (
+            f"{o['op']}: {o['time_s'] * 1e3:.2f} ms for {ob / 1e6:.0f} MB counted as the "
+            f"simulator counts optimizer traffic (each tensor once), over copy {copy_gbps:.3g} GB/s"
+        )
+    return out
+
+
+def step_kernels(model_cfg: dict[str, Any]) -> int:
+    """Kernels of one training step (forward and backward, no optimizer) of the probe
+    transformer ``model_cfg`` as the simulator counts them: one per operation, two per backward
+    GEMM (its data and weight gradients)."""
+    from simulator.config.loading import resolve_dict
+    from simulator.workload.ops import backward_ops, embedding_ops, head_ops, layer_ops
+
+    from .scenario import inline_job_scenario
+
+    rs = resolve_dict(inline_job_scenario(model_cfg))
+    n = 0
+    for reps, fwd in ((1, embedding_ops(rs)), (rs.model.layers, layer_ops(rs)), (1, head_ops(rs))):
+        for op in fwd + backward_ops(fwd):
+            if op.kind != "collective":
+                n += reps * (2 if op.kind == "gemm" and op.backward else 1)
+    return n
+
+
+def comm_in_step_fit(
+    gpu: dict[str, Any], fabric: dict[str, Any], probe: dict[str, Any]
+) -> tuple[float, str] | None:
+    """The fabric's achievable fraction inside a training step: the probe's DDP step on one
+    host measured with gradient synchronisation and without (``no_sync``); the difference is
+    what synchronisation costs in the step (the all-reduce, DDP's bucket copies, the wait for
+    the slowest rank, and on CPUs the reduction competing with the other processes). The same
+    difference simulated with the fitted (stand-alone) fabric gives the ratio; a step that
+    synchronises slower than that gets the fitted bandwidth scaled down by it. None when the
+    probe did not time both, or synchronisation costs no more than predicted."""
+    tr = probe.get("train") or {}
+    if (
+        tr.get("wrapper") != "ddp"
+        or int(tr.get("nodes") or 1) != 1
+        or not tr.get("compute_step_median_s")
+        or not tr.get("step_time_median_s")
+    ):
+        return None
+    from simulator.config.loading import resolve_dict
+    from simulator.simulate import simulate
+
+    from .scenario import cpu_comm_overlaps, inline_job_scenario, job_scenario
+
+    ppn = int(tr["procs_per_node"])
+    overlap = cpu_comm_overlaps(
+        str(probe.get("device_type")),
+        ppn,
+        int(tr.get("threads_per_process") or 1),
+        int(probe.get("cpu_count") or 1),
+    )
+    sc = job_scenario("x", tr["model"], ppn, 1, overlap=overlap, stragglers="speed_cv" in gpu)
+    inline = inline_job_scenario(tr["model"])["cluster"]
+    sc["cluster"].update(gpu=gpu, fabric=dict(fabric, max_gpus=max(ppn, 2)))
+    sc["cluster"]["storage"] = inline["storage"]
+    m = simulate(resolve_dict(sc), scaling=False).metrics
+    pred_sync = (
+        m.step_time_s - m.breakdown_s.get("compute", 0.0) - m.breakdown_s.get("optimizer", 0.0)
+    )
+    paired = probe.get("train_sync_cost") or {}
+    meas_sync = float(
+        paired.get("median_s")
+        or float(tr["step_time_median_s"]) - float(tr["compute_step_median_s"])
+    )
+    if pred_sync <= 0 or meas_sync <= pred_sync:
+        return None
+    frac = max(0.02, pred_sync / meas_sync)
+    return frac, (
+        f"synchronisation inside the probe's DDP step: {meas_sync * 1e3:.1f} ms measured ("
+        + (
+            f"median of {len(paired['differences_s'])} paired differences, a step with "
+            "gradient sync less the step without it just before"
+            if paired.get("median_s")
+            else f"step {tr['step_time_median_s'] * 1e3:.1f} ms with gradient sync, "
+            f"{tr['compute_step_median_s'] * 1e3:.1f} ms without"
+        )
+        + f"), {pred_sync * 1e3:.1f} ms "
+        "simulated with the stand-alone fit: the fitted bandwidth is achieved at this fraction "
+        "inside a step"
+    )
+
+
+def simulated_compute_s(gpu: dict[str, Any], model_cfg: dict[str, Any]) -> float:
+    """Compute-stream time (compute + optimizer) of one step of the probe job on one device of
+    the (not yet written) GPU profile ``gpu``."""
+    from simulator.config.loading import resolve_dict
+    from simulator.simulate import simulate
+
+    from .scenario import inline_job_scenario
+
+    sc = inline_job_scenario(model_cfg)
+    sc["cluster"]["gpu"] = gpu
+    bd = simulate(resolve_dict(sc), scaling=False).metrics.breakdown_s
+    return bd.get("compute", 0.0) + bd.get("optimizer", 0.0)
+
+
+def in_step_fit(
+    gpu: dict[str, Any], train: dict[str, Any] | None
+) -> tuple[float, str, float | None] | None:
+    """How much slower the job's operations run inside its training step than the fitted
+    per-operation figures say: the probe's step without gradient synchronisation (all ranks at
+    once), over the simulated compute and optimizer time of the same step; its source; and the
+    same for the step run by one process per host, the host's others idle (None if the probe
+    did not time that)."""
+    if not train or not train.get("compute_step_median_s"):
+        return None
+    measured = float(train["compute_step_median_s"])
+    simulated = simulated_compute_s(gpu, train["model"])
+    if simulated <= 0:
+        return None
+    n = sum(len(r) for r in train.get("compute_step_times_s") or [])
+    what = (
+        f"median of {n} training steps without communication ("
+        + str(train.get("compute_step_how", ""))
+        + f"): {measured * 1e3:.1f} ms, over the {simulated * 1e3:.1f} ms of compute and "
+        "optimizer that the fitted per-operation figures give for the same step"
+    )
+    alone = train.get("alone_compute_step_median_s")
+    return measured / simulated, what, float(alone) / simulated if alone else None
