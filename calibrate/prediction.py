@@ -87,7 +87,7 @@ def host_occupancy_factor(side: dict[str, Any], busy: int) -> tuple[float, str, 
     procs = int(side.get("procs_per_node") or 1) if side.get("hosts") == 1 else 0
     if not full or not alone or procs <= 1 or busy >= procs:
         return None
-    f = alone + (full - alone) * (busy - 1) / (procs - 1)
+    f = between_alone_and_full(alone, full, busy, procs)
     what = (
         f"{busy} of the probe's {procs} processes on this host: between the probe's step "
         f"without communication run by one process alone ({alone:.3f}) and by all at once "
@@ -102,9 +102,10 @@ def drift_reference(speed: dict[str, Any], busy: int) -> float | None:
     alone (right before it timed the in-step factor's steps, the same short check validate
     makes; older probes: its speed phase); in between, linear (as
     :func:`host_occupancy_factor`)."""
-    full = speed.get("check_unit_s") or speed.get("unit_s")
-    alone = speed.get("check_alone_unit_s") if speed.get("check_unit_s") else None
-    alone = alone or (None if speed.get("check_unit_s") else speed.get("alone_unit_s"))
+    if speed.get("check_unit_s"):
+        full, alone = speed["check_unit_s"], speed.get("check_alone_unit_s")
+    else:
+        full, alone = speed.get("unit_s"), speed.get("alone_unit_s")
     procs = int(speed.get("procs") or 1)
     if not full:
         return None
@@ -112,4 +113,10 @@ def drift_reference(speed: dict[str, Any], busy: int) -> float | None:
         return float(full)
     if not alone:
         return None
-    return float(alone + (full - alone) * (busy - 1) / max(1, procs - 1))
+    return between_alone_and_full(float(alone), float(full), busy, procs)
+
+
+def between_alone_and_full(alone: float, full: float, busy: int, procs: int) -> float:
+    """A figure measured with one of a host's ``procs`` processes busy (``alone``) and with all
+    (``full``), at ``busy`` of them: linear in between."""
+    return alone + (full - alone) * (busy - 1) / max(1, procs - 1)

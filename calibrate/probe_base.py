@@ -138,12 +138,24 @@ class ProbeBase:
             stop.set()
             t.join()
 
-    def sleep_beating(self, seconds: float) -> None:
-        """Sleep (no CPU used), with heartbeats."""
-        end = time.monotonic() + seconds
-        with self._local():
-            while (left := end - time.monotonic()) > 0:
-                time.sleep(min(left, 0.5))
+    def alone_on_host(self, work: Any, expect_s: float) -> Any:
+        """``work()`` run by local rank 0 of each host while the host's other processes sleep a
+        little longer than ``expect_s`` (asleep rather than waiting in a barrier, which may poll
+        its socket), so that it has the host to itself; None on the other ranks and on a host
+        with one process. Every rank calls it."""
+        if self.local_world <= 1:
+            return None
+        self.sync()
+        out = None
+        if self.local_rank == 0:
+            out = work()
+        else:
+            end = time.monotonic() + 1.3 * expect_s + 0.2
+            with self._local():
+                while (left := end - time.monotonic()) > 0:
+                    time.sleep(min(left, 0.5))
+        self.sync()
+        return out
 
     def enter(self, phase: str) -> None:
         self.beat(phase)

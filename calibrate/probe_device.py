@@ -196,16 +196,11 @@ class DevicePhases(ProbeBase):
         reps = int(self.reduce_max(max(1, round(block_s / per))))
         self.sync()
         per_rank = self.gather_floats(self.speed_blocks(unit, reps, blocks, warmup))
-        alone: list[float] = []
-        if self.local_world > 1:
-            self.sync()
-            n_alone = max(4, blocks // 3)
-            if self.local_rank == 0:
-                alone = self.speed_blocks(unit, reps, n_alone, warmup)
-            else:  # asleep, not polling a barrier: rank 0 has the host to itself
-                mine = per_rank[self.rank]
-                self.sleep_beating(1.3 * (n_alone + warmup) * max(mine) + 0.2)
-            self.sync()
+        n_alone = max(4, blocks // 3)
+        alone = self.alone_on_host(
+            lambda: self.speed_blocks(unit, reps, n_alone, warmup),
+            (n_alone + warmup) * max(per_rank[self.rank]),
+        )
         self.result["speed_variation"] = {
             "work": f"{reps} × (matmul {T}x{h}x{4 * h} + GELU), fp32",
             "shape": [T, h],

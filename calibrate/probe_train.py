@@ -176,20 +176,19 @@ class TrainPhase(ProbeBase):
             compute_only = self.gather_floats(mine)
             slowest = [max(r[i] for r in compute_only) for i in range(len(mine))]
             paired = [self.reduce_max(t) - c for t, c in zip(synced, slowest, strict=True)]
-            # ... and by one process per host while the host's others wait: how much of the
+
+            # ... and by one process per host while the host's others sleep: how much of the
             # difference is the host's other devices being busy (shared caches, memory bus).
-            self.sync()
-            if self.local_world > 1 and self.local_rank == 0:
+            def by_itself() -> list[float]:
                 check["alone_block_times_s"] = self.speed_blocks(  # type: ignore[attr-defined]
                     unit, reps, self.args.speed_blocks, 1
                 )
-                alone = timed("train step without gradient sync, alone on the host", False)
-            elif self.local_world > 1:
-                # Asleep rather than waiting in a barrier (a waiting rank may poll its socket),
-                # so that local rank 0 has the host to itself; a little longer than it needs.
-                blocks = check["block_times_s"][self.rank]
-                steps = compute_only[self.rank]
-                self.sleep_beating(1.3 * (sum(blocks) * (1 + 1 / len(blocks)) + sum(steps)) + 0.2)
+                return timed("train step without gradient sync, alone on the host", False)
+
+            blocks = check["block_times_s"][self.rank]
+            alone = self.alone_on_host(
+                by_itself, sum(blocks) * (1 + 1 / len(blocks)) + sum(compute_only[self.rank])
+            )
         self.sync()
         if wrap == "ddp":
             times = synced  # the steady synchronised steps timed above

@@ -21,7 +21,7 @@ from typing import Any
 
 from simulator.errors import UserError
 
-from .fit import unit_seconds
+from .fits import unit_seconds
 from .intervals import LEVEL, Z, bootstrap_median, passed, prediction_sd, robust_rel_sd, verdict
 from .launch import ProbeFailed, launch
 from .prediction import drift_reference, host_occupancy_factor, loopback_network, predict
@@ -131,11 +131,12 @@ def _sigmas(side: dict[str, Any]) -> tuple[dict[str, float], str]:
     for f in side.get("fits") or []:
         if f.get("op") == "all_reduce":
             comm = max(comm, float(f.get("rms_rel_err") or 0.0))
+    compute = (gemm**2 + step_se**2) ** 0.5
     what = (
-        f"compute ±{(gemm**2 + step_se**2) ** 0.5:.0%} (GEMM fit residuals {gemm:.0%}, "
+        f"compute ±{compute:.0%} (GEMM fit residuals {gemm:.0%}, "
         f"in-step factor ±{step_se:.1%}); communication ±{comm:.0%} (all-reduce fit residuals)"
     )
-    return {"compute": (gemm**2 + step_se**2) ** 0.5, "comm": comm}, what
+    return {"compute": compute, "comm": comm}, what
 
 
 def validate(
