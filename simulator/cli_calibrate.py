@@ -38,6 +38,12 @@ def probe(
 
     if nproc < 1:
         raise UserError("--nproc must be at least 1")
+    if not time_budget > 0:
+        raise UserError(
+            f"the time budget must be a positive number of seconds (got {time_budget:g})",
+            path="--time-budget",
+            hint="the whole probe's budget, e.g. --time-budget 60",
+        )
     import time
 
     # the budget counts from now: the processes' start-up (importing torch) is part of it

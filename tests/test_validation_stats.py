@@ -3,6 +3,8 @@ the out-of-sample shapes, and what calibrate says about a GEMM curve it cannot t
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -112,3 +114,11 @@ def test_a_poor_collective_fit_says_why_and_what_to_run() -> None:
     assert "--max-bytes" in (fit(0.5, resolved=False).note or "")
     assert "scatter 40%" in (fit(0.5).note or "")
     assert fit(0.5).as_dict()["note"] == fit(0.5).note
+
+
+def test_a_time_budget_that_is_not_positive_is_refused(tmp_path: Path) -> None:
+    from conftest import run_cli
+
+    r = run_cli("probe", "--time-budget", "-5", "--out", str(tmp_path / "p.json"))
+    assert r.returncode == 2 and "--time-budget" in r.stderr and "Traceback" not in r.stderr
+    assert not (tmp_path / "p.json").exists()
