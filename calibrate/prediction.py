@@ -81,13 +81,15 @@ def host_occupancy_factor(side: dict[str, Any], busy: int) -> tuple[float, str, 
     """(in-step factor, its source, a note) for a layout that keeps ``busy`` processes on this
     host when the probe kept more: the profile's factor was measured with every one of the
     probe's processes computing; with fewer, the host's caches and memory bus are less shared.
-    Linear between the probe's step run by one process alone and by all at once."""
+    Linear between the probe's step run by one process alone and by all at once, and never
+    above the all-busy figure: fewer busy processes share less, so a noisy alone measurement
+    that came out slower must not make a smaller layout predict slower compute."""
     cf = side.get("compute_fit") or {}
     full, alone = cf.get("in_step_factor"), cf.get("in_step_factor_alone")
     procs = int(side.get("procs_per_node") or 1) if side.get("hosts") == 1 else 0
     if not full or not alone or procs <= 1 or busy >= procs:
         return None
-    f = between_alone_and_full(alone, full, busy, procs)
+    f = min(between_alone_and_full(alone, full, busy, procs), float(full))
     what = (
         f"{busy} of the probe's {procs} processes on this host: between the probe's step "
         f"without communication run by one process alone ({alone:.3f}) and by all at once "

@@ -201,6 +201,11 @@ def test_host_occupancy_factor_interpolates_between_alone_and_all_busy() -> None
     f2 = host_occupancy_factor(side, 2)
     assert f2 is not None and f2[0] == pytest.approx(1.03 + 0.09 / 3)
     assert "2 of the probe's 4 processes" in f2[1] and "host 2/4 busy" in f2[2]
+    # an alone measurement that came out slower (noise) never lifts a smaller layout above
+    # the all-busy factor: fewer busy processes share less
+    noisy = {**side, "compute_fit": {"in_step_factor": 1.05, "in_step_factor_alone": 1.09}}
+    f3 = host_occupancy_factor(noisy, 1)
+    assert f3 is not None and f3[0] == pytest.approx(1.05)
     # a full host is what the profile itself describes
     assert host_occupancy_factor(side, 4) is None
     # no 'alone' measurement, or a probe that spanned several hosts: the profile as it is
