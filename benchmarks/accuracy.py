@@ -128,7 +128,7 @@ def layer_rows() -> list[dict[str, Any]]:
                 "micro_batch": r["batch"],
                 "param_gather_dtype": "fp32" if r["mode"] == "autocast" else "bf16",
             },
-            "software": "pytorch-fsdp",
+            "software": "pytorch-eager",  # the device run's torch 2.11
         }
         sim = Simulation(resolve_dict(sc))
         pred = sim.p_fwd.duration + sim.p_bwd.duration

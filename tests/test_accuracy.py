@@ -192,9 +192,9 @@ BANDS = {
     "sc21-interleaved": 0.12,
     "korthikanti-table5": 0.07,
     "llmfoundry-a100-80gb": 0.10,
-    "llmfoundry-h100-80gb": 0.32,
+    "llmfoundry-h100-80gb": 0.17,
     "nccl-tests": 0.40,
-    "h100-eager-layers": 0.07,
+    "h100-eager-layers": 0.06,
 }
 
 
