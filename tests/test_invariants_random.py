@@ -36,7 +36,14 @@ GPUS = ["a100-sxm4-80gb", "h100-sxm-80gb", "h200-sxm-141gb", "b200", "l40s", "mi
 FABRICS = ["nvlink3-nvswitch", "nvlink4-nvswitch", "pcie4-switch", "pcie5-host", "pcie4-host"]
 NETWORKS = ["ib-hdr-200", "ib-ndr-400", "roce-200", "roce-400", "tcp-100gbe"]
 STORAGE = ["lustre", "local-nvme", "nfs"]
-STACKS = ["megatron-core", "megatron-lm-2021", "pytorch-fsdp", "pytorch-eager", "deepspeed", "torchtitan"]
+STACKS = [
+    "megatron-core",
+    "megatron-lm-2021",
+    "pytorch-fsdp",
+    "pytorch-eager",
+    "deepspeed",
+    "torchtitan",
+]
 
 
 def _model(rnd: random.Random) -> dict[str, Any]:

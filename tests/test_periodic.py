@@ -1,9 +1,15 @@
-"""Steady-state extrapolation against the event-by-event engine, which stays the reference.
+"""The engine's fast paths against the event-by-event engine, which stays the reference.
+
+Steady-state extrapolation:
 
 On 200 random layouts with many micro-batches (every schedule, sharding, stack and fabric of the
 random generator in ``test_invariants_random``), the extrapolated step time and every idle
 category must equal the full event simulation within 0.5% (in practice to rounding), and the
 extrapolation must really be taken on most of them.
+
+TP timed analytically while its class's DP stream is idle (``_tp_alone_when_dp_idle``): on
+300 random layouts the step and every category equal the run that sends every TP collective
+through the flow network, to rounding, and the shortcut is taken on a good share of them.
 """
 
 from __future__ import annotations
@@ -12,9 +18,10 @@ import random
 from typing import Any
 
 import pytest
-from test_invariants_random import _draw
+from test_invariants_random import _draw, scenarios
 
 from simulator.config.loading import resolve_dict
+from simulator.engine import setup
 from simulator.engine.periodic import run_periodic
 from simulator.engine.sim import run_engine
 from simulator.errors import UserError
@@ -55,3 +62,21 @@ def test_extrapolation_equals_the_event_simulation_on_random_layouts() -> None:
             )
     assert taken >= LAYOUTS // 2, taken
     print(f"extrapolated {taken} of {LAYOUTS}")
+
+
+def test_tp_shortcut_equals_the_flow_network(monkeypatch: pytest.MonkeyPatch) -> None:
+    taken = 0
+    layouts = scenarios()[:300]
+    for data in layouts:
+        rs = resolve_dict(data)
+        fast = run_engine(rs)
+        with monkeypatch.context() as m:
+            m.setattr(setup.SimulationBase, "_tp_alone_when_dp_idle", lambda self: False)
+            flows = run_engine(rs)
+        taken += fast.events < flows.events
+        assert fast.step_time == pytest.approx(flows.step_time, rel=1e-9), rs.layout()
+        for stage, rr in flows.classes.items():
+            for cat, v in rr.acc.items():
+                got = fast.classes[stage].acc[cat]
+                assert got == pytest.approx(v, rel=1e-9, abs=1e-12), (cat, rs.layout())
+    assert taken >= len(layouts) // 10, taken

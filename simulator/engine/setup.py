@@ -22,6 +22,19 @@ from .compute import OpTimer, Program, build_program
 from .results import STREAMS, RankResult
 from .stragglers import pace as straggler_pace
 
+# The per-pass programs a simulation builds (``_build_programs``).
+PROGRAMS = (
+    "p_fwd",
+    "p_bwd",
+    "p_bwd_sync",
+    "p_emb_f",
+    "p_emb_b",
+    "p_emb_b_sync",
+    "p_head_f",
+    "p_head_b",
+    "p_head_b_sync",
+)
+
 
 class SimulationBase:
     def __init__(self, rs: ResolvedScenario, full: bool = False, trace: bool = False) -> None:
@@ -75,7 +88,19 @@ class SimulationBase:
         }
         # DDP with gradient_as_bucket_view=False copies gradients into its buckets and back.
         self.bucket_copy = rs.parallelism.dp_bucket_copy and rs.dp > 1 and self.z == 0
+        self._timing_extra: set[str] = set()
         self._build_programs()
+        # Twins of the programs with TP timed analytically, for passes that start while
+        # nothing else can reach TP's links (see sim.Simulation.run_items).
+        self.twins: dict[int, Program] = {}
+        if self._tp_alone_when_dp_idle():
+            normal = dict(self.__dict__)
+            self._timing_extra = {"tp"}
+            self._build_programs()
+            for name in PROGRAMS:
+                self.twins[id(normal[name])] = getattr(self, name)
+                setattr(self, name, normal[name])
+            self._timing_extra = set()
         self._chunk_layers = self._split_chunks()
         self.shard_n = shard_group(rs)
 
@@ -161,12 +186,47 @@ class SimulationBase:
                 out.add(kind)
         return out
 
+    def _tp_alone_when_dp_idle(self) -> bool:
+        """TP's traffic goes through the flow network only because the DP traffic of its own
+        class can share its links: no other class's traffic (TP or DP) crosses them, and no
+        pipeline or context-parallel traffic uses the fabric. A pass that starts while the
+        class's DP stream is idle (and launches nothing on it) then has TP to itself."""
+        rs = self.rs
+        if self.full or rs.tp <= 1 or "tp" in self._analytic or rs.dp <= 1:
+            return False
+        if self.topo.shape(self.ranks[0], "tp").nodes > 1:
+            return False
+        if any(k for k, n in (("pp", rs.pp), ("cp", rs.cp)) if n > 1 and self._uses_fabric(k)):
+            return False
+        comm = self.comm
+        dp_kinds = ["dp"] + (["dp_shard", "dp_rep"] if shard_group(rs) < rs.dp else [])
+
+        def links(rank: int, kind: str, tiers: tuple[str, ...]) -> set[int]:
+            ep = comm.endpoint(rank, kind)
+            return {id(link) for tier in tiers for link, _ in comm.links(ep, tier)}
+
+        def pp_links(i: int, r: int) -> set[int]:
+            peers = [p for p in self.ranks[max(0, i - 1) : i + 2] if p != r]
+            return {id(link) for p in peers for link, _ in comm._p2p_links(r, p)[1]}
+
+        tp = {r: links(r, "tp", ("fabric",)) for r in self.ranks}
+        pp = {r: pp_links(i, r) for i, r in enumerate(self.ranks)}
+        other = {r: tp[r] | pp[r] for r in self.ranks}
+        for r in self.ranks:
+            for kind in dp_kinds:
+                other[r] |= links(r, kind, ("fabric", "network"))
+        # A class's own DP traffic is the one left to the run-time check.
+        return not any(
+            tp[r] & pp[r] or any(tp[r] & other[o] for o in self.ranks if o != r) for r in self.ranks
+        )
+
     # -- programs -----------------------------------------------------------------------------
     def _coll_times(self, ops: list) -> dict[str, float | None]:
         out: dict[str, float | None] = {}
         rep = self.ranks[0]
+        groups = self._analytic | self._timing_extra
         for op in ops:
-            if op.kind != "collective" or op.group not in self._analytic:
+            if op.kind != "collective" or op.group not in groups:
                 continue
             shape = self.topo.shape(rep, op.group)
             out[f"{op.group}:{op.collective}:{op.msg_bytes}"] = choose(
