@@ -4,15 +4,16 @@ Past its warm-up, a pipeline schedule repeats: each further round of micro-batch
 for the interleaved schedule) adds the same time to every rank class and to every idle
 category. So the step at ``m`` micro-batches is an affine function of ``m`` once ``m`` is past
 the warm-up. This module simulates three micro-batch counts past the warm-up, two neighbours
-``m1 < m2`` and a far one ``m3 = 2·m2``, checks that every figure the engine reports (step
-time, each class's finish and each category of its time, the data loader) lies on one line
-across them, and extrapolates from ``m2`` and ``m3`` to the scenario's ``m``. The far sample is
-there because some layouts are only quasi-periodic: a communication stream that runs beside the
-compute stream at its own rate beats against it, so every few micro-batches the step grows a
-little less, and neighbouring counts can sit between two such beats and look affine with too
-steep a slope (a ZeRO-3 layout over a shared PCIe root came out 1.4% slow with three
-neighbouring samples). When the check fails it doubles the sample counts, and falls back to the
-event-by-event simulation of all ``m`` micro-batches, which stays the reference.
+``m1 < m2`` and a far one ``m3`` (two to four times ``m2``, as the budget allows), checks that
+every figure the engine reports (step time, each class's finish and each category of its time,
+the data loader) lies on one line across them, and extrapolates from ``m2`` and ``m3`` to the
+scenario's ``m``. The far sample is there because some layouts are only quasi-periodic: a
+communication stream that runs beside the compute stream at its own rate beats against it, so
+every few micro-batches the step grows a little less, and neighbouring counts can sit between
+two such beats and look affine with too steep a slope (a ZeRO-3 layout over a shared PCIe root
+came out 1.4% slow with three neighbouring samples). When the check fails it doubles the sample
+counts, and falls back to the event-by-event simulation of all ``m`` micro-batches, which stays
+the reference.
 
 The data loader runs beside the step, so it is extrapolated on its own and the data stall
 recomputed at ``m`` (a maximum of two affine functions is not affine).
@@ -92,16 +93,22 @@ def run_periodic(rs: ResolvedScenario) -> EngineResult:
     m = rs.micro_batches
     v = rs.parallelism.virtual_stages
     quantum = rs.pp if v > 1 else 1  # the interleaved schedule runs micro-batches PP at a time
-    m1 = quantum * max(1, -(-2 * rs.pp // quantum))
+    # 1F1B and GPipe: every stage has its full warm-up from PP-1 micro-batches on; the
+    # interleaved schedule's warm-up spans its chunks, so it starts at 2·PP.
+    m1 = 2 * rs.pp if v > 1 else max(2, rs.pp - 1)
     span = quantum
     spent = 0
     # Only where the samples cost at most half the full run, so a failed check (then the full
     # run as well) costs at most 1.5 times the event-by-event simulation.
     while True:
-        # The far sample doubles the second: past any beat shorter than the samples themselves.
-        counts = [m1, m1 + span, 2 * (m1 + span)]
-        if counts[-1] >= m or spent + sum(counts) > m // 2:
+        near = [m1, m1 + span]
+        # The far sample: at least twice the second, up to four times where the budget allows,
+        # to reach past a beat longer than the near samples.
+        room = (m // 2 - spent - sum(near)) // span * span
+        far = min(4 * near[1], room, (m - 1) // span * span)
+        if far < 2 * near[1]:
             break
+        counts = near + [far]
         res = [run_engine(_with_micro_batches(rs, n)) for n in counts]
         spent += sum(counts)
         if _collinear(counts, [_figures(r) + [r.loader_done] for r in res]):
