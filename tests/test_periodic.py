@@ -7,7 +7,8 @@ random generator in ``test_invariants_random``), the extrapolated step time and 
 category must equal the full event simulation within 0.5% (in practice to rounding), and the
 extrapolation must really be taken on most of them.
 
-TP timed analytically while its class's DP stream is idle (``_tp_alone_when_dp_idle``): on
+TP timed analytically while its class's DP and pipeline streams are idle
+(``_tp_alone_when_dp_idle``): on
 300 random layouts the step and every category equal the run that sends every TP collective
 through the flow network, to rounding, and the shortcut is taken on a good share of them.
 """

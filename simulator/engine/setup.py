@@ -187,16 +187,17 @@ class SimulationBase:
         return out
 
     def _tp_alone_when_dp_idle(self) -> bool:
-        """TP's traffic goes through the flow network only because the DP traffic of its own
-        class can share its links: no other class's traffic (TP or DP) crosses them, and no
-        pipeline or context-parallel traffic uses the fabric. A pass that starts while the
-        class's DP stream is idle (and launches nothing on it) then has TP to itself."""
+        """TP's traffic goes through the flow network only because its own class's DP
+        collectives or pipeline sends can share its links: no other class's traffic crosses
+        them, and context-parallel traffic does not use the fabric. A pass that starts while the
+        class's DP and pipeline streams are idle (and launches nothing on them) then has TP to
+        itself."""
         rs = self.rs
-        if self.full or rs.tp <= 1 or "tp" in self._analytic or rs.dp <= 1:
+        if self.full or rs.tp <= 1 or "tp" in self._analytic:
             return False
         if self.topo.shape(self.ranks[0], "tp").nodes > 1:
             return False
-        if any(k for k, n in (("pp", rs.pp), ("cp", rs.cp)) if n > 1 and self._uses_fabric(k)):
+        if rs.cp > 1 and self._uses_fabric("cp"):
             return False
         comm = self.comm
         dp_kinds = ["dp"] + (["dp_shard", "dp_rep"] if shard_group(rs) < rs.dp else [])
@@ -215,10 +216,8 @@ class SimulationBase:
         for r in self.ranks:
             for kind in dp_kinds:
                 other[r] |= links(r, kind, ("fabric", "network"))
-        # A class's own DP traffic is the one left to the run-time check.
-        return not any(
-            tp[r] & pp[r] or any(tp[r] & other[o] for o in self.ranks if o != r) for r in self.ranks
-        )
+        # A class's own DP and pipeline traffic is left to the run-time check.
+        return not any(tp[r] & other[o] for r in self.ranks for o in self.ranks if o != r)
 
     # -- programs -----------------------------------------------------------------------------
     def _coll_times(self, ops: list) -> dict[str, float | None]:
@@ -319,15 +318,18 @@ class SimulationBase:
             ev.setdefault("args", {}).update(args)
         self.trace.append(ev)
 
+    def _stream(self, rank: int, name: str) -> Stream:
+        st = self._streams.get((rank, name))
+        if st is None:
+            emit = self._emit if self.tracing else None
+            st = self._streams[(rank, name)] = Stream(self.env, rank, name, emit)
+        return st
+
     def _submit(self, rank: int, stream: str, job: Job) -> Job:
         """Queue ``job`` on one of ``rank``'s communication streams."""
         if job.done:
             return job
-        st = self._streams.get((rank, stream))
-        if st is None:
-            emit = self._emit if self.tracing else None
-            st = self._streams[(rank, stream)] = Stream(self.env, rank, stream, emit)
-        return st.submit(job)
+        return self._stream(rank, stream).submit(job)
 
     def _wait(self, job: Job) -> Generator:
         """Wait (in a rank's process) until ``job`` is done."""

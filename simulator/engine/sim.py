@@ -81,19 +81,17 @@ class Simulation(SimulationBase):
                 self._trace_program(rank, prog, reps, t0)
 
         twins = self.twins
-        streams = self._streams
+        own_streams = [self._stream(rank, name) for name in ("dp", "pp-fwd", "pp-bwd")]
 
         def run_items(prog: Program, reps: int, name: str) -> Generator:
             """Run a program ``reps`` times; analytic programs are one timeout. A program
-            whose only flow-network traffic is TP, started while this class's DP stream is
-            idle, runs as its analytic twin: nothing else can reach TP's links until the pass
-            ends (``SimulationBase._tp_alone_when_dp_idle``)."""
+            whose only flow-network traffic is TP, started while this class's DP and pipeline
+            streams are idle, runs as its analytic twin: nothing else can reach TP's links
+            until the pass ends (``SimulationBase._tp_alone_when_dp_idle``)."""
             if reps <= 0:
                 return
-            if twins and not prog.analytic:
-                dp = streams.get((rank, "dp"))
-                if dp is None or not dp.busy:
-                    prog = twins.get(id(prog), prog)
+            if twins and not prog.analytic and not any(st.busy for st in own_streams):
+                prog = twins.get(id(prog), prog)
             if prog.analytic:
                 t0 = env.now
                 total = prog.duration * reps
