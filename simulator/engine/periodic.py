@@ -93,9 +93,10 @@ def run_periodic(rs: ResolvedScenario) -> EngineResult:
     m = rs.micro_batches
     v = rs.parallelism.virtual_stages
     quantum = rs.pp if v > 1 else 1  # the interleaved schedule runs micro-batches PP at a time
-    # 1F1B and GPipe: every stage has its full warm-up from PP-1 micro-batches on; the
-    # interleaved schedule's warm-up spans its chunks, so it starts at 2·PP.
-    m1 = 2 * rs.pp if v > 1 else max(2, rs.pp - 1)
+    # 1F1B and GPipe: every stage has its full warm-up from PP-1 micro-batches on and the
+    # idle categories settle one micro-batch later; the interleaved schedule's warm-up spans
+    # its chunks, so it starts at 2·PP.
+    m1 = 2 * rs.pp if v > 1 else max(2, rs.pp)
     span = quantum
     spent = 0
     # Only where the samples cost at most half the full run, so a failed check (then the full
