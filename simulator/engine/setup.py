@@ -93,6 +93,7 @@ class SimulationBase:
         # Twins of the programs with TP timed analytically, for passes that start while
         # nothing else can reach TP's links (see sim.Simulation.run_items).
         self.twins: dict[int, Program] = {}
+        self.tp_guards: dict[int, tuple[str, ...]] = {}
         if self._tp_alone_when_dp_idle():
             normal = dict(self.__dict__)
             self._timing_extra = {"tp"}
@@ -212,12 +213,19 @@ class SimulationBase:
 
         tp = {r: links(r, "tp", ("fabric",)) for r in self.ranks}
         pp = {r: pp_links(i, r) for i, r in enumerate(self.ranks)}
-        other = {r: tp[r] | pp[r] for r in self.ranks}
+        dp = {
+            r: set().union(*(links(r, k, ("fabric", "network")) for k in dp_kinds))
+            for r in self.ranks
+        }
+        if any(tp[r] & (tp[o] | pp[o] | dp[o]) for r in self.ranks for o in self.ranks if o != r):
+            return False
+        # A class's own DP and pipeline traffic is left to the run-time check: the streams whose
+        # transfers can cross its TP links.
         for r in self.ranks:
-            for kind in dp_kinds:
-                other[r] |= links(r, kind, ("fabric", "network"))
-        # A class's own DP and pipeline traffic is left to the run-time check.
-        return not any(tp[r] & other[o] for r in self.ranks for o in self.ranks if o != r)
+            self.tp_guards[r] = ("dp",) * bool(tp[r] & dp[r]) + ("pp-fwd", "pp-bwd") * bool(
+                tp[r] & pp[r]
+            )
+        return True
 
     # -- programs -----------------------------------------------------------------------------
     def _coll_times(self, ops: list) -> dict[str, float | None]:

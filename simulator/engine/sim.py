@@ -81,7 +81,7 @@ class Simulation(SimulationBase):
                 self._trace_program(rank, prog, reps, t0)
 
         twins = self.twins
-        own_streams = [self._stream(rank, name) for name in ("dp", "pp-fwd", "pp-bwd")]
+        own_streams = [self._stream(rank, name) for name in self.tp_guards.get(rank, ())]
 
         def run_items(prog: Program, reps: int, name: str) -> Generator:
             """Run a program ``reps`` times; analytic programs are one timeout. A program
