@@ -68,7 +68,10 @@ def test_extrapolation_equals_the_event_simulation_on_random_layouts() -> None:
 def test_tp_shortcut_equals_the_flow_network(monkeypatch: pytest.MonkeyPatch) -> None:
     taken = 0
     layouts = scenarios()[:300]
-    for data in layouts:
+    for i, data in enumerate(layouts):
+        if i % 10 == 0:  # TP overlap: the flow path exposes TP, so the shortcut stays off
+            par = data["parallelism"]
+            data = {**data, "parallelism": {**par, "overlap": {"tp_comm": True}}}
         rs = resolve_dict(data)
         fast = run_engine(rs)
         with monkeypatch.context() as m:
