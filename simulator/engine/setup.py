@@ -1,6 +1,7 @@
-"""The set-up of one step's simulation: the SimPy environment, the topology, link capacities
-and weights, the per-layer programs, stream helpers, the data loader and the trace. The rank
-process that runs the pipeline schedule is in :mod:`simulator.engine.sim`."""
+"""The set-up of one step's simulation: the SimPy environment, the topology, the per-layer
+programs, stream helpers, the data loader and the trace. Which traffic shares which links (link
+capacities and weights, the groups timed analytically) is in :mod:`simulator.engine.sharing`;
+the rank process that runs the pipeline schedule is in :mod:`simulator.engine.sim`."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from ..workload.ops import Op, backward_ops, embedding_ops, head_ops, layer_ops
 from .comm import Comm, Job, Stream
 from .compute import OpTimer, Program, build_program
 from .results import STREAMS, RankResult
+from .sharing import LinkSharing
 from .stragglers import pace as straggler_pace
 
 # The per-pass programs a simulation builds (``_build_programs``).
@@ -36,7 +38,7 @@ PROGRAMS = (
 )
 
 
-class SimulationBase:
+class SimulationBase(LinkSharing):
     def __init__(self, rs: ResolvedScenario, full: bool = False, trace: bool = False) -> None:
         self.rs = rs
         self.full = full
@@ -104,130 +106,6 @@ class SimulationBase:
             self._timing_extra = set()
         self._chunk_layers = self._split_chunks()
         self.shard_n = shard_group(rs)
-
-    # -- links ---------------------------------------------------------------------------------
-    def _capacity(self, key: tuple) -> float:
-        st = self.rs.storage
-        if key[0] == "storage_client":
-            return st.read_gbps_per_client.value * 1e9
-        if key[0] == "storage_agg":
-            assert st.aggregate_read_gbps is not None
-            return st.aggregate_read_gbps.value * 1e9
-        return self.topo.capacity(key)
-
-    def _symmetric_weights(self) -> dict[tuple[int, str], float]:
-        """For each stage representative: class members sharing its node / NIC / leaf."""
-        w: dict[tuple[int, str], float] = {}
-        gpn = self.rs.gpus_per_node
-        for s in range(self.p):
-            members = self.lay.stage_members(s)
-            rep = members[0]
-            node = self.lay.node(rep)
-            nic = self.topo.nic_of(rep)
-            leaf = self.topo.leaf(node)
-            on_node = [r for r in range(node * gpn, (node + 1) * gpn) if r in members]
-            w[(s, "node")] = len(on_node)
-            w[(s, "nic")] = sum(1 for r in on_node if self.topo.nic_of(r) == nic)
-            lo = leaf * self.topo.nodes_per_leaf * gpn
-            hi = lo + self.topo.nodes_per_leaf * gpn
-            w[(s, "leaf")] = max(0, min(hi, members.stop) - max(lo, members.start))
-        return w
-
-    def _link_weights(
-        self, rank: int, links: list[tuple[tuple, float]]
-    ) -> list[tuple[tuple, float]]:
-        if self.full:
-            return links
-        stage = self.lay.coords(rank)[3]
-        out = []
-        for key, frac in links:
-            kind = key[0]
-            if kind == "nic":
-                mult = self._weights[(stage, "nic")]
-            elif kind == "uplink":
-                mult = self._weights[(stage, "leaf")]
-            elif kind == "pcie_root":
-                mult = self._weights[(stage, "node")]
-            else:
-                mult = 1.0
-            out.append((key, frac * mult))
-        return out
-
-    def _uses_fabric(self, kind: str) -> bool:
-        rep = self.ranks[0]
-        if kind == "pp":
-            return any(
-                self.lay.node(r) == self.lay.node(r + len(self.lay.stage_members(0)))
-                for r in (self.lay.stage_members(s)[0] for s in range(self.p - 1))
-            )
-        size = {"tp": self.rs.tp, "cp": self.rs.cp, "dp": self.rs.dp}[kind]
-        return size > 1 and self.topo.shape(rep, kind).per_node > 1
-
-    def _analytic_groups(self) -> set[str]:
-        """Group kinds whose traffic stays on links nothing else uses: timed analytically."""
-        out: set[str] = set()
-        active = [
-            k
-            for k, n in (
-                ("tp", self.rs.tp),
-                ("cp", self.rs.cp),
-                ("dp", self.rs.dp),
-                ("pp", self.rs.pp),
-            )
-            if n > 1
-        ]
-        for kind in ("tp", "cp"):
-            if kind not in active:
-                continue
-            shape = self.topo.shape(self.ranks[0], kind)
-            if shape.nodes > 1:
-                continue
-            others = [k for k in active if k != kind and self._uses_fabric(k)]
-            if not others:
-                out.add(kind)
-        return out
-
-    def _tp_alone_when_dp_idle(self) -> bool:
-        """TP's traffic goes through the flow network only because its own class's DP
-        collectives or pipeline sends can share its links: no other class's traffic crosses
-        them, and context-parallel traffic does not use the fabric. A pass that starts while the
-        class's DP and pipeline streams are idle (and launches nothing on them) then has TP to
-        itself."""
-        rs = self.rs
-        if self.full or rs.tp <= 1 or "tp" in self._analytic:
-            return False
-        if self.ov.tp_comm:  # the analytic twin would hide TP behind its GEMMs; flows do not
-            return False
-        if self.topo.shape(self.ranks[0], "tp").nodes > 1:
-            return False
-        if rs.cp > 1 and self._uses_fabric("cp"):
-            return False
-        comm = self.comm
-        dp_kinds = ["dp"] + (["dp_shard", "dp_rep"] if shard_group(rs) < rs.dp else [])
-
-        def links(rank: int, kind: str, tiers: tuple[str, ...]) -> set[int]:
-            ep = comm.endpoint(rank, kind)
-            return {id(link) for tier in tiers for link, _ in comm.links(ep, tier)}
-
-        def pp_links(i: int, r: int) -> set[int]:
-            peers = [p for p in self.ranks[max(0, i - 1) : i + 2] if p != r]
-            return {id(link) for p in peers for link, _ in comm._p2p_links(r, p)[1]}
-
-        tp = {r: links(r, "tp", ("fabric",)) for r in self.ranks}
-        pp = {r: pp_links(i, r) for i, r in enumerate(self.ranks)}
-        dp = {
-            r: set().union(*(links(r, k, ("fabric", "network")) for k in dp_kinds))
-            for r in self.ranks
-        }
-        if any(tp[r] & (tp[o] | pp[o] | dp[o]) for r in self.ranks for o in self.ranks if o != r):
-            return False
-        # A class's own DP and pipeline traffic is left to the run-time check: the streams whose
-        # transfers can cross its TP links.
-        for r in self.ranks:
-            self.tp_guards[r] = ("dp",) * bool(tp[r] & dp[r]) + ("pp-fwd", "pp-bwd") * bool(
-                tp[r] & pp[r]
-            )
-        return True
 
     # -- programs -----------------------------------------------------------------------------
     def _coll_times(self, ops: list) -> dict[str, float | None]:
