@@ -31,6 +31,7 @@ class Item:
     dur: float = 0.0
     cat: str = "compute"  # accounting category of a span
     wait: float = 0.0  # part of ``dur`` that is straggler wait (see engine.stragglers)
+    hide: float = 0.0  # a flow collective: seconds of the span before it that it may overlap
     group: str | None = None
     coll: str | None = None
     size: float = 0.0
@@ -168,8 +169,11 @@ def build_program(
     ``pace`` (≥ 1) stretches every compute span to the expected slowest GPU's; the stretch is the
     span's ``wait``.
 
-    With ``overlap_tp`` an analytic TP collective hides behind the GEMM next to it (as in
-    Megatron's TP communication overlap); only what the GEMM cannot cover stays exposed."""
+    With ``overlap_tp`` a TP collective hides behind the GEMM right before it, in the same span
+    (as in Megatron's TP communication overlap; each GEMM hides one collective); only what the
+    GEMM cannot cover stays exposed. An analytic one is
+    shortened by the GEMM's time; one that runs through the flow network starts that long
+    before the span that ends with the GEMM does (its ``hide``)."""
     prog = Program()
     pending = 0.0
     pending_name: list[str] = []
@@ -177,7 +181,7 @@ def build_program(
     last_gemm = 0.0
 
     def flush() -> None:
-        nonlocal pending, pending_name, kernels
+        nonlocal pending, pending_name, kernels, last_gemm
         # The host issues the span's kernels one after another: a span of short kernels runs
         # at the host's pace, not the GPU's (eager frameworks; the stack's host_us_per_kernel).
         pending = max(pending, kernels * timer.host_s)
@@ -191,22 +195,33 @@ def build_program(
                     wait=pending * (pace - 1.0),
                 )
             )
-        pending, pending_name, kernels = 0.0, [], 0
+        # A GEMM hides only the collective right after its span.
+        pending, pending_name, kernels, last_gemm = 0.0, [], 0, 0.0
 
     for op in ops:
         if op.kind == "collective":
             assert op.group is not None and op.collective is not None
             t = coll_time.get(f"{op.group}:{op.collective}:{op.msg_bytes}")
             if t is None:
+                hide = last_gemm * pace if overlap_tp and op.group == "tp" else 0.0
                 flush()
                 prog.items.append(
-                    Item("coll", op.name, group=op.group, coll=op.collective, size=op.msg_bytes)
+                    Item(
+                        "coll",
+                        op.name,
+                        group=op.group,
+                        coll=op.collective,
+                        size=op.msg_bytes,
+                        hide=hide,
+                    )
                 )
                 continue
             if overlap_tp and op.group == "tp":
                 t = max(0.0, t - last_gemm * pace)
+            # The collective ends the span even when the GEMM hides all of it: the host issues
+            # the spans on either side of it separately (as when it runs through the flows).
+            flush()
             if t > 0:
-                flush()
                 prog.items.append(Item("span", op.name, t, f"comm_{op.group}"))
             continue
         dt = timer.time(op)

@@ -120,8 +120,6 @@ class LinkSharing:
         rs = self.rs
         if self.full or rs.tp <= 1 or "tp" in self._analytic:
             return False
-        if self.ov.tp_comm:  # the analytic twin would hide TP behind its GEMMs; flows do not
-            return False
         if self.topo.shape(self.ranks[0], "tp").nodes > 1:
             return False
         if rs.cp > 1 and self._uses_fabric("cp"):

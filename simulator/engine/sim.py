@@ -99,11 +99,25 @@ class Simulation(SimulationBase):
                     yield Timeout(env, total)
                 charge(prog, reps, t0)
                 return
+            items = prog.items
             for _ in range(reps):
-                for it in prog.items:
+                early: Job | None = None  # a TP collective started under the span before it
+                for i, it in enumerate(items):
                     t0 = env.now
                     if it.kind == "span":
-                        yield Timeout(env, it.dur)
+                        nxt = items[i + 1] if i + 1 < len(items) else None
+                        if nxt is not None and nxt.hide > 0:
+                            h = min(nxt.hide, it.dur)
+                            if it.dur > h:
+                                yield Timeout(env, it.dur - h)
+                            ep = self.comm.endpoint(rank, nxt.group or "tp")
+                            early = collective(ep, nxt.coll or "", nxt.size)
+                            if not early.done:
+                                early.begin(env.now)
+                            if h > 0:
+                                yield Timeout(env, h)
+                        else:
+                            yield Timeout(env, it.dur)
                         it.book(acc)
                         self._emit(
                             rank,
@@ -113,11 +127,14 @@ class Simulation(SimulationBase):
                             it.dur,
                         )
                     else:
-                        ep = self.comm.endpoint(rank, it.group or "tp")
-                        job = collective(ep, it.coll or "", it.size)
-                        if not job.done:
-                            job.begin(env.now)  # on the compute stream: runs now
-                            yield from self._wait(job)
+                        if early is not None:
+                            job, early = early, None
+                        else:
+                            ep = self.comm.endpoint(rank, it.group or "tp")
+                            job = collective(ep, it.coll or "", it.size)
+                            if not job.done:
+                                job.begin(env.now)  # on the compute stream: runs now
+                        yield from self._wait(job)
                         mark(f"comm_{it.group}", t0)
                         self._emit(rank, it.group or "tp", it.name, t0, env.now - t0)
 
