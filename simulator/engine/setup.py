@@ -96,7 +96,7 @@ class SimulationBase(LinkSharing):
         # nothing else can reach TP's links (see sim.Simulation.run_items).
         self.twins: dict[int, Program] = {}
         self.tp_guards: dict[int, tuple[str, ...]] = {}
-        if self._tp_alone_when_dp_idle():
+        if self._tp_shortcut_applies():
             normal = dict(self.__dict__)
             self._timing_extra = {"tp"}
             self._build_programs()

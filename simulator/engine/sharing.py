@@ -111,7 +111,7 @@ class LinkSharing:
                 out.add(kind)
         return out
 
-    def _tp_alone_when_dp_idle(self) -> bool:
+    def _tp_shortcut_applies(self) -> bool:
         """TP's traffic goes through the flow network only because its own class's DP
         collectives or pipeline sends can share its links: no other class's traffic crosses
         them, and context-parallel traffic does not use the fabric. A pass that starts while the

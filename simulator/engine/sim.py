@@ -87,7 +87,7 @@ class Simulation(SimulationBase):
             """Run a program ``reps`` times; analytic programs are one timeout. A program
             whose only flow-network traffic is TP, started while this class's DP and pipeline
             streams are idle, runs as its analytic twin: nothing else can reach TP's links
-            until the pass ends (``SimulationBase._tp_alone_when_dp_idle``)."""
+            until the pass ends (``LinkSharing._tp_shortcut_applies``)."""
             if reps <= 0:
                 return
             if twins and not prog.analytic and not any(st.busy for st in own_streams):
