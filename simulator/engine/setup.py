@@ -95,6 +95,7 @@ class SimulationBase(LinkSharing):
         # Twins of the programs with TP timed analytically, for passes that start while
         # nothing else can reach TP's links (see sim.Simulation.run_items).
         self.twins: dict[int, Program] = {}
+        self._guard_streams: dict[int, list[Stream]] = {}
         self.tp_guards: dict[int, tuple[str, ...]] = {}
         if self._tp_shortcut_applies():
             normal = dict(self.__dict__)

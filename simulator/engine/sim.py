@@ -20,22 +20,21 @@ from __future__ import annotations
 import gc
 import math
 from collections.abc import Generator
+from functools import partial
 from typing import Any
 
 import simpy
-from simpy.events import Timeout
 
 from ..config.scenario import ResolvedScenario
 from ..workload.comm import gather_bytes_per_param, grad_bytes_per_param, pp_message_bytes
 from ..workload.memory import optimizer_bytes_per_param
 from .comm import Job
-from .compute import Program
+from .passes import PassRunner
 from .results import BUSY, CATEGORIES, STREAMS, EngineResult, RankResult
 from .schedule import schedule
-from .setup import SimulationBase
 
 
-class Simulation(SimulationBase):
+class Simulation(PassRunner):
     def run_rank(self, rank: int) -> Generator:
         rs = self.rs
         res = self.results[rank]
@@ -73,97 +72,8 @@ class Simulation(SimulationBase):
         def gather(nbytes: float, label: str) -> Job:
             return self._submit(rank, "dp", collective(dp_ep, "all_gather", nbytes, label))
 
-        def charge(prog: Program, reps: int, t0: float) -> None:
-            """Book ``reps`` runs of an analytic program that started at ``t0``."""
-            for cat, dt in prog.categories.items():
-                acc[cat] += dt * reps
-            if self.tracing:
-                self._trace_program(rank, prog, reps, t0)
-
-        twins = self.twins
-        own_streams = [self._stream(rank, name) for name in self.tp_guards.get(rank, ())]
-
-        def run_items(prog: Program, reps: int, name: str) -> Generator:
-            """Run a program ``reps`` times; analytic programs are one timeout. A program
-            whose only flow-network traffic is TP, started while this class's DP and pipeline
-            streams are idle, runs as its analytic twin: nothing else can reach TP's links
-            until the pass ends (``LinkSharing._tp_shortcut_applies``)."""
-            if reps <= 0:
-                return
-            if twins and not prog.analytic and not any(st.busy for st in own_streams):
-                prog = twins.get(id(prog), prog)
-            if prog.analytic:
-                t0 = env.now
-                total = prog.duration * reps
-                if total > 0:
-                    yield Timeout(env, total)
-                charge(prog, reps, t0)
-                return
-            items = prog.items
-            for _ in range(reps):
-                early: Job | None = None  # a TP collective started under the span before it
-                for i, it in enumerate(items):
-                    t0 = env.now
-                    if it.kind == "span":
-                        nxt = items[i + 1] if i + 1 < len(items) else None
-                        if nxt is not None and nxt.hide > 0:
-                            h = min(nxt.hide, it.dur)
-                            if it.dur > h:
-                                yield Timeout(env, it.dur - h)
-                            ep = self.comm.endpoint(rank, nxt.group or "tp")
-                            early = collective(ep, nxt.coll or "", nxt.size)
-                            if not early.done:
-                                early.begin(env.now)
-                            if h > 0:
-                                yield Timeout(env, h)
-                        else:
-                            yield Timeout(env, it.dur)
-                        it.book(acc)
-                        self._emit(
-                            rank,
-                            "compute" if it.cat == "compute" else it.cat[5:],
-                            it.name,
-                            t0,
-                            it.dur,
-                        )
-                    else:
-                        if early is not None:
-                            job, early = early, None
-                        else:
-                            ep = self.comm.endpoint(rank, it.group or "tp")
-                            job = collective(ep, it.coll or "", it.size)
-                            if not job.done:
-                                job.begin(env.now)  # on the compute stream: runs now
-                        yield from self._wait(job)
-                        mark(f"comm_{it.group}", t0)
-                        self._emit(rank, it.group or "tp", it.name, t0, env.now - t0)
-
-        def layer_pass(
-            prog: Program, layers: int, hook_before: Any, hook_after: Any, name: str
-        ) -> Generator:
-            if hook_before is None and hook_after is None:
-                yield from run_items(prog, layers, name)
-                return
-            # Layer by layer: the hooks wait for parameters or launch gradient buckets. An
-            # analytic layer is one timeout here, not a nested generator per layer.
-            analytic = prog.analytic
-            dur = prog.duration
-            for i in range(layers):
-                if hook_before is not None:
-                    ev = hook_before(i)
-                    if ev is not None:
-                        t0 = env.now
-                        yield ev
-                        acc["comm_dp"] += env.now - t0
-                if analytic:
-                    t0 = env.now
-                    if dur > 0:
-                        yield Timeout(env, dur)
-                    charge(prog, 1, t0)
-                else:
-                    yield from run_items(prog, 1, name)
-                if hook_after is not None:
-                    hook_after(i)
+        run_items = partial(self.run_items, rank)
+        layer_pass = partial(self.layer_pass, rank)
 
         # ZeRO-1/2: the parameter all-gather after the previous optimizer step runs while this
         # step starts, in buckets of dp_bucket_mb as Megatron's distributed optimizer does; each

@@ -1,0 +1,123 @@
+"""Running a rank's per-pass programs: compute spans, collectives on the compute stream, the
+analytic shortcut for a pass whose TP has its links to itself, and layer-by-layer passes with
+the hooks that wait for parameters and launch gradient buckets. The pipeline schedule that calls
+these is :class:`simulator.engine.sim.Simulation`."""
+
+from __future__ import annotations
+
+from collections.abc import Generator
+from typing import Any
+
+from simpy.events import Timeout
+
+from .comm import Job, Stream
+from .compute import Program
+from .setup import SimulationBase
+
+
+class PassRunner(SimulationBase):
+    def _guards(self, rank: int) -> list[Stream]:
+        """The streams of ``rank`` whose transfers can cross its TP links."""
+        out = self._guard_streams.get(rank)
+        if out is None:
+            out = self._guard_streams[rank] = [
+                self._stream(rank, name) for name in self.tp_guards.get(rank, ())
+            ]
+        return out
+
+    def _charge(self, rank: int, prog: Program, reps: int, t0: float) -> None:
+        """Book ``reps`` runs of an analytic program that started at ``t0``."""
+        acc = self.results[rank].acc
+        for cat, dt in prog.categories.items():
+            acc[cat] += dt * reps
+        if self.tracing:
+            self._trace_program(rank, prog, reps, t0)
+
+    def run_items(self, rank: int, prog: Program, reps: int, name: str) -> Generator:
+        """Run a program ``reps`` times; analytic programs are one timeout. A program
+        whose only flow-network traffic is TP, started while this class's DP and pipeline
+        streams are idle, runs as its analytic twin: nothing else can reach TP's links
+        until the pass ends (``LinkSharing._tp_shortcut_applies``)."""
+        if reps <= 0:
+            return
+        env, acc, collective = self.env, self.results[rank].acc, self.comm.collective
+        if self.twins and not prog.analytic and not any(st.busy for st in self._guards(rank)):
+            prog = self.twins.get(id(prog), prog)
+        if prog.analytic:
+            t0 = env.now
+            total = prog.duration * reps
+            if total > 0:
+                yield Timeout(env, total)
+            self._charge(rank, prog, reps, t0)
+            return
+        items = prog.items
+        for _ in range(reps):
+            early: Job | None = None  # a TP collective started under the span before it
+            for i, it in enumerate(items):
+                t0 = env.now
+                if it.kind == "span":
+                    nxt = items[i + 1] if i + 1 < len(items) else None
+                    if nxt is not None and nxt.hide > 0:
+                        h = min(nxt.hide, it.dur)
+                        if it.dur > h:
+                            yield Timeout(env, it.dur - h)
+                        ep = self.comm.endpoint(rank, nxt.group or "tp")
+                        early = collective(ep, nxt.coll or "", nxt.size)
+                        if not early.done:
+                            early.begin(env.now)
+                        if h > 0:
+                            yield Timeout(env, h)
+                    else:
+                        yield Timeout(env, it.dur)
+                    it.book(acc)
+                    self._emit(
+                        rank,
+                        "compute" if it.cat == "compute" else it.cat[5:],
+                        it.name,
+                        t0,
+                        it.dur,
+                    )
+                else:
+                    if early is not None:
+                        job, early = early, None
+                    else:
+                        ep = self.comm.endpoint(rank, it.group or "tp")
+                        job = collective(ep, it.coll or "", it.size)
+                        if not job.done:
+                            job.begin(env.now)  # on the compute stream: runs now
+                    yield from self._wait(job)
+                    acc[f"comm_{it.group}"] += env.now - t0
+                    self._emit(rank, it.group or "tp", it.name, t0, env.now - t0)
+
+    def layer_pass(
+        self, rank: int, prog: Program, layers: int, hook_before: Any, hook_after: Any, name: str
+    ) -> Generator:
+        """Run a program once per layer, with the hooks before and after each layer (waiting for
+        parameters, launching gradient buckets); without hooks, as one run of ``layers``."""
+        if hook_before is None and hook_after is None:
+            yield from self.run_items(rank, prog, layers, name)
+            return
+        env, acc = self.env, self.results[rank].acc
+        # Layer by layer: the hooks wait for parameters or launch gradient buckets. An
+        # analytic layer is one timeout here, not a nested generator per layer.
+        analytic = prog.analytic
+        dur = prog.duration
+        for i in range(layers):
+            if hook_before is not None:
+                ev = hook_before(i)
+                if ev is not None:
+                    t0 = env.now
+                    yield ev
+                    acc["comm_dp"] += env.now - t0
+            if analytic:
+                t0 = env.now
+                if dur > 0:
+                    yield Timeout(env, dur)
+                self._charge(rank, prog, 1, t0)
+            else:
+                yield from self.run_items(rank, prog, 1, name)
+            if hook_after is not None:
+                hook_after(i)
+
+
+__all__ = ["PassRunner"]
