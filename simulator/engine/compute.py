@@ -171,9 +171,9 @@ def build_program(
 
     With ``overlap_tp`` a TP collective hides behind the GEMM right before it, in the same span
     (as in Megatron's TP communication overlap; each GEMM hides one collective); only what the
-    GEMM cannot cover stays exposed. An analytic one is
-    shortened by the GEMM's time; one that runs through the flow network starts that long
-    before the span that ends with the GEMM does (its ``hide``)."""
+    GEMM cannot cover stays exposed. An analytic one is shortened by the GEMM's time; one that
+    runs through the flow network starts that long before the span that ends with the GEMM
+    does (its ``hide``)."""
     prog = Program()
     pending = 0.0
     pending_name: list[str] = []

@@ -39,6 +39,17 @@ PROGRAMS = (
 
 
 class SimulationBase(LinkSharing):
+    # The per-pass programs (``PROGRAMS``), set from ``_build_programs``.
+    p_fwd: Program
+    p_bwd: Program
+    p_bwd_sync: Program
+    p_emb_f: Program
+    p_emb_b: Program
+    p_emb_b_sync: Program
+    p_head_f: Program
+    p_head_b: Program
+    p_head_b_sync: Program
+
     def __init__(self, rs: ResolvedScenario, full: bool = False, trace: bool = False) -> None:
         self.rs = rs
         self.full = full
@@ -90,29 +101,24 @@ class SimulationBase(LinkSharing):
         }
         # DDP with gradient_as_bucket_view=False copies gradients into its buckets and back.
         self.bucket_copy = rs.parallelism.dp_bucket_copy and rs.dp > 1 and self.z == 0
-        self._timing_extra: set[str] = set()
-        self._build_programs()
+        progs = self._build_programs(self._analytic)
+        self.__dict__.update(progs)
         # Twins of the programs with TP timed analytically, for passes that start while
-        # nothing else can reach TP's links (see sim.Simulation.run_items).
+        # nothing else can reach TP's links (see passes.PassRunner.run_items).
         self.twins: dict[int, Program] = {}
         self._guard_streams: dict[int, list[Stream]] = {}
         self.tp_guards: dict[int, tuple[str, ...]] = {}
         if self._tp_shortcut_applies():
-            normal = dict(self.__dict__)
-            self._timing_extra = {"tp"}
-            self._build_programs()
-            for name in PROGRAMS:
-                self.twins[id(normal[name])] = getattr(self, name)
-                setattr(self, name, normal[name])
-            self._timing_extra = set()
+            fast = self._build_programs(self._analytic | {"tp"})
+            self.twins = {id(progs[name]): fast[name] for name in PROGRAMS}
         self._chunk_layers = self._split_chunks()
         self.shard_n = shard_group(rs)
 
     # -- programs -----------------------------------------------------------------------------
-    def _coll_times(self, ops: list) -> dict[str, float | None]:
+    def _coll_times(self, ops: list, groups: set[str]) -> dict[str, float | None]:
+        """Analytic times of the collectives of ``groups`` among ``ops``."""
         out: dict[str, float | None] = {}
         rep = self.ranks[0]
-        groups = self._analytic | self._timing_extra
         for op in ops:
             if op.kind != "collective" or op.group not in groups:
                 continue
@@ -122,20 +128,22 @@ class SimulationBase(LinkSharing):
             )[2]
         return out
 
-    def _prog(self, ops: list) -> Program:
-        return build_program(
-            ops, self.timer, self._coll_times(ops), overlap_tp=self.ov.tp_comm, pace=self.pace
-        )
-
-    def _build_programs(self) -> None:
+    def _build_programs(self, analytic: set[str]) -> dict[str, Program]:
+        """The programs named in ``PROGRAMS``, with the collectives of ``analytic`` timed
+        analytically and the others run through the flow network."""
         rs = self.rs
+
+        def prog(ops: list) -> Program:
+            times = self._coll_times(ops, analytic)
+            return build_program(ops, self.timer, times, overlap_tp=self.ov.tp_comm, pace=self.pace)
+
         fwd = layer_ops(rs)
         bwd = backward_ops(fwd)
-        self.p_fwd = self._prog(fwd)
+        p_fwd = prog(fwd)
         rc = rs.parallelism.recompute
-        self.p_bwd = Program()
+        p_bwd = Program()
         if rc == "full":
-            self.p_bwd.extend(self._prog(fwd))
+            p_bwd.extend(prog(fwd))
         elif rc == "selective":
             attn = [
                 o
@@ -143,26 +151,34 @@ class SimulationBase(LinkSharing):
                 if o.kind == "attention"
                 or o.name in ("attn_scores", "softmax_dropout", "attn_values")
             ]
-            self.p_bwd.extend(self._prog(attn))
-        self.p_bwd.extend(self._prog(bwd))
+            p_bwd.extend(prog(attn))
+        p_bwd.extend(prog(bwd))
         emb = embedding_ops(rs)
         head = head_ops(rs)
-        self.p_emb_f, self.p_emb_b = self._prog(emb), self._prog(backward_ops(emb))
-        self.p_head_f, self.p_head_b = self._prog(head), self._prog(backward_ops(head))
+        p_emb_b, p_head_b = prog(backward_ops(emb)), prog(backward_ops(head))
+
         # The backward passes that produce the step's gradients (a chunk's last micro-batch:
         # under gradient accumulation DDP's hooks fire only then). With bucket copies, each
         # ends with its gradients' copy into the bucket: read the gradient, write the bucket.
-        self.p_bwd_sync = self._with_bucket_copy(self.p_bwd, self.layer_params)
-        self.p_emb_b_sync = self._with_bucket_copy(self.p_emb_b, self.emb_params)
-        self.p_head_b_sync = self._with_bucket_copy(self.p_head_b, self.head_params)
+        def with_bucket_copy(p: Program, params: float) -> Program:
+            if not self.bucket_copy or params <= 0:
+                return p
+            nbytes = 2.0 * params * grad_bytes_per_param(rs)
+            out = Program(list(p.items))
+            out.extend(prog([Op("grad_bucket_copy_in", "memory", bytes=nbytes)]))
+            return out
 
-    def _with_bucket_copy(self, prog: Program, params: float) -> Program:
-        if not self.bucket_copy or params <= 0:
-            return prog
-        nbytes = 2.0 * params * grad_bytes_per_param(self.rs)
-        out = Program(list(prog.items))
-        out.extend(self._prog([Op("grad_bucket_copy_in", "memory", bytes=nbytes)]))
-        return out
+        return {
+            "p_fwd": p_fwd,
+            "p_bwd": p_bwd,
+            "p_bwd_sync": with_bucket_copy(p_bwd, self.layer_params),
+            "p_emb_f": prog(emb),
+            "p_emb_b": p_emb_b,
+            "p_emb_b_sync": with_bucket_copy(p_emb_b, self.emb_params),
+            "p_head_f": prog(head),
+            "p_head_b": p_head_b,
+            "p_head_b_sync": with_bucket_copy(p_head_b, self.head_params),
+        }
 
     def _split_chunks(self) -> dict[int, list[int]]:
         rs = self.rs
