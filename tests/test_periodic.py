@@ -8,7 +8,7 @@ category must equal the full event simulation within 0.5% (in practice to roundi
 extrapolation must really be taken on most of them.
 
 TP timed analytically while its class's DP and pipeline streams are idle
-(``_tp_shortcut_applies``): on 300 random layouts (every tenth with TP overlap on) the step and
+(``_tp_guards``): on 300 random layouts (every tenth with TP overlap on) the step and
 every category equal the run that sends every TP collective through the flow network, to
 rounding, and the shortcut is taken on a good share of them.
 """
@@ -75,7 +75,7 @@ def test_tp_shortcut_equals_the_flow_network(monkeypatch: pytest.MonkeyPatch) ->
         rs = resolve_dict(data)
         fast = run_engine(rs)
         with monkeypatch.context() as m:
-            m.setattr(setup.SimulationBase, "_tp_shortcut_applies", lambda self: False)
+            m.setattr(setup.SimulationBase, "_tp_guards", lambda self: None)
             flows = run_engine(rs)
         taken += fast.events < flows.events
         assert fast.step_time == pytest.approx(flows.step_time, rel=1e-9), rs.layout()
@@ -103,7 +103,7 @@ def test_tp_overlap_hides_flow_collectives_as_analytic_ones(
         "training": {"seq_len": 4096, "global_batch": 32, "micro_batch": 1},
         "parallelism": {"tp": 4, "sharding": {"kind": "zero", "stage": 1}},
     }
-    monkeypatch.setattr(setup.SimulationBase, "_tp_shortcut_applies", lambda self: False)
+    monkeypatch.setattr(setup.SimulationBase, "_tp_guards", lambda self: None)
     plain = run_engine(resolve_dict(data))
     ov = {**data, "parallelism": {**data["parallelism"], "overlap": {"tp_comm": True}}}
     hidden = run_engine(resolve_dict(ov))

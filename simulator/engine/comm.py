@@ -211,7 +211,7 @@ class Comm:
             ep.network = self.net.resolve(self._weights(ep.rank, raw))
         return ep.network
 
-    def _p2p_links(self, src: int, dst: int) -> tuple[float, list[tuple[Link, float]]]:
+    def p2p_links(self, src: int, dst: int) -> tuple[float, list[tuple[Link, float]]]:
         key = (src, dst)
         out = self._p2p.get(key)
         if out is None:
@@ -280,7 +280,7 @@ class Comm:
         label: Label = "",
     ) -> Job:
         """A job sending ``size`` bytes from ``src`` to ``dst``: α, then the transfer."""
-        alpha, links = self._p2p_links(src, dst)
+        alpha, links = self.p2p_links(src, dst)
         net = self.net
         env = self.env
 

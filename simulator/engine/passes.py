@@ -10,21 +10,12 @@ from typing import Any
 
 from simpy.events import Timeout
 
-from .comm import Job, Stream
+from .comm import Job
 from .compute import Program
 from .setup import SimulationBase
 
 
 class PassRunner(SimulationBase):
-    def _guards(self, rank: int) -> list[Stream]:
-        """The streams of ``rank`` whose transfers can cross its TP links."""
-        out = self._guard_streams.get(rank)
-        if out is None:
-            out = self._guard_streams[rank] = [
-                self._stream(rank, name) for name in self.tp_guards.get(rank, ())
-            ]
-        return out
-
     def _charge(self, rank: int, prog: Program, reps: int, t0: float) -> None:
         """Book ``reps`` runs of an analytic program that started at ``t0``."""
         acc = self.results[rank].acc
@@ -37,11 +28,11 @@ class PassRunner(SimulationBase):
         """Run a program ``reps`` times; analytic programs are one timeout. A program
         whose only flow-network traffic is TP, started while this class's DP and pipeline
         streams are idle, runs as its analytic twin: nothing else can reach TP's links
-        until the pass ends (``LinkSharing._tp_shortcut_applies``)."""
+        until the pass ends (``LinkSharing._tp_guards``)."""
         if reps <= 0:
             return
         env, acc, collective = self.env, self.results[rank].acc, self.comm.collective
-        if self.twins and not prog.analytic and not any(st.busy for st in self._guards(rank)):
+        if self.twins and not prog.analytic and not any(st.busy for st in self.guard_streams[rank]):
             prog = self.twins.get(id(prog), prog)
         if prog.analytic:
             t0 = env.now

@@ -106,11 +106,14 @@ class SimulationBase(LinkSharing):
         # Twins of the programs with TP timed analytically, for passes that start while
         # nothing else can reach TP's links (see passes.PassRunner.run_items).
         self.twins: dict[int, Program] = {}
-        self._guard_streams: dict[int, list[Stream]] = {}
-        self.tp_guards: dict[int, tuple[str, ...]] = {}
-        if self._tp_shortcut_applies():
+        self.guard_streams: dict[int, list[Stream]] = {}
+        guards = self._tp_guards()
+        if guards is not None:
             fast = self._build_programs(self._analytic | {"tp"})
             self.twins = {id(progs[name]): fast[name] for name in PROGRAMS}
+            self.guard_streams = {
+                r: [self._stream(r, name) for name in names] for r, names in guards.items()
+            }
         self._chunk_layers = self._split_chunks()
         self.shard_n = shard_group(rs)
 

@@ -27,7 +27,6 @@ class LinkSharing:
     ov: Overlap
     _weights: dict[tuple[int, str], float]
     _analytic: set[str]
-    tp_guards: dict[int, tuple[str, ...]]
 
     # -- links ---------------------------------------------------------------------------------
     def _capacity(self, key: tuple) -> float:
@@ -111,19 +110,19 @@ class LinkSharing:
                 out.add(kind)
         return out
 
-    def _tp_shortcut_applies(self) -> bool:
-        """TP's traffic goes through the flow network only because its own class's DP
-        collectives or pipeline sends can share its links: no other class's traffic crosses
-        them, and context-parallel traffic does not use the fabric. A pass that starts while the
-        class's DP and pipeline streams are idle (and launches nothing on them) then has TP to
-        itself."""
+    def _tp_guards(self) -> dict[int, tuple[str, ...]] | None:
+        """Where TP's traffic goes through the flow network only because its own class's DP
+        collectives or pipeline sends can share its links (no other class's traffic crosses
+        them, and context-parallel traffic does not use the fabric): for each class, the
+        streams whose transfers can cross its TP links. A pass that starts while those are idle
+        (and launches nothing on them) has TP to itself. ``None`` where this does not hold."""
         rs = self.rs
         if self.full or rs.tp <= 1 or "tp" in self._analytic:
-            return False
+            return None
         if self.topo.shape(self.ranks[0], "tp").nodes > 1:
-            return False
+            return None
         if rs.cp > 1 and self._uses_fabric("cp"):
-            return False
+            return None
         comm = self.comm
         dp_kinds = ["dp"] + (["dp_shard", "dp_rep"] if shard_group(rs) < rs.dp else [])
 
@@ -133,7 +132,7 @@ class LinkSharing:
 
         def pp_links(i: int, r: int) -> set[int]:
             peers = [p for p in self.ranks[max(0, i - 1) : i + 2] if p != r]
-            return {id(link) for p in peers for link, _ in comm._p2p_links(r, p)[1]}
+            return {id(link) for p in peers for link, _ in comm.p2p_links(r, p)[1]}
 
         tp = {r: links(r, "tp", ("fabric",)) for r in self.ranks}
         pp = {r: pp_links(i, r) for i, r in enumerate(self.ranks)}
@@ -142,14 +141,12 @@ class LinkSharing:
             for r in self.ranks
         }
         if any(tp[r] & (tp[o] | pp[o] | dp[o]) for r in self.ranks for o in self.ranks if o != r):
-            return False
-        # A class's own DP and pipeline traffic is left to the run-time check: the streams whose
-        # transfers can cross its TP links.
-        for r in self.ranks:
-            self.tp_guards[r] = ("dp",) * bool(tp[r] & dp[r]) + ("pp-fwd", "pp-bwd") * bool(
-                tp[r] & pp[r]
-            )
-        return True
+            return None
+        # A class's own DP and pipeline traffic is left to the run-time check.
+        return {
+            r: ("dp",) * bool(tp[r] & dp[r]) + ("pp-fwd", "pp-bwd") * bool(tp[r] & pp[r])
+            for r in self.ranks
+        }
 
 
 __all__ = ["LinkSharing"]
