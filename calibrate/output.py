@@ -61,7 +61,7 @@ def in_sample(name: str, sidecar: dict[str, Any]) -> dict[str, Any] | None:
     from simulator.config.loading import resolve_dict
     from simulator.simulate import simulate
 
-    from .scenario import cpu_comm_overlaps, job_scenario
+    from .scenario import job_scenario, probe_comm_overlaps
 
     tr = sidecar.get("train")
     if not tr:
@@ -74,12 +74,7 @@ def in_sample(name: str, sidecar: dict[str, Any]) -> dict[str, Any] | None:
     if nodes > 1 and f"{name}-network" not in sidecar["profiles"]:
         return None
     ppn = int(tr["procs_per_node"])
-    overlap = cpu_comm_overlaps(
-        str(sidecar.get("device_type")),
-        ppn * nodes if sidecar.get("hosts") == 1 else ppn,
-        int(tr.get("threads_per_process") or 1),
-        int(sidecar.get("cpu_count") or 1),
-    )
+    overlap = probe_comm_overlaps(sidecar, ppn * nodes if sidecar.get("hosts") == 1 else ppn)
     sc = job_scenario(
         name,
         tr["model"],

@@ -121,3 +121,15 @@ def cpu_comm_overlaps(device_type: str, world_on_host: int, threads: int, cores:
     if device_type != "cpu":
         return True
     return world_on_host * threads < cores
+
+
+def probe_comm_overlaps(probe: dict[str, Any], world_on_host: int) -> bool:
+    """:func:`cpu_comm_overlaps` for the probe's training job on its machine, with
+    ``world_on_host`` of its processes on one host (a probe file or its calibration sidecar)."""
+    tr = probe.get("train") or {}
+    return cpu_comm_overlaps(
+        str(probe.get("device_type")),
+        world_on_host,
+        int(tr.get("threads_per_process") or 1),
+        int(probe.get("cpu_count") or 1),
+    )

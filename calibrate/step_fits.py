@@ -118,15 +118,10 @@ def comm_in_step_fit(
     from simulator.config.loading import resolve_dict
     from simulator.simulate import simulate
 
-    from .scenario import cpu_comm_overlaps, inline_job_scenario, job_scenario
+    from .scenario import inline_job_scenario, job_scenario, probe_comm_overlaps
 
     ppn = int(tr["procs_per_node"])
-    overlap = cpu_comm_overlaps(
-        str(probe.get("device_type")),
-        ppn,
-        int(tr.get("threads_per_process") or 1),
-        int(probe.get("cpu_count") or 1),
-    )
+    overlap = probe_comm_overlaps(probe, ppn)
     sc = job_scenario("x", tr["model"], ppn, 1, overlap=overlap, stragglers="speed_cv" in gpu)
     inline = inline_job_scenario(tr["model"])["cluster"]
     sc["cluster"].update(gpu=gpu, fabric=dict(fabric, max_gpus=max(ppn, 2)))
