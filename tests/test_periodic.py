@@ -5,7 +5,8 @@ Steady-state extrapolation:
 On 200 random layouts with many micro-batches (every schedule, sharding, stack and fabric of the
 random generator in ``test_invariants_random``), the extrapolated step time and every idle
 category must equal the full event simulation within 0.5% (in practice to rounding), and the
-extrapolation must really be taken on most of them.
+extrapolation must really be taken on most of them (GPipe, whose queues grow with the
+micro-batch count, is always simulated in full).
 
 TP timed analytically while its class's DP and pipeline streams are idle
 (``_tp_guards``): on 300 random layouts (every tenth with TP overlap on) the step and
@@ -49,11 +50,15 @@ def _many_micro_batches(rnd: random.Random) -> Any:
 
 def test_extrapolation_equals_the_event_simulation_on_random_layouts() -> None:
     rnd = random.Random(5)
-    taken = 0
+    taken = eligible = 0
     for _ in range(LAYOUTS):
         rs = _many_micro_batches(rnd)
         exact, fast = run_engine(rs), run_periodic(rs)
+        gpipe = rs.parallelism.pp_schedule.kind == "gpipe"
+        eligible += not gpipe
         taken += fast.events < exact.events
+        if gpipe:  # its queues grow with m: always simulated in full
+            assert fast.events == exact.events
         me, mf = compute_metrics(rs, exact), compute_metrics(rs, fast)
         assert mf.step_time_s == pytest.approx(me.step_time_s, rel=5e-3), rs.layout()
         for k, v in me.breakdown_s.items():
@@ -61,8 +66,8 @@ def test_extrapolation_equals_the_event_simulation_on_random_layouts() -> None:
                 k,
                 rs.layout(),
             )
-    assert taken >= LAYOUTS // 2, taken
-    print(f"extrapolated {taken} of {LAYOUTS}")
+    assert taken >= eligible // 2, (taken, eligible)
+    print(f"extrapolated {taken} of {eligible} (GPipe left out)")
 
 
 def test_tp_shortcut_equals_the_flow_network(monkeypatch: pytest.MonkeyPatch) -> None:
