@@ -71,6 +71,25 @@ class Program:
             self.__dict__.pop(name, None)
 
 
+def twin_suffixes(flow: Program, twin: Program) -> list[Program] | None:
+    """For each item of ``flow``, the rest of ``twin`` from the same point on: ``twin`` is
+    ``flow`` with its collectives timed analytically (the same spans, each collective a span of
+    its own, or none where it takes no time). ``None`` where the two do not line up."""
+    out: list[Program] = []
+    j = 0
+    titems = twin.items
+    for it in flow.items:
+        out.append(Program(titems[j:]))
+        nxt = titems[j] if j < len(titems) else None
+        if it.kind == "span":
+            if nxt is None or nxt.kind != "span" or nxt.name != it.name or nxt.dur != it.dur:
+                return None
+            j += 1
+        elif nxt is not None and nxt.cat == f"comm_{it.group}" and nxt.name == it.name:
+            j += 1
+    return out if j == len(titems) else None
+
+
 # Thread-block tiles cuBLAS/CUTLASS pick among for large 16-bit GEMMs on A100 and H100
 # (CUTLASS default GemmShape<128, 256, 64> and its transposes, and 128×128).
 GEMM_TILES = ((128, 256), (256, 128), (128, 128))

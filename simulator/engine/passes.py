@@ -28,7 +28,8 @@ class PassRunner(SimulationBase):
         """Run a program ``reps`` times; analytic programs are one timeout. A program
         whose only flow-network traffic is TP, started while this class's DP and pipeline
         streams are idle, runs as its analytic twin: nothing else can reach TP's links
-        until the pass ends (``LinkSharing._tp_guards``)."""
+        until the pass ends (``LinkSharing._tp_guards``). Started while one of them is busy, it
+        goes through the flow network only until they are all idle, then on as the twin."""
         if reps <= 0:
             return
         env, acc, collective = self.env, self.results[rank].acc, self.comm.collective
@@ -42,10 +43,17 @@ class PassRunner(SimulationBase):
             self._charge(rank, prog, reps, t0)
             return
         items = prog.items
-        for _ in range(reps):
+        rest = self.twin_rest.get(id(prog)) if self.twins else None
+        guards = self.guard_streams[rank] if rest is not None else []
+        for rep in range(reps):
             early: Job | None = None  # a TP collective started under the span before it
             for i, it in enumerate(items):
                 t0 = env.now
+                if rest is not None and early is None and not any(st.busy for st in guards):
+                    # The guard streams have gone idle (and nothing is launched on them before
+                    # the pass ends): the rest of the pass has TP to itself.
+                    yield from self._run_rest(rank, rest[i], self.twins[id(prog)], reps - rep - 1)
+                    return
                 if it.kind == "span":
                     nxt = items[i + 1] if i + 1 < len(items) else None
                     if nxt is not None and nxt.hide > 0:
@@ -79,6 +87,16 @@ class PassRunner(SimulationBase):
                     yield from self._wait(job)
                     acc[f"comm_{it.group}"] += env.now - t0
                     self._emit(rank, it.group or "tp", it.name, t0, env.now - t0)
+
+    def _run_rest(self, rank: int, tail: Program, twin: Program, more: int) -> Generator:
+        """The rest of a pass analytically: ``tail``, then ``more`` runs of ``twin``."""
+        t0 = self.env.now
+        total = tail.duration + twin.duration * more
+        if total > 0:
+            yield Timeout(self.env, total)
+        self._charge(rank, tail, 1, t0)
+        if more:
+            self._charge(rank, twin, more, t0 + tail.duration)
 
     def layer_pass(
         self, rank: int, prog: Program, layers: int, hook_before: Any, hook_after: Any, name: str

@@ -19,7 +19,7 @@ from ..workload.memory import shard_group
 from ..workload.model import param_breakdown
 from ..workload.ops import Op, backward_ops, embedding_ops, head_ops, layer_ops
 from .comm import Comm, Job, Stream
-from .compute import OpTimer, Program, build_program
+from .compute import OpTimer, Program, build_program, twin_suffixes
 from .results import STREAMS, RankResult
 from .sharing import LinkSharing
 from .stragglers import pace as straggler_pace
@@ -106,11 +106,18 @@ class SimulationBase(LinkSharing):
         # Twins of the programs with TP timed analytically, for passes that start while
         # nothing else can reach TP's links (see passes.PassRunner.run_items).
         self.twins: dict[int, Program] = {}
+        # For each item of a program with twins, the rest of its twin from there: a pass that
+        # began while a guard stream was busy goes on analytically once they are all idle.
+        self.twin_rest: dict[int, list[Program]] = {}
         self.guard_streams: dict[int, list[Stream]] = {}
         guards = self._tp_guards()
         if guards is not None:
             fast = self._build_programs(self._analytic | {"tp"})
             self.twins = {id(progs[name]): fast[name] for name in PROGRAMS}
+            for name in PROGRAMS:
+                rest = twin_suffixes(progs[name], fast[name])
+                if rest is not None:
+                    self.twin_rest[id(progs[name])] = rest
             self.guard_streams = {
                 r: [self._stream(r, name) for name in names] for r, names in guards.items()
             }
