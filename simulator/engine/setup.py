@@ -17,7 +17,14 @@ from ..network.topology import Topology
 from ..workload.comm import grad_bytes_per_param
 from ..workload.memory import shard_group
 from ..workload.model import param_breakdown
-from ..workload.ops import Op, backward_ops, embedding_ops, head_ops, layer_ops
+from ..workload.ops import (
+    Op,
+    attention_core,
+    backward_ops,
+    embedding_ops,
+    head_ops,
+    layer_ops,
+)
 from .comm import Comm, Job, Stream
 from .compute import OpTimer, Program, build_program, twin_suffixes
 from .results import STREAMS, RankResult
@@ -155,13 +162,7 @@ class SimulationBase(LinkSharing):
         if rc == "full":
             p_bwd.extend(prog(fwd))
         elif rc == "selective":
-            attn = [
-                o
-                for o in fwd
-                if o.kind == "attention"
-                or o.name in ("attn_scores", "softmax_dropout", "attn_values")
-            ]
-            p_bwd.extend(prog(attn))
+            p_bwd.extend(prog(attention_core(fwd)))
         p_bwd.extend(prog(bwd))
         emb = embedding_ops(rs)
         head = head_ops(rs)

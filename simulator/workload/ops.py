@@ -160,6 +160,19 @@ def layer_ops(rs: ResolvedScenario) -> list[Op]:
     return ops
 
 
+def attention_core(forward: list[Op]) -> list[Op]:
+    """The ops selective recomputation runs again in the backward pass (Korthikanti et al.
+    2022, Sec. 5: the QK^T product, softmax, softmax dropout and attention over V): the fused
+    attention kernel, or everything from the score GEMM to the value GEMM."""
+    fused = [o for o in forward if o.kind == "attention"]
+    if fused:
+        return fused
+    names = [o.name for o in forward]
+    if "attn_scores" not in names:
+        return []
+    return forward[names.index("attn_scores") : names.index("attn_values") + 1]
+
+
 def embedding_ops(rs: ResolvedScenario) -> list[Op]:
     """First pipeline stage: vocabulary-parallel embedding lookup (and its TP reduction)."""
     T = tokens_per_rank(rs)
