@@ -88,7 +88,7 @@ def cost_time(rows: Rows, path: Path, title: str, best: dict[str, Any] | None = 
     plt = _plt()
     ok = [r for r in ok_rows(rows) if time_of(r) is not None and cost_of(r) is not None]
     days = any(r.get("time_to_train_days") not in (None, "") for r in ok)
-    fig, ax = plt.subplots(figsize=(8, 5.5))
+    fig, ax = plt.subplots(figsize=(10.5, 5.5))
     for tier in sorted({str(r.get("tier") or "unpriced") for r in ok}):
         sel = [r for r in ok if str(r.get("tier") or "unpriced") == tier]
         ax.scatter([time_of(r) for r in sel], [cost_of(r) for r in sel], label=tier, alpha=0.7)
@@ -117,7 +117,8 @@ def cost_time(rows: Rows, path: Path, title: str, best: dict[str, Any] | None = 
     ax.set_ylabel("total cost (US$)" if days else "US$ per million tokens")
     ax.set_title(title)
     ax.grid(True, alpha=0.3)
-    ax.legend()
+    # Beside the axes: inside, the legend hid a point of the buy-or-rent sweep.
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0))
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
