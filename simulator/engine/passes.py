@@ -33,8 +33,10 @@ class PassRunner(SimulationBase):
         if reps <= 0:
             return
         env, acc, collective = self.env, self.results[rank].acc, self.comm.collective
-        if self.twins and not prog.analytic and not any(st.busy for st in self.guard_streams[rank]):
-            prog = self.twins.get(id(prog), prog)
+        rest = self.twin_rest.get(id(prog))
+        guards = self.guard_streams[rank] if rest is not None else []
+        if rest is not None and not any(st.busy for st in guards):
+            prog = rest[0]  # the whole twin, as one timeout below
         if prog.analytic:
             t0 = env.now
             total = prog.duration * reps
@@ -43,16 +45,14 @@ class PassRunner(SimulationBase):
             self._charge(rank, prog, reps, t0)
             return
         items = prog.items
-        rest = self.twin_rest.get(id(prog)) if self.twins else None
-        guards = self.guard_streams[rank] if rest is not None else []
         for rep in range(reps):
             early: Job | None = None  # a TP collective started under the span before it
             for i, it in enumerate(items):
                 t0 = env.now
                 if rest is not None and early is None and not any(st.busy for st in guards):
-                    # The guard streams have gone idle (and nothing is launched on them before
-                    # the pass ends): the rest of the pass has TP to itself.
-                    yield from self._run_rest(rank, rest[i], self.twins[id(prog)], reps - rep - 1)
+                    # The guard streams are idle (and nothing is launched on them before the
+                    # pass ends): the rest of the pass has TP to itself.
+                    yield from self._run_rest(rank, rest[i], rest[0], reps - rep - 1)
                     return
                 if it.kind == "span":
                     nxt = items[i + 1] if i + 1 < len(items) else None

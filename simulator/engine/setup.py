@@ -110,20 +110,17 @@ class SimulationBase(LinkSharing):
         self.bucket_copy = rs.parallelism.dp_bucket_copy and rs.dp > 1 and self.z == 0
         progs = self._build_programs(self._analytic)
         self.__dict__.update(progs)
-        # Twins of the programs with TP timed analytically, for passes that start while
-        # nothing else can reach TP's links (see passes.PassRunner.run_items).
-        self.twins: dict[int, Program] = {}
-        # For each item of a program with twins, the rest of its twin from there: a pass that
-        # began while a guard stream was busy goes on analytically once they are all idle.
+        # The programs' twins with TP timed analytically, for passes that run while nothing
+        # else can reach TP's links (see passes.PassRunner.run_items): for each item of a
+        # program, the rest of its twin from there (from the first item: the whole twin).
         self.twin_rest: dict[int, list[Program]] = {}
         self.guard_streams: dict[int, list[Stream]] = {}
         guards = self._tp_guards()
         if guards is not None:
             fast = self._build_programs(self._analytic | {"tp"})
-            self.twins = {id(progs[name]): fast[name] for name in PROGRAMS}
             for name in PROGRAMS:
                 rest = twin_suffixes(progs[name], fast[name])
-                if rest is not None:
+                if rest is not None and not progs[name].analytic:
                     self.twin_rest[id(progs[name])] = rest
             self.guard_streams = {
                 r: [self._stream(r, name) for name in names] for r, names in guards.items()
