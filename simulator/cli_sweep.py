@@ -77,6 +77,17 @@ def sweep(
         f"{len(pts)} points, {len(ok)} rows written to {safe(out_file)}; plans dropped as not "
         f"fitting in memory: {dropped_mem}"
     )
+    if pts and not ok:
+        # Nothing to answer with: a typo in an axis, a profile that does not exist, or a model
+        # that fits nowhere in the sweep. The rows saying why are in the output file.
+        reason, _n = max(failed.items(), key=lambda kv: kv[1])
+        raise UserError(
+            f"no point of the sweep has a valid plan ({len(pts)} point(s)); {reason}",
+            file=spec_file,
+            path="axes",
+            hint="check the axes' field paths and profile names (clustersim schema --sweep), "
+            "or give the model more GPUs",
+        )
     for reason, n in sorted(failed.items()):
         out.print(f"  {n} point(s): {safe(reason)}")
     front = pareto(rows)

@@ -193,6 +193,14 @@ def test_bad_sweep_spec_is_a_user_error(tmp_path: Path) -> None:
     p.write_text(f"name: x\nbase: {BASE}\naxes: [{{a.b: [1], c.d: [2]}}]\n")
     res = run_cli("sweep", str(p), "--out", str(tmp_path / "o.csv"))
     assert res.returncode == 2 and "exactly one key" in res.stderr
+    # A typo in an axis path or an unknown profile leaves no valid point: one message, exit 2.
+    for axis, why in (
+        ("cluster.nodez: [1]", "unknown field 'nodez'"),
+        ("cluster.gpu: [h900]", "h900"),
+    ):
+        p.write_text(f"name: x\nbase: {BASE}\naxes: [{{{axis}}}]\n")
+        res = run_cli("sweep", str(p), "--out", str(tmp_path / "o.csv"))
+        assert res.returncode == 2 and why in res.stderr and "Traceback" not in res.stderr
 
 
 def test_compare_gives_a_verdict_per_metric() -> None:
