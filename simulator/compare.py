@@ -33,6 +33,7 @@ CATEGORY_LABELS = {
     "data_stall": "data-loader stall",
     "imbalance": "stage imbalance",
     "straggler": "waiting for the slowest GPU",
+    "overlap": "compute slowed by overlapping DP communication",
 }
 
 

@@ -221,8 +221,8 @@ BANDS = {
     "sc21-interleaved": 0.12,
     "korthikanti-table5": 0.06,
     "korthikanti-table4": 0.05,
-    "llmfoundry-a100-80gb": 0.10,
-    "llmfoundry-h100-80gb": 0.17,
+    "llmfoundry-a100-80gb": 0.09,
+    "llmfoundry-h100-80gb": 0.13,
     "nccl-tests": 0.40,
     "h100-eager-layers": 0.06,
 }

@@ -69,6 +69,7 @@ FIGURE_RANGES: dict[str, Range] = {
     "opex_fraction_per_year": (0.0, 10.0, False, "of capex per year"),
     # software
     "host_us_per_kernel": (0.0, 1e5, False, "microseconds"),
+    "comm_sms": (0.0, 1e4, False, "streaming multiprocessors"),
 }
 
 # Any figure whose field is not in the table: finite and not negative.

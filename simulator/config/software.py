@@ -66,6 +66,10 @@ class SoftwareProfile(_Profile):
         description="host (CPU) time to issue one kernel, microseconds: a pass whose kernels "
         "are shorter than this is paced by the host"
     )
+    comm_sms: Num = Field(
+        description="streaming multiprocessors a data-parallel collective's kernels hold while "
+        "it overlaps computation: compute loses that share of the GPU for the overlap"
+    )
 
 
 __all__ = ["Flag", "Fusion", "SoftwareProfile", "StackOverlap"]

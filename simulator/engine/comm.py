@@ -77,7 +77,7 @@ DONE = Job(None)  # work of size zero: nothing to wait for
 class Stream:
     """Jobs of one rank's stream, run one at a time in order."""
 
-    __slots__ = ("env", "rank", "name", "queue", "busy", "emit")
+    __slots__ = ("env", "rank", "name", "queue", "busy", "emit", "busy_s", "since")
 
     def __init__(self, env: simpy.Environment, rank: int, name: str, emit: Emit | None) -> None:
         self.env = env
@@ -86,6 +86,12 @@ class Stream:
         self.queue: deque[Job] = deque()
         self.busy = False
         self.emit = emit
+        self.busy_s = 0.0  # seconds busy before ``since`` (the start of the current busy run)
+        self.since = 0.0
+
+    def busy_time(self) -> float:
+        """Seconds this stream has held a job, up to now."""
+        return self.busy_s + (self.env.now - self.since if self.busy else 0.0)
 
     def submit(self, job: Job) -> Job:
         job.stream = self
@@ -93,6 +99,7 @@ class Stream:
             self.queue.append(job)
         else:
             self.busy = True
+            self.since = self.env.now
             job.begin(self.env.now)
         return job
 
@@ -104,6 +111,7 @@ class Stream:
             self.queue.popleft().begin(self.env.now)
         else:
             self.busy = False
+            self.busy_s += self.env.now - self.since
 
 
 class Endpoint:

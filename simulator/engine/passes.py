@@ -16,6 +16,23 @@ from .setup import SimulationBase
 
 
 class PassRunner(SimulationBase):
+    def _slowed(self, rank: int, since: float) -> Generator:
+        """Compute that ran from ``since`` (DP stream busy time then) to now, slowed by the
+        DP collectives it overlapped: pay the extra time now."""
+        st = self.dp_streams.get(rank)
+        if st is None:
+            return
+        extra = (st.busy_time() - since) * self.contention
+        if extra > 1e-12:
+            t0 = self.env.now
+            yield Timeout(self.env, extra)
+            self.results[rank].acc["overlap"] += extra
+            self._emit(rank, "compute", "slowed by DP communication", t0, extra)
+
+    def _dp_busy(self, rank: int) -> float:
+        st = self.dp_streams.get(rank)
+        return st.busy_time() if st is not None else 0.0
+
     def _charge(self, rank: int, prog: Program, reps: int, t0: float) -> None:
         """Book ``reps`` runs of an analytic program that started at ``t0``."""
         acc = self.results[rank].acc
@@ -39,10 +56,12 @@ class PassRunner(SimulationBase):
             prog = rest[0]  # the whole twin, as one timeout below
         if prog.analytic:
             t0 = env.now
+            busy0 = self._dp_busy(rank)
             total = prog.duration * reps
             if total > 0:
                 yield Timeout(env, total)
             self._charge(rank, prog, reps, t0)
+            yield from self._slowed(rank, busy0)
             return
         items = prog.items
         for rep in range(reps):
@@ -55,6 +74,7 @@ class PassRunner(SimulationBase):
                     yield from self._run_rest(rank, rest[i], rest[0], reps - rep - 1)
                     return
                 if it.kind == "span":
+                    busy0 = self._dp_busy(rank)
                     nxt = items[i + 1] if i + 1 < len(items) else None
                     if nxt is not None and nxt.hide > 0:
                         h = min(nxt.hide, it.dur)
@@ -76,6 +96,7 @@ class PassRunner(SimulationBase):
                         t0,
                         it.dur,
                     )
+                    yield from self._slowed(rank, busy0)
                 else:
                     if early is not None:
                         job, early = early, None
@@ -91,12 +112,14 @@ class PassRunner(SimulationBase):
     def _run_rest(self, rank: int, tail: Program, twin: Program, more: int) -> Generator:
         """The rest of a pass analytically: ``tail``, then ``more`` runs of ``twin``."""
         t0 = self.env.now
+        busy0 = self._dp_busy(rank)
         total = tail.duration + twin.duration * more
         if total > 0:
             yield Timeout(self.env, total)
         self._charge(rank, tail, 1, t0)
         if more:
             self._charge(rank, twin, more, t0 + tail.duration)
+        yield from self._slowed(rank, busy0)
 
     def layer_pass(
         self, rank: int, prog: Program, layers: int, hook_before: Any, hook_after: Any, name: str
@@ -120,9 +143,11 @@ class PassRunner(SimulationBase):
                     acc["comm_dp"] += env.now - t0
             if analytic:
                 t0 = env.now
+                busy0 = self._dp_busy(rank)
                 if dur > 0:
                     yield Timeout(env, dur)
                 self._charge(rank, prog, 1, t0)
+                yield from self._slowed(rank, busy0)
             else:
                 yield from self.run_items(rank, prog, 1, name)
             if hook_after is not None:

@@ -16,6 +16,7 @@ CATEGORIES = (
     "data_stall",
     "imbalance",
     "straggler",
+    "overlap",
 )
 BUSY = ("compute", "optimizer")
 

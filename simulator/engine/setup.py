@@ -86,6 +86,12 @@ class SimulationBase(LinkSharing):
             self.ranks = [self.lay.rank(0, 0, 0, s) for s in range(self.p)]
         self.results = {r: RankResult(r, self.lay.coords(r)[3]) for r in self.ranks}
         self._streams: dict[tuple[int, str], Stream] = {}
+        # Compute that runs while the rank's DP stream holds a collective loses the SMs the
+        # collective's kernels occupy (share s): each second of overlap costs s/(1-s) more.
+        sms = rs.gpu.sm_count.value if rs.gpu.sm_count else 0.0
+        share = min(0.9, rs.software.comm_sms.value / sms) if sms else 0.0
+        self.contention = share / (1.0 - share)
+        self.dp_streams = {r: self._stream(r, "dp") for r in self.ranks} if self.contention else {}
         self._recv: dict[tuple, simpy.Event] = {}  # a receiver waiting for this input
         self._arrived: set[tuple] = set()  # inputs delivered before their receiver asked
         self._sent_at: dict[tuple, float] = {}

@@ -23,6 +23,7 @@ IDLE = [
     ("idle_data_stall_s", "data stall"),
     ("idle_imbalance_s", "stage imbalance"),
     ("idle_straggler_s", "stragglers"),
+    ("idle_overlap_s", "DP comm overlap slowdown"),
 ]
 
 

@@ -173,6 +173,7 @@ def print_simulation(d: dict[str, Any], console: Console) -> None:
         "data_stall": "data-loader stall",
         "imbalance": "waiting on other stages",
         "straggler": "waiting for the slowest GPU",
+        "overlap": "slowed by overlapping DP comm",
     }
     for k, v in d["breakdown_s"].items():
         if v > 0 or k in ("compute",):
