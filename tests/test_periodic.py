@@ -58,7 +58,7 @@ def test_extrapolation_equals_the_event_simulation_on_random_layouts() -> None:
         eligible += not gpipe
         taken += fast.events < exact.events
         if gpipe:  # its queues grow with m: always simulated in full
-            assert fast.events == exact.events
+            assert fast.events == exact.events or fast.direct
         me, mf = compute_metrics(rs, exact), compute_metrics(rs, fast)
         assert mf.step_time_s == pytest.approx(me.step_time_s, rel=5e-3), rs.layout()
         for k, v in me.breakdown_s.items():

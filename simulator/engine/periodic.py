@@ -24,6 +24,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ..config.scenario import ResolvedScenario
+from .direct import run_direct
 from .sim import CATEGORIES, EngineResult, RankResult, run_engine
 
 # Relative tolerance of the affine check: the engine's times are sums of floats.
@@ -87,6 +88,13 @@ def _extrapolate(lo: EngineResult, hi: EngineResult, steps: float) -> EngineResu
     )
 
 
+def _run(rs: ResolvedScenario) -> EngineResult:
+    """One symmetric-mode run: without the event queue where that is exact
+    (:mod:`.direct`), else event by event."""
+    res = run_direct(rs)
+    return res if res is not None else run_engine(rs)
+
+
 def run_periodic(rs: ResolvedScenario) -> EngineResult:
     """The symmetric-mode result for ``rs``, by steady-state extrapolation where it is exact
     (see the module docstring), else by simulating every micro-batch."""
@@ -98,7 +106,7 @@ def run_periodic(rs: ResolvedScenario) -> EngineResult:
         # step is affine only piecewise, with a bend anywhere up to m (a layout with a slower
         # last stage changed slope by 1.6% at 19 of 34 micro-batches). 1F1B and the interleaved
         # schedule bound what is in flight, so past their warm-up they settle into a period.
-        return run_engine(rs)
+        return _run(rs)
     quantum = rs.pp if v > 1 else 1  # the interleaved schedule runs micro-batches PP at a time
     # 1F1B: every stage has its full warm-up from PP-1 micro-batches on and the idle categories
     # settle one micro-batch later; the interleaved schedule's warm-up spans its chunks, so it
@@ -117,13 +125,13 @@ def run_periodic(rs: ResolvedScenario) -> EngineResult:
         if far + sum(near) > 3 * m // 5 - spent or far >= m:
             break
         counts = near + [far]
-        res = [run_engine(_with_micro_batches(rs, n)) for n in counts]
+        res = [_run(_with_micro_batches(rs, n)) for n in counts]
         spent += sum(counts)
         if _collinear(counts, [_figures(r) + [r.loader_done] for r in res]):
             steps = (m - counts[2]) / (counts[2] - counts[1])
             return replace(_extrapolate(res[1], res[2], steps), events=sum(r.events for r in res))
         m1 *= 2
-    return run_engine(rs)
+    return _run(rs)
 
 
 __all__ = ["AFFINE_TOL", "run_periodic"]

@@ -40,3 +40,4 @@ class EngineResult:
     events: int
     trace: list[dict[str, Any]] | None
     loader_done: float
+    direct: bool = False  # computed without the event queue (engine.direct); events = passes

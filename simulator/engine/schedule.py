@@ -14,43 +14,31 @@ def gpipe(m: int) -> list[Step]:
     return [("F", i, 0) for i in range(m)] + [("B", i, 0) for i in range(m)]
 
 
+def _alternate(fwd: list[Step], bwd: list[Step], warmup: int) -> list[Step]:
+    """``warmup`` forwards, then one forward and one backward in turn, then the backwards
+    left (both lists in their order of execution)."""
+    steady = len(fwd) - warmup
+    out = fwd[:warmup]
+    out += [x for pair in zip(fwd[warmup:], bwd[:steady], strict=True) for x in pair]
+    out += bwd[steady:]
+    return out
+
+
 def one_f_one_b(stage: int, p: int, m: int) -> list[Step]:
     warmup = min(p - stage - 1, m)
-    order: list[Step] = [("F", i, 0) for i in range(warmup)]
-    f, b = warmup, 0
-    while f < m:
-        order.append(("F", f, 0))
-        f += 1
-        order.append(("B", b, 0))
-        b += 1
-    order += [("B", i, 0) for i in range(b, m)]
-    return order
+    return _alternate([("F", i, 0) for i in range(m)], [("B", i, 0) for i in range(m)], warmup)
 
 
 def interleaved(stage: int, p: int, m: int, v: int) -> list[Step]:
-    """Megatron-LM's interleaved schedule (needs m to be a multiple of p)."""
+    """Megatron-LM's interleaved schedule (needs m to be a multiple of p): the k-th forward
+    runs chunk (k // p) mod v of micro-batch (k // (p·v))·p + k mod p; backwards run the
+    chunks in reverse."""
     total = m * v
-
-    def fwd(k: int) -> Step:
-        chunk = (k // p) % v
-        mb = (k // (p * v)) * p + k % p
-        return ("F", mb, chunk)
-
-    def bwd(k: int) -> Step:
-        chunk = v - 1 - (k // p) % v
-        mb = (k // (p * v)) * p + k % p
-        return ("B", mb, chunk)
-
+    pv = p * v
+    fwd = [("F", (k // pv) * p + k % p, (k // p) % v) for k in range(total)]
+    bwd = [("B", (k // pv) * p + k % p, v - 1 - (k // p) % v) for k in range(total)]
     warmup = min((p - stage - 1) * 2 + (v - 1) * p, total)
-    order = [fwd(k) for k in range(warmup)]
-    f, b = warmup, 0
-    while f < total:
-        order.append(fwd(f))
-        f += 1
-        order.append(bwd(b))
-        b += 1
-    order += [bwd(k) for k in range(b, total)]
-    return order
+    return _alternate(fwd, bwd, warmup)
 
 
 def schedule(kind: str, stage: int, p: int, m: int, v: int = 1) -> list[Step]:

@@ -1,0 +1,397 @@
+"""The step without the event queue, where nothing the engine moves can contend.
+
+A pipeline whose passes are analytic (every collective in them timed in closed form) and whose
+sends block the compute stream is a max-plus system: each pass starts at the later of its
+stage's previous work and its input's arrival, lasts a fixed time, and its send arrives a fixed
+time later. This module walks the pipeline schedule of every rank class in dependency order and
+computes those times directly, booking each interval to the category the event engine books it
+to, then the step's tail (the gradient reduction after the pipeline, the optimizer, the
+parameter gather of ZeRO-1/2) and the data loader the same way.
+
+A transfer's fixed time is the one it has alone on its links. The walk records when each
+transfer holds each link, and the answer stands only if no two of them ever share a link at
+once: then every flow ran at its solo rate, and the event engine, which follows the same
+dynamics, produces the same times. Otherwise, or outside the domain (overlapped gradient
+reduction or parameter gathers, ZeRO-3/FSDP, non-blocking sends, collectives through the flow
+network inside a pass, stragglers, full mode, traces), :func:`run_direct` returns ``None`` and
+the event engine runs; it stays the reference.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from typing import Any
+
+from ..config.scenario import ResolvedScenario
+from ..network.flows import Link
+from ..workload.comm import gather_bytes_per_param, grad_bytes_per_param, pp_message_bytes
+from .compute import Program
+from .results import CATEGORIES, EngineResult, RankResult
+from .schedule import schedule
+from .sim import Simulation
+
+Interval = tuple[float, float]
+
+
+class _Busy:
+    """When each link carries a transfer; a conflict is two transfers on a link at once.
+
+    Transfers come in sources whose own transfers follow one another (one rank's blocking
+    sends on one route, one rank's gradient buckets): only a link that several sources cross
+    needs its transfers merged and checked."""
+
+    def __init__(self) -> None:
+        # per link: (starts, ends or one duration for all)
+        self.sources: dict[int, list[tuple[list[float], list[float] | float]]] = defaultdict(list)
+
+    def add(self, links: list[tuple[Link, float]], starts: list[float], ends: Any) -> None:
+        """Transfers on ``links`` from ``starts``, ending at ``ends`` (a list, or one duration
+        for every transfer)."""
+        if starts:
+            for ln, _w in links:
+                self.sources[id(ln)].append((starts, ends))
+
+    def clear(self) -> bool:
+        import numpy as np
+
+        for sources in self.sources.values():
+            if len(sources) < 2:
+                continue
+            t0 = np.concatenate([np.asarray(a, dtype=float) for a, _e in sources])
+            t1 = np.concatenate(
+                [
+                    np.asarray(a, dtype=float) + e if isinstance(e, float) else np.asarray(e)
+                    for a, e in sources
+                ]
+            )
+            order = np.argsort(t0, kind="stable")
+            t0, t1 = t0[order], t1[order]
+            ends = np.maximum.accumulate(t1[:-1])
+            if np.any(t0[1:] < ends - 1e-12 * np.maximum(1.0, np.abs(ends))):
+                return False
+        return True
+
+
+def _solo(links: list[tuple[Link, float]], nbytes: float) -> float:
+    """Seconds ``nbytes`` take on ``links`` with nothing else on them (FlowNetwork's rate)."""
+    if nbytes <= 0 or not links:
+        return 0.0
+    rate = min(ln.capacity / w for ln, w in links)
+    return nbytes / rate
+
+
+def _effective(sim: Simulation, prog: Program) -> Program | None:
+    """The program a pass runs when its class's DP and pipeline streams are idle, as they
+    always are here during a pass: itself if analytic, else its analytic twin (TP timed in
+    closed form, see ``PassRunner.run_items``), else ``None``."""
+    if prog.analytic:
+        return prog
+    rest = sim.twin_rest.get(id(prog))
+    if rest is not None and rest[0].analytic:
+        return rest[0]
+    return None
+
+
+def _in_domain(sim: Simulation) -> bool:
+    rs = sim.rs
+    if sim.full or sim.tracing or sim.pace != 1.0 or sim.p <= 1:
+        return False
+    if rs.parallelism.overlap.pp_p2p:
+        return False  # sends on their own streams run beside compute and beside each other
+    progs = [
+        sim.p_fwd,
+        sim.p_bwd,
+        sim.p_bwd_sync,
+        sim.p_emb_f,
+        sim.p_emb_b,
+        sim.p_emb_b_sync,
+        sim.p_head_f,
+        sim.p_head_b,
+        sim.p_head_b_sync,
+    ]
+    if any(_effective(sim, p) is None for p in progs):
+        return False
+    if rs.dp > 1:
+        if sim.z >= 3 or sim.ov.dp_grad or sim.shard_n < rs.dp:
+            return False
+        if sim.z in (1, 2) and sim.ov.param_gather:
+            return False
+    return True
+
+
+class _Walk:
+    """The walk over one step's schedule; see the module docstring."""
+
+    def __init__(self, sim: Simulation) -> None:
+        self.sim = sim
+        self.busy = _Busy()
+        self.comm = sim.comm
+        self.ops = 0
+
+    def _book(self, acc: dict[str, float], prog: Program, reps: int) -> float:
+        for cat, dt in prog.categories.items():
+            acc[cat] += dt * reps
+        return prog.duration * reps
+
+    def _collective(
+        self, rank: int, kind: str, coll: str, size: float, t: float, repeat: int = 1
+    ) -> float:
+        """``repeat`` collectives back to back from ``t``, alone on their links: the end."""
+        ep = self.comm.endpoint(rank, kind)
+        if size <= 0 or ep.n <= 1:
+            return t
+        phases = [
+            (ph.latency, self.comm.links(ep, ph.tier) if ph.wire_bytes > 0 else None, ph)
+            for ph in self.comm._plan(rank, kind, coll, size)
+        ]
+        timed = [
+            (lat, links, _solo(links, ph.wire_bytes) if links else 0.0) for lat, links, ph in phases
+        ]
+        starts: dict[int, list[float]] = {}
+        for _ in range(repeat):
+            for j, (lat, links, dur) in enumerate(timed):
+                t += lat
+                if links is not None:
+                    starts.setdefault(j, []).append(t)
+                    t += dur
+        for j, got in starts.items():
+            _lat, links, dur = timed[j]
+            assert links is not None
+            self.busy.add(links, got, dur)
+        return t
+
+    def _shapes(self, s: int) -> tuple[list, dict[tuple[str, int, bool], int], list[tuple]]:
+        """Stage ``s``'s schedule and the few distinct passes it runs. A pass shape is
+        (needs input, input key offset, durations, send or None, program runs); a send is
+        (route, α, solo time, key offset at the receiver). Keys are ``mb · stride + offset``."""
+        sim = self.sim
+        p, v = sim.p, sim.v
+        order = schedule(sim.rs.parallelism.pp_schedule.kind, s, p, sim.m, v)
+        rank = sim.ranks[s]
+
+        def eff(prog: Program) -> Program:
+            out = _effective(sim, prog)
+            assert out is not None  # _in_domain checked
+            return out
+
+        index: dict[tuple[str, int, bool], int] = {}
+        shapes: list[tuple] = []
+        for kind in ("F", "B"):
+            fwd = kind == "F"
+            for ch in range(v):
+                for sync in (False, True) if not fwd else (False,):
+                    layers = sim._chunk_layers[s][ch]
+                    runs: list[tuple[Program, int]] = []
+                    if fwd:
+                        needs = not (s == 0 and ch == 0)
+                        if s == 0 and ch == 0:
+                            runs.append((sim.p_emb_f, 1))
+                        runs.append((sim.p_fwd, layers))
+                        if s == p - 1 and ch == v - 1:
+                            runs.append((sim.p_head_f, 1))
+                    else:
+                        needs = not (s == p - 1 and ch == v - 1)
+                        if s == p - 1 and ch == v - 1:
+                            runs.append((sim.p_head_b_sync if sync else sim.p_head_b, 1))
+                        runs.append((sim.p_bwd_sync if sync else sim.p_bwd, layers))
+                        if s == 0 and ch == 0:
+                            runs.append((sim.p_emb_b_sync if sync else sim.p_emb_b, 1))
+                    runs = [(eff(pr), k) for pr, k in runs]
+                    # The engine advances its clock program by program: the same sums here.
+                    durs = tuple(pr.duration * k for pr, k in runs if pr.duration * k > 0)
+                    dst: tuple[int, int] | None = None
+                    if fwd and not (s == p - 1 and ch == v - 1):
+                        dst = (s + 1, ch) if s < p - 1 else (0, ch + 1)
+                    elif not fwd and not (s == 0 and ch == 0):
+                        dst = (s - 1, ch) if s > 0 else (p - 1, ch - 1)
+                    send = None
+                    if dst is not None:
+                        route = self._route(rank, sim.ranks[dst[0]])
+                        _links, alpha, dur, _spans = self._routes[route]
+                        send = (route, alpha, dur, self._offset(fwd, dst[1], dst[0]), dst[0])
+                    index[(kind, ch, sync)] = len(shapes)
+                    shapes.append((needs, self._offset(fwd, ch, s), durs, send, runs))
+        return order, index, shapes
+
+    def _offset(self, fwd: bool, ch: int, stage: int) -> int:
+        return (ch * self.sim.p + stage) * 2 + (1 if fwd else 0)
+
+    def _route(self, src: int, dst: int) -> int:
+        """The index of the send route ``src`` → ``dst``: its links, α and solo time."""
+        got = self._route_index.get((src, dst))
+        if got is None:
+            alpha, links = self.comm.p2p_links(src, dst)
+            got = self._route_index[(src, dst)] = len(self._routes)
+            self._routes.append((links, alpha, _solo(links, self._msg), []))  # send starts
+        return got
+
+    def run(self) -> EngineResult | None:
+        sim = self.sim
+        p = sim.p
+        self._msg = pp_message_bytes(sim.rs)
+        self._routes: list[tuple[list[tuple[Link, float]], float, float, list[float]]] = []
+        self._route_index: dict[tuple[int, int], int] = {}
+        stride = sim.v * p * 2
+        plans = [self._shapes(s) for s in range(p)]
+        last_b = []
+        for order, _index, _shapes in plans:
+            lb: dict[int, int] = {}
+            for kind, mb, ch in order:
+                if kind == "B":
+                    lb[ch] = mb
+            last_b.append(lb)
+        results = {r: RankResult(r, sim.lay.coords(r)[3]) for r in sim.ranks}
+        # Per stage, flat lists the loop below indexes: each op's shape and micro-batch, and
+        # per shape its input key offset (-1: none), its length, and its send.
+        v = sim.v
+        ops: list[tuple[list[int], list[int]]] = []
+        counts: list[list[int]] = []
+        for (order, index, shapes), lb in zip(plans, last_b, strict=True):
+            # _shapes numbers the forwards by chunk, then the backwards by (chunk, sync)
+            assert index[("F", v - 1, False)] == v - 1 and index[("B", 0, True)] == v + 1
+            sids = [c if k == "F" else v + 2 * c + (mb == lb[c]) for k, mb, c in order]
+            ops.append((sids, [mb for _k, mb, _c in order]))
+            counts.append([sids.count(j) for j in range(len(shapes))])
+        # Per shape: its input key offset (-1: none), its length and its send.
+        need = [[sh[1] if sh[0] else -1 for sh in pl[2]] for pl in plans]
+        dur = [[sum(sh[2]) for sh in pl[2]] for pl in plans]
+        sends = [[sh[3] for sh in pl[2]] for pl in plans]
+        now = [0.0] * p
+        pos = [0] * p
+        bubble = [0.0] * p
+        comm_pp = [0.0] * p
+        arrival: dict[int, tuple[float, float]] = {}  # key -> (sent, delivered)
+        pop = arrival.pop
+        starts = [r[3] for r in self._routes]
+        waiting = [-1] * p  # the input key a stage stopped at
+        ready = list(range(p - 1, -1, -1))
+        while ready:
+            s = ready.pop()
+            sids, mbs = ops[s]
+            i = start = pos[s]
+            n = len(sids)
+            nd, du, se = need[s], dur[s], sends[s]
+            t = now[s]
+            b = c = 0.0
+            while i < n:
+                sid = sids[i]
+                off = nd[sid]
+                if off >= 0:
+                    key = mbs[i] * stride + off
+                    got = pop(key, None)
+                    if got is None:
+                        waiting[s] = key  # resumed by the send that delivers it
+                        break
+                    sent, done = got
+                    if done > t:
+                        split = min(max(sent, t), done)
+                        b += split - t
+                        c += done - split
+                        t = done
+                t += du[sid]
+                snd = se[sid]
+                if snd is not None:
+                    route, alpha, d, doff, dst = snd
+                    t1 = t + alpha
+                    starts[route].append(t1)
+                    end = t1 + d
+                    key = mbs[i] * stride + doff
+                    arrival[key] = (t, end)
+                    if waiting[dst] == key:
+                        waiting[dst] = -1
+                        ready.append(dst)
+                    c += end - t  # a blocking send
+                    t = end
+                i += 1
+            self.ops += i - start
+            pos[s] = i
+            now[s] = t
+            bubble[s] += b
+            comm_pp[s] += c
+        if any(pos[s] < len(ops[s][0]) for s in range(p)):
+            raise RuntimeError("pipeline schedule deadlocked")
+        for s in range(p):
+            rank = sim.ranks[s]
+            acc = results[rank].acc
+            for (_n, _o, _d, _snd, runs), k in zip(plans[s][2], counts[s], strict=True):
+                for prog, reps in runs:
+                    for cat, dt in prog.categories.items():
+                        acc[cat] += dt * reps * k
+            acc["pp_bubble"] += bubble[s]
+            acc["comm_pp"] += comm_pp[s]
+            self._tail(s, rank, results[rank], now[s])
+        for links, _alpha, d, route_starts in self._routes:
+            self.busy.add(links, route_starts, d)
+        if not self.busy.clear():
+            return None
+        return self._finish(results)
+
+    def _tail(self, s: int, rank: int, res: RankResult, t: float) -> None:
+        """After the last pass (at ``t``): gradient reduction, optimizer, ZeRO-1/2 parameter
+        gather."""
+        sim, rs = self.sim, self.sim.rs
+        acc = res.acc
+        params = sum(sim._chunk_layers[s]) * sim.layer_params + sim.extra_params.get(s, 0.0)
+        gather_kind = "dp_shard" if sim.shard_n < rs.dp else "dp"
+        if rs.dp > 1:
+            grad_b = grad_bytes_per_param(rs)
+            own = sim.extra_params.get(s, 0.0) * grad_b
+            total = sum(sim._chunk_layers[s]) * sim.layer_params * grad_b + own
+            n = max(1, math.ceil(total / (rs.parallelism.dp_bucket_mb * 1e6)))
+            coll = "all_reduce" if sim.z == 0 else "reduce_scatter"
+            t0 = t
+            t = self._collective(rank, gather_kind, coll, total / n, t, repeat=n)
+            acc["comm_dp"] += t - t0
+        if sim.bucket_copy:
+            dt = sim.timer.memory_time(2.0 * params * grad_bytes_per_param(rs))
+            t += dt
+            acc["compute"] += dt
+        shard = params / (sim.shard_n if sim.z >= 1 else 1)
+        dt = sim._optimizer_time(shard)
+        t += dt
+        acc["optimizer"] += dt
+        if rs.dp > 1 and sim.z in (1, 2) and not sim.ov.param_gather:
+            t0 = t
+            t = self._collective(
+                rank, gather_kind, "all_gather", params * gather_bytes_per_param(rs), t
+            )
+            acc["comm_dp"] += t - t0
+        res.finish = t
+
+    def _loader(self) -> float:
+        sim, rs = self.sim, self.sim.rs
+        st = rs.storage
+        total = rs.training.tokens_per_step * rs.training.input_bytes_per_token
+        per_node = total / rs.nodes
+        t = st.latency_ms.value * 1e-3 * sim.m
+        links: list[tuple[Any, float]] = [(("storage_client", 0), 1.0)]
+        if st.aggregate_read_gbps is not None:
+            links.append((("storage_agg",), float(rs.nodes)))
+        return t + _solo(sim.net.resolve(links), per_node)
+
+    def _finish(self, results: dict[int, RankResult]) -> EngineResult:
+        sim = self.sim
+        loader = self._loader()
+        finish = max(r.finish for r in results.values())
+        step = max(finish, loader)
+        for r in results.values():
+            r.acc["pp_bubble"] += finish - r.finish
+            r.acc["data_stall"] += step - finish
+        classes = {s: results[sim.ranks[s]] for s in range(sim.p)}
+        return EngineResult(
+            step, results, classes, "symmetric", self.ops, None, loader, direct=True
+        )
+
+
+def run_direct(rs: ResolvedScenario) -> EngineResult | None:
+    """The symmetric-mode result computed without the event queue, or ``None`` where that is
+    not exact (see the module docstring)."""
+    sim = Simulation(rs)
+    if not _in_domain(sim):
+        return None
+    walk = _Walk(sim)
+    return walk.run()
+
+
+__all__ = ["CATEGORIES", "run_direct"]
