@@ -27,7 +27,7 @@ from ..config.scenario import ResolvedScenario
 from ..network.flows import Link
 from ..workload.comm import gather_bytes_per_param, grad_bytes_per_param, pp_message_bytes
 from .compute import Program
-from .results import CATEGORIES, EngineResult, RankResult
+from .results import EngineResult, RankResult
 from .schedule import schedule
 from .sim import Simulation
 
@@ -388,10 +388,17 @@ def run_direct(rs: ResolvedScenario) -> EngineResult | None:
     """The symmetric-mode result computed without the event queue, or ``None`` where that is
     not exact (see the module docstring)."""
     sim = Simulation(rs)
+    return _Walk(sim).run() if _in_domain(sim) else None
+
+
+def run_symmetric(rs: ResolvedScenario) -> EngineResult:
+    """One symmetric-mode run: without the event queue where that is exact, else event by
+    event (on the same set-up when the walk was not tried)."""
+    sim = Simulation(rs)
     if not _in_domain(sim):
-        return None
-    walk = _Walk(sim)
-    return walk.run()
+        return sim.run()
+    res = _Walk(sim).run()
+    return res if res is not None else Simulation(rs).run()
 
 
-__all__ = ["CATEGORIES", "run_direct"]
+__all__ = ["run_direct", "run_symmetric"]

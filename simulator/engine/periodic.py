@@ -24,8 +24,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ..config.scenario import ResolvedScenario
-from .direct import run_direct
-from .sim import CATEGORIES, EngineResult, RankResult, run_engine
+from .direct import run_symmetric as _run
+from .sim import CATEGORIES, EngineResult, RankResult
 
 # Relative tolerance of the affine check: the engine's times are sums of floats.
 AFFINE_TOL = 1e-7
@@ -86,13 +86,6 @@ def _extrapolate(lo: EngineResult, hi: EngineResult, steps: float) -> EngineResu
         loader_done=loader,
         trace=None,
     )
-
-
-def _run(rs: ResolvedScenario) -> EngineResult:
-    """One symmetric-mode run: without the event queue where that is exact
-    (:mod:`.direct`), else event by event."""
-    res = run_direct(rs)
-    return res if res is not None else run_engine(rs)
 
 
 def run_periodic(rs: ResolvedScenario) -> EngineResult:
