@@ -135,6 +135,22 @@ def test_rings_across_nodes_use_every_nic_of_the_node() -> None:
     assert busbw <= fab.bandwidth * 1.001
 
 
+def test_a_cross_node_ring_fills_its_pipeline_per_nic() -> None:
+    # The channels of a ring spanning nodes are spread over the node's eight NICs, so each
+    # Simple-protocol step puts an eighth of the all-channel step on one NIC: a 200 MB
+    # all-gather over 16 ranks runs Simple at full bandwidth, not LL at half.
+    net = TierLink(bandwidth=46e9, alpha=2e-6)
+    fab = TierLink(bandwidth=369e9, alpha=2e-6)
+    size = 200e6
+    _, ph, t = choose("all_gather", GroupShape(16, 2), size, fab, net)
+    (p,) = ph
+    assert p.share == pytest.approx(1 / 8)
+    wire = 15 / 16 * size / 8
+    assert p.wire_bytes == pytest.approx(wire)  # Simple: the bytes themselves, not LL's double
+    fill = 15 * SIMPLE_STEP_BYTES / 8 / net.bandwidth
+    assert t == pytest.approx(15 * net.alpha + fill + wire / net.bandwidth)
+
+
 def _step(data: dict[str, Any]) -> Any:
     return simulate(resolve_dict(data), scaling=False)
 

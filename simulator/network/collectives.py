@@ -53,6 +53,10 @@ class Phase:
     wire_bytes: float  # bytes one rank sends on this tier's link
     steps: float = 0.0  # sequential pipeline steps (ring hops, tree levels)
     ll: bool = True  # the LL protocol may carry it (NVLS runs the Simple protocol only)
+    # Share of the collective's channels this rank's link carries: a ring or tree spanning
+    # nodes spreads its channels over the node's NICs, so each NIC moves that share of every
+    # pipeline step (as of the wire bytes).
+    share: float = 1.0
 
 
 # NCCL's protocols (NVIDIA/nccl src/device/prims_ll.h, prims_simple.h; "NCCL protocols" in the
@@ -74,7 +78,7 @@ def with_protocol(ph: Phase, bandwidth: float) -> Phase:
     if ph.wire_bytes <= 0 or ph.steps <= 0:
         return ph
     ll = ph.latency + ph.wire_bytes / (LL_BANDWIDTH_FRACTION * bandwidth)
-    fill = ph.steps * SIMPLE_STEP_BYTES / bandwidth
+    fill = ph.steps * SIMPLE_STEP_BYTES * ph.share / bandwidth
     simple = ph.latency + fill + ph.wire_bytes / bandwidth
     if ph.ll and ll < simple:
         return replace(ph, wire_bytes=ph.wire_bytes / LL_BANDWIDTH_FRACTION)
@@ -194,7 +198,8 @@ def phases(
     else:
         out = _flat(coll, algo, n, size, "network", max(network.alpha, fabric.alpha))
     share = max(1.0 / g, network.bandwidth / fabric.bandwidth) if fabric.bandwidth > 0 else 1.0
-    return [replace(p, wire_bytes=p.wire_bytes * min(1.0, share)) for p in out]
+    share = min(1.0, share)
+    return [replace(p, wire_bytes=p.wire_bytes * share, share=share) for p in out]
 
 
 def phase_time(ph: Phase, fabric: TierLink, network: TierLink | None) -> float:
