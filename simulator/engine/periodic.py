@@ -17,6 +17,10 @@ the reference. GPipe is always simulated in full (see :func:`run_periodic`).
 
 The data loader runs beside the step, so it is extrapolated on its own and the data stall
 recomputed at ``m`` (a maximum of two affine functions is not affine).
+
+Every run here, a sample or the whole step, goes through :func:`.direct.run_symmetric`: without
+the event queue where that is exact (blocking pipeline sends, no overlapped DP), else event by
+event.
 """
 
 from __future__ import annotations
