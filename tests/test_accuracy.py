@@ -25,6 +25,8 @@ from simulator.network.collectives import (
     TierLink,
     bus_factor,
     choose,
+    phases,
+    tree_correction,
     with_protocol,
 )
 from simulator.simulate import simulate
@@ -133,6 +135,29 @@ def test_rings_across_nodes_use_every_nic_of_the_node() -> None:
     # eight members per node share eight NICs: bounded by the fabric port, not one NIC
     assert busbw > 4 * net.bandwidth
     assert busbw <= fab.bandwidth * 1.001
+
+
+def test_tree_all_reduce_reaches_nccls_corrected_bandwidth() -> None:
+    # NCCL's own table: Simple reaches half the tree model's bandwidth at 128 KiB-1 MiB,
+    # 0.7 at 4 MiB, all of it past the table's 512 MiB end; the bytes stretch accordingly.
+    assert tree_correction(1 << 20, "simple") == 0.5
+    assert tree_correction(4 << 20, "simple") == 0.7
+    assert tree_correction(1 << 30, "simple") == 1.0
+    assert tree_correction(1 << 20, "ll") == 0.5
+    net = TierLink(bandwidth=50e9, alpha=5e-6)
+    fab = TierLink(bandwidth=369e9, alpha=2e-6)
+    shape = GroupShape(64, 8)
+    size = 4 << 20
+    (raw,) = phases("all_reduce", "tree", shape, size, fab, net)
+    q = with_protocol(raw, net.bandwidth, size)
+    plain = with_protocol(raw, net.bandwidth)
+    ratio = q.wire_bytes / plain.wire_bytes
+    assert ratio == pytest.approx(1 / 0.7)  # both protocols are corrected by 0.7 here
+    # A ring's bandwidth is not corrected.
+    (ring,) = phases("all_reduce", "ring", shape, size, fab, net)
+    assert with_protocol(ring, net.bandwidth).wire_bytes == pytest.approx(
+        with_protocol(ring, net.bandwidth, None).wire_bytes
+    )
 
 
 def test_a_cross_node_ring_fills_its_pipeline_per_nic() -> None:

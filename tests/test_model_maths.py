@@ -368,7 +368,7 @@ def test_dp_gradient_bytes() -> None:
     dp = _comm(rs, group="dp")
     assert {it.op for it in dp} == {"all_reduce"}
     assert sum(it.total_bytes for it in dp) == pytest.approx(stage_params(rs, 0) * 2)
-    assert all(it.bytes <= rs.parallelism.dp_bucket_mb * 1e6 + 1 for it in dp)
+    assert all(it.bytes <= rs.dp_bucket_bytes + 1 for it in dp)
     fp32 = resolve_dict(rs.raw, ["training.grad_reduce_dtype=fp32"])
     assert sum(it.total_bytes for it in _comm(fp32, group="dp")) == pytest.approx(
         stage_params(rs, 0) * 4

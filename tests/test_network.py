@@ -97,7 +97,7 @@ def _with_protocols(coll: str, algo: str, shape: GroupShape, size: float) -> flo
     out = 0.0
     for p in phases(coll, algo, shape, size, FABRIC, NETWORK):  # type: ignore[arg-type]
         bw = (FABRIC if p.tier == "fabric" else NETWORK).bandwidth
-        q = with_protocol(p, bw)
+        q = with_protocol(p, bw, size if algo == "tree" and coll == "all_reduce" else None)
         out += q.latency + q.wire_bytes / bw
     return out
 

@@ -70,6 +70,7 @@ FIGURE_RANGES: dict[str, Range] = {
     # software
     "host_us_per_kernel": (0.0, 1e5, False, "microseconds"),
     "comm_sms": (0.0, 1e4, False, "streaming multiprocessors"),
+    "dp_bucket_mb": (1e-3, 1e6, False, "MB"),
 }
 
 # Any figure whose field is not in the table: finite and not negative.

@@ -77,8 +77,13 @@ class ParallelismSpec(BaseModel):
     cp: Degree = Field(default=1, description="context parallelism over the sequence")
     sharding: Sharding = ZeroSharding()
     recompute: Literal["none", "selective", "full"] = "none"
-    dp_bucket_mb: float = Field(
-        default=25.0, strict=True, ge=1e-3, le=1e6, description="DP gradient bucket size, MB"
+    dp_bucket_mb: float | None = Field(
+        default=None,
+        strict=True,
+        ge=1e-3,
+        le=1e6,
+        description="DP gradient bucket size, MB; default: the software stack's (PyTorch DDP's "
+        "25 MB where the stack names none)",
     )
     dp_bucket_copy: bool = Field(
         default=False,

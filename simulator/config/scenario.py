@@ -234,6 +234,15 @@ class ResolvedScenario(BaseModel):
         return self.parallelism.cp
 
     @property
+    def dp_bucket_bytes(self) -> float:
+        """Bytes of gradients the DP reduction moves per collective: the scenario's bucket, else
+        the software stack's, else PyTorch DDP's 25 MB."""
+        mb = self.parallelism.dp_bucket_mb
+        if mb is None and self.software.dp_bucket_mb is not None:
+            mb = self.software.dp_bucket_mb.value
+        return (25.0 if mb is None else mb) * 1e6
+
+    @property
     def micro_batches(self) -> int:
         """Micro-batches per step per pipeline (gradient-accumulation steps)."""
         return self.training.global_batch // (self.dp * self.training.micro_batch)

@@ -66,6 +66,11 @@ class SoftwareProfile(_Profile):
         description="host (CPU) time to issue one kernel, microseconds: a pass whose kernels "
         "are shorter than this is paced by the host"
     )
+    dp_bucket_mb: Num | None = Field(
+        default=None,
+        description="gradient bucket the framework reduces at a time, MB (a scenario's "
+        "parallelism.dp_bucket_mb overrides it; none: PyTorch DDP's 25 MB)",
+    )
     comm_sms: Num = Field(
         description="streaming multiprocessors a data-parallel collective's kernels hold while "
         "it overlaps computation: compute loses that share of the GPU for the overlap"

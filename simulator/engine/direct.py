@@ -338,7 +338,7 @@ class _Walk:
             grad_b = grad_bytes_per_param(rs)
             own = sim.extra_params.get(s, 0.0) * grad_b
             total = sum(sim._chunk_layers[s]) * sim.layer_params * grad_b + own
-            n = max(1, math.ceil(total / (rs.parallelism.dp_bucket_mb * 1e6)))
+            n = max(1, math.ceil(total / rs.dp_bucket_bytes))
             coll = "all_reduce" if sim.z == 0 else "reduce_scatter"
             t0 = t
             t = self._collective(rank, gather_kind, coll, total / n, t, repeat=n)

@@ -46,7 +46,7 @@ class Simulation(PassRunner):
         msg = pp_message_bytes(rs)
         dp_on = rs.dp > 1
         grad_b = grad_bytes_per_param(rs)
-        bucket_target = rs.parallelism.dp_bucket_mb * 1e6
+        bucket_target = rs.dp_bucket_bytes
         pending_grads = 0.0
         dp_jobs: list[Job] = []
         last_b = {ch: None for ch in range(self.v)}
@@ -81,7 +81,7 @@ class Simulation(PassRunner):
         prefetched: dict[int, list[Job]] = {}
         if dp_on and self.z in (1, 2) and self.ov.param_gather:
             layer_bytes = self.layer_params * gather_bytes_per_param(rs)
-            per_bucket = max(1, int(rs.parallelism.dp_bucket_mb * 1e6 // layer_bytes))
+            per_bucket = max(1, int(rs.dp_bucket_bytes // layer_bytes))
             for chunk in range(self.v):
                 n_layers = self._chunk_layers[stage][chunk]
                 jobs: list[Job] = []

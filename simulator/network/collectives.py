@@ -73,16 +73,43 @@ LL_BANDWIDTH_FRACTION = 0.5
 SIMPLE_STEP_BYTES = 2.3e6
 
 
-def with_protocol(ph: Phase, bandwidth: float) -> Phase:
-    """The phase under the faster of NCCL's LL and Simple protocols at ``bandwidth``."""
+# NCCL's own correction of its tree model (NVIDIA/nccl src/graph/tuning.cc, later
+# src/tuning/cost_model.cc, treeCorrectionFactor: "Trees are not perfectly sticking to the model
+# for medium sizes"): the fraction of the modelled tree all-reduce bandwidth reached at each
+# power-of-two buffer size from 64 B (index log2(size / 64)); 1 beyond the table.
+TREE_CORRECTION = {
+    "ll": (1.0, 1.0, 1.0, 1.0, .9, .8, .7, .7, .7, .7, .6, .5, .4, .4, .5, .6, .7, .8, .9, 1.0,
+           1.0, 1.0, 1.0, 1.0),
+    "simple": (.9, .9, .9, .9, .9, .9, .9, .8, .7, .6, .6, .5, .5, .5, .5, .6, .7, .8, .7, .7,
+               .8, .9, .9, .9),
+}  # fmt: skip
+
+
+def tree_correction(size: float, protocol: str) -> float:
+    """NCCL's measured share of the tree model's bandwidth at buffer ``size`` (bytes)."""
+    i = int(size) >> 6
+    if i <= 0:
+        return TREE_CORRECTION[protocol][0]
+    i = i.bit_length() - 1
+    table = TREE_CORRECTION[protocol]
+    return table[i] if i < len(table) else 1.0
+
+
+def with_protocol(ph: Phase, bandwidth: float, tree_size: float | None = None) -> Phase:
+    """The phase under the faster of NCCL's LL and Simple protocols at ``bandwidth``; a tree
+    all-reduce of ``tree_size`` bytes reaches only NCCL's corrected share of that bandwidth."""
     if ph.wire_bytes <= 0 or ph.steps <= 0:
         return ph
-    ll = ph.latency + ph.wire_bytes / (LL_BANDWIDTH_FRACTION * bandwidth)
+    f_ll = f_simple = 1.0
+    if tree_size is not None:
+        f_ll, f_simple = tree_correction(tree_size, "ll"), tree_correction(tree_size, "simple")
+    ll_bytes = ph.wire_bytes / (LL_BANDWIDTH_FRACTION * f_ll)
+    ll = ph.latency + ll_bytes / bandwidth
     fill = ph.steps * SIMPLE_STEP_BYTES * ph.share / bandwidth
-    simple = ph.latency + fill + ph.wire_bytes / bandwidth
+    simple = ph.latency + fill + ph.wire_bytes / (f_simple * bandwidth)
     if ph.ll and ll < simple:
-        return replace(ph, wire_bytes=ph.wire_bytes / LL_BANDWIDTH_FRACTION)
-    return replace(ph, latency=ph.latency + fill)
+        return replace(ph, wire_bytes=ll_bytes)
+    return replace(ph, latency=ph.latency + fill, wire_bytes=ph.wire_bytes / f_simple)
 
 
 def _nvls_applies(coll: Coll, shape: GroupShape, fabric: TierLink) -> bool:
@@ -239,7 +266,9 @@ def choose(
             continue
         ph = [
             with_protocol(
-                p, (fabric if p.tier == "fabric" or network is None else network).bandwidth
+                p,
+                (fabric if p.tier == "fabric" or network is None else network).bandwidth,
+                size if algo == "tree" and coll == "all_reduce" else None,
             )
             for p in phases(coll, algo, shape, size, fabric, network)
         ]

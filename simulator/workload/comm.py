@@ -51,7 +51,7 @@ def pp_message_bytes(rs: ResolvedScenario) -> float:
 def dp_buckets(rs: ResolvedScenario, stage: int = 0) -> list[float]:
     """Gradient bucket sizes (bytes) of one rank's DP reduction, in backward order."""
     total = stage_params(rs, stage) * grad_bytes_per_param(rs)
-    bucket = rs.parallelism.dp_bucket_mb * 1e6
+    bucket = rs.dp_bucket_bytes
     n = max(1, math.ceil(total / bucket))
     return [total / n] * n
 
