@@ -109,6 +109,7 @@ def _in_domain(sim: Simulation) -> bool:
         sim.p_head_f,
         sim.p_head_b,
         sim.p_head_b_sync,
+        sim.p_recv,
     ]
     if any(_effective(sim, p) is None for p in progs):
         return False
@@ -185,6 +186,8 @@ class _Walk:
                     runs: list[tuple[Program, int]] = []
                     if fwd:
                         needs = not (s == 0 and ch == 0)
+                        if needs:
+                            runs.append((sim.p_recv, 1))
                         if s == 0 and ch == 0:
                             runs.append((sim.p_emb_f, 1))
                         runs.append((sim.p_fwd, layers))
@@ -192,6 +195,8 @@ class _Walk:
                             runs.append((sim.p_head_f, 1))
                     else:
                         needs = not (s == p - 1 and ch == v - 1)
+                        if needs:
+                            runs.append((sim.p_recv, 1))
                         if s == p - 1 and ch == v - 1:
                             runs.append((sim.p_head_b_sync if sync else sim.p_head_b, 1))
                         runs.append((sim.p_bwd_sync if sync else sim.p_bwd, layers))

@@ -24,6 +24,7 @@ from ..workload.ops import (
     embedding_ops,
     head_ops,
     layer_ops,
+    pp_recv_ops,
 )
 from .comm import Comm, Job, Stream
 from .compute import OpTimer, Program, build_program, twin_suffixes
@@ -42,6 +43,7 @@ PROGRAMS = (
     "p_head_f",
     "p_head_b",
     "p_head_b_sync",
+    "p_recv",
 )
 
 
@@ -56,6 +58,7 @@ class SimulationBase(LinkSharing):
     p_head_f: Program
     p_head_b: Program
     p_head_b_sync: Program
+    p_recv: Program
 
     def __init__(self, rs: ResolvedScenario, full: bool = False, trace: bool = False) -> None:
         self.rs = rs
@@ -192,6 +195,7 @@ class SimulationBase(LinkSharing):
             "p_head_f": prog(head),
             "p_head_b": p_head_b,
             "p_head_b_sync": with_bucket_copy(p_head_b, self.head_params),
+            "p_recv": prog(pp_recv_ops(rs)),
         }
 
     def _split_chunks(self) -> dict[int, list[int]]:

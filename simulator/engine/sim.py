@@ -107,6 +107,8 @@ class Simulation(PassRunner):
                     split = min(max(sent, t0), env.now)
                     acc["pp_bubble"] += split - t0
                     acc["comm_pp"] += env.now - split
+                if self.p_recv.items:  # the receiver re-assembles a scattered input
+                    yield from run_items(self.p_recv, 1, "recv_gather")
             layers = self._chunk_layers[stage][ch]
             t_compute = env.now
             # 2. the pass itself

@@ -183,6 +183,19 @@ def embedding_ops(rs: ResolvedScenario) -> list[Op]:
     return ops
 
 
+def pp_recv_ops(rs: ResolvedScenario) -> list[Op]:
+    """A pipeline stage receiving its input without sequence parallelism: each TP rank got a
+    1/t slice of the activation (or its gradient) and all-gathers the whole over the fast
+    fabric before the pass can start (Megatron's scatter/gather, Narayanan et al. SC21 §4.1;
+    megatron/p2p_communication.py gather_split_1d_tensor). With SP the tensor stays split."""
+    if rs.pp <= 1 or rs.tp <= 1 or rs.parallelism.sequence_parallel:
+        return []
+    nbytes = tokens_per_rank(rs) * rs.model.hidden * act_bytes(rs)
+    return [
+        Op("pp_recv_gather", "collective", collective="all_gather", group="tp", msg_bytes=nbytes)
+    ]
+
+
 def head_ops(rs: ResolvedScenario) -> list[Op]:
     """Last pipeline stage: final norm, vocabulary-parallel logits and cross-entropy."""
     m = rs.model
