@@ -37,6 +37,7 @@ SETS = (
     "korthikanti-table4",
     "llmfoundry-h100-80gb",
     "llmfoundry-a100-80gb",
+    "llmfoundry-a100-40gb",
     "nccl-tests",
     "h100-eager-layers",
 )

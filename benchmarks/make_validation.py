@@ -187,6 +187,13 @@ LF_CLUSTER = {
         "network": {"profile": "roce-200", "nics_per_node": 8},
         "note": "8-GPU A100 nodes; the README's 1600 Gb/s RoCE per node as eight 200 Gb/s NICs",
     },
+    "a100-40gb": {
+        "gpu": "a100-sxm4-40gb",
+        "fabric": "nvlink3-nvswitch",
+        "network": {"profile": "roce-200", "nics_per_node": 8},
+        "note": "8-GPU A100 40GB nodes; the README's 1600 Gb/s RoCE per node as eight 200 Gb/s "
+        "NICs",
+    },
 }
 
 

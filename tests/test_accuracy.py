@@ -263,6 +263,7 @@ BANDS = {
     "korthikanti-table5": 0.06,
     "korthikanti-table4": 0.05,
     "llmfoundry-a100-80gb": 0.09,
+    "llmfoundry-a100-40gb": 0.17,
     "llmfoundry-h100-80gb": 0.13,
     "nccl-tests": 0.40,
     "h100-eager-layers": 0.06,
