@@ -16,18 +16,21 @@ from .setup import SimulationBase
 
 
 class PassRunner(SimulationBase):
-    def _slowed(self, rank: int, since: float) -> Generator:
-        """Compute that ran from ``since`` (DP stream busy time then) to now, slowed by the
-        DP collectives it overlapped: pay the extra time now."""
+    def _slowdown(self, rank: int, since: float) -> float:
+        """Extra seconds the compute that ran from ``since`` (the DP stream's busy time then)
+        to now owes to the DP collectives it overlapped (0 when it overlapped none)."""
         st = self.dp_streams.get(rank)
         if st is None:
-            return
+            return 0.0
         extra = (st.busy_time() - since) * self.contention
-        if extra > 1e-12:
-            t0 = self.env.now
-            yield Timeout(self.env, extra)
-            self.results[rank].acc["overlap"] += extra
-            self._emit(rank, "compute", "slowed by DP communication", t0, extra)
+        return extra if extra > 1e-12 else 0.0
+
+    def _pay(self, rank: int, extra: float) -> Generator:
+        """Run the slowdown's extra time on the compute stream and book it."""
+        t0 = self.env.now
+        yield Timeout(self.env, extra)
+        self.results[rank].acc["overlap"] += extra
+        self._emit(rank, "compute", "slowed by DP communication", t0, extra)
 
     def _dp_busy(self, rank: int) -> float:
         st = self.dp_streams.get(rank)
@@ -61,7 +64,9 @@ class PassRunner(SimulationBase):
             if total > 0:
                 yield Timeout(env, total)
             self._charge(rank, prog, reps, t0)
-            yield from self._slowed(rank, busy0)
+            extra = self._slowdown(rank, busy0)
+            if extra:
+                yield from self._pay(rank, extra)
             return
         items = prog.items
         for rep in range(reps):
@@ -96,7 +101,9 @@ class PassRunner(SimulationBase):
                         t0,
                         it.dur,
                     )
-                    yield from self._slowed(rank, busy0)
+                    extra = self._slowdown(rank, busy0)
+                    if extra:
+                        yield from self._pay(rank, extra)
                 else:
                     if early is not None:
                         job, early = early, None
@@ -119,7 +126,9 @@ class PassRunner(SimulationBase):
         self._charge(rank, tail, 1, t0)
         if more:
             self._charge(rank, twin, more, t0 + tail.duration)
-        yield from self._slowed(rank, busy0)
+        extra = self._slowdown(rank, busy0)
+        if extra:
+            yield from self._pay(rank, extra)
 
     def layer_pass(
         self, rank: int, prog: Program, layers: int, hook_before: Any, hook_after: Any, name: str
@@ -147,7 +156,9 @@ class PassRunner(SimulationBase):
                 if dur > 0:
                     yield Timeout(env, dur)
                 self._charge(rank, prog, 1, t0)
-                yield from self._slowed(rank, busy0)
+                extra = self._slowdown(rank, busy0)
+                if extra:
+                    yield from self._pay(rank, extra)
             else:
                 yield from self.run_items(rank, prog, 1, name)
             if hook_after is not None:
