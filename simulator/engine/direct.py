@@ -29,9 +29,8 @@ from ..workload.comm import gather_bytes_per_param, grad_bytes_per_param, pp_mes
 from .compute import Program
 from .results import EngineResult, RankResult
 from .schedule import schedule
+from .setup import PROGRAMS
 from .sim import Simulation
-
-Interval = tuple[float, float]
 
 
 class _Busy:
@@ -99,19 +98,7 @@ def _in_domain(sim: Simulation) -> bool:
         return False
     if rs.parallelism.overlap.pp_p2p:
         return False  # sends on their own streams run beside compute and beside each other
-    progs = [
-        sim.p_fwd,
-        sim.p_bwd,
-        sim.p_bwd_sync,
-        sim.p_emb_f,
-        sim.p_emb_b,
-        sim.p_emb_b_sync,
-        sim.p_head_f,
-        sim.p_head_b,
-        sim.p_head_b_sync,
-        sim.p_recv,
-    ]
-    if any(_effective(sim, p) is None for p in progs):
+    if any(_effective(sim, getattr(sim, name)) is None for name in PROGRAMS):
         return False
     if rs.dp > 1:
         if sim.z >= 3 or sim.ov.dp_grad or sim.shard_n < rs.dp:
@@ -129,11 +116,6 @@ class _Walk:
         self.busy = _Busy()
         self.comm = sim.comm
         self.ops = 0
-
-    def _book(self, acc: dict[str, float], prog: Program, reps: int) -> float:
-        for cat, dt in prog.categories.items():
-            acc[cat] += dt * reps
-        return prog.duration * reps
 
     def _collective(
         self, rank: int, kind: str, coll: str, size: float, t: float, repeat: int = 1
@@ -164,8 +146,9 @@ class _Walk:
 
     def _shapes(self, s: int) -> tuple[list, dict[tuple[str, int, bool], int], list[tuple]]:
         """Stage ``s``'s schedule and the few distinct passes it runs. A pass shape is
-        (needs input, input key offset, durations, send or None, program runs); a send is
-        (route, α, solo time, key offset at the receiver). Keys are ``mb · stride + offset``."""
+        (needs input, input key offset, program durations, send or None, program runs); a send
+        is (route, α, solo time, key offset at the receiver, receiving stage). Keys are
+        ``mb · stride + offset``."""
         sim = self.sim
         p, v = sim.p, sim.v
         order = schedule(sim.rs.parallelism.pp_schedule.kind, s, p, sim.m, v)
@@ -203,7 +186,6 @@ class _Walk:
                         if s == 0 and ch == 0:
                             runs.append((sim.p_emb_b_sync if sync else sim.p_emb_b, 1))
                     runs = [(eff(pr), k) for pr, k in runs]
-                    # The engine advances its clock program by program: the same sums here.
                     durs = tuple(pr.duration * k for pr, k in runs if pr.duration * k > 0)
                     dst: tuple[int, int] | None = None
                     if fwd and not (s == p - 1 and ch == v - 1):
