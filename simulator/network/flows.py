@@ -3,8 +3,10 @@
 Each link divides its capacity equally among the flows on it, counting a flow of weight w as w
 flows (in symmetric mode one simulated flow stands for w identical ones, and its bytes are those
 of one of them). A flow moves at the smallest share among the links it crosses: capacity / total
-weight on the link. Whenever a flow starts or ends, the rates of the flows sharing a link with it
-whose bottleneck changed are recomputed and their completions rescheduled; stale completion
+weight on the link. Whenever flows start or end, the rates of the flows sharing a link with them
+whose bottleneck changed are recomputed and their completions rescheduled, once per simulated
+instant however many flows started or ended in it (a collective starts one flow per member at
+the same moment: re-rating after each would cost the square of their number); stale completion
 events are recognised by a version number and ignored.
 
 :meth:`FlowNetwork.start` calls a plain callback when a flow is done (the engine's streams are
@@ -73,6 +75,11 @@ class FlowNetwork:
         self.env = env
         self._capacity = capacity
         self.links: dict[Hashable, Link] = {}
+        # This instant's changes, re-rated together by _flush: each touched link's share
+        # before the instant's first change, and the flows to re-rate.
+        self._touched: dict[Link, float] = {}
+        self._dirty: dict[Flow, None] = {}
+        self._flush_pending = False
 
     def link(self, key: Hashable) -> Link:
         ln = self.links.get(key)
@@ -102,24 +109,58 @@ class FlowNetwork:
             return
         flow = Flow(links, nbytes, on_done)
         flow.t_last = self.env.now
-        slowed: dict[Flow, None] | None = None
+        if not self._flush_pending:
+            # Alone, or beside flows no slower than their new share: nobody else changes
+            # rate, so the new flow is rated now and nothing waits for the instant's end.
+            for ln, w in links:
+                if ln.flows and ln.top > ln.capacity / (ln.weight + w):
+                    break
+            else:
+                for ln, w in links:
+                    ln.weight += w
+                    ln.flows[flow] = None
+                self._rate(flow, self.env.now)
+                return
+        touched = self._touched
         for ln, w in links:
+            if ln not in touched:
+                touched[ln] = ln.capacity / ln.weight if ln.weight > 0 else float("inf")
             ln.weight += w
-            if ln.flows and ln.top > ln.capacity / ln.weight:
-                share = ln.capacity / ln.weight
+            ln.flows[flow] = None
+        self._dirty[flow] = None
+        self._schedule_flush()
+
+    def _schedule_flush(self) -> None:
+        """Re-rate what this instant's starts and ends changed, once, at the end of the
+        instant's events so far."""
+        if not self._flush_pending:
+            self._flush_pending = True
+            Timeout(self.env, 0.0).callbacks.append(self._flush)  # type: ignore[union-attr]
+
+    def _flush(self, _ev: Any = None) -> None:
+        self._flush_pending = False
+        dirty, touched = self._dirty, self._touched
+        self._dirty, self._touched = {}, {}
+        for ln, old_share in touched.items():
+            if not ln.flows:
+                continue
+            share = ln.capacity / ln.weight
+            if share < old_share:
                 # Only flows now faster than the link's new share slow down; the others keep
                 # their rate (another link is their bottleneck) and their scheduled completion.
+                if ln.top > share:
+                    for f in ln.flows:
+                        if f.rate > share * (1 + 1e-12):
+                            dirty[f] = None
+            elif share > old_share and ln.top >= old_share * (1 - 1e-9):
+                # Only flows whose bottleneck was this link can speed up.
                 for f in ln.flows:
-                    if f.rate > share * (1 + 1e-12):
-                        if slowed is None:
-                            slowed = {}
-                        slowed[f] = None
-            ln.flows[flow] = None
-        if slowed is None:
-            self._rate(flow, self.env.now)  # nobody else changes rate
-        else:
-            slowed[flow] = None
-            self._rerate(slowed)
+                    if f.rate >= old_share * (1 - 1e-9):
+                        dirty[f] = None
+        now = self.env.now
+        for f in dirty:
+            if f.version >= 0:  # not finished meanwhile
+                self._rate(f, now)
 
     def _rerate(self, flows: Iterable[Flow]) -> None:
         now = self.env.now
@@ -151,7 +192,8 @@ class FlowNetwork:
         flow: Flow = ev.flow
         if ev.version != flow.version:
             return  # stale: the flow was re-rated (or is done)
-        freed: dict[Flow, None] | None = None
+        touched = self._touched
+        speed_up = False
         for ln, w in flow.links:
             old_share = ln.capacity / ln.weight
             del ln.flows[flow]
@@ -159,17 +201,17 @@ class FlowNetwork:
             if not ln.flows:
                 ln.weight = 0.0
                 ln.top = 0.0
-                continue
-            if ln.top < old_share * (1 - 1e-9):
-                continue  # nobody's bottleneck
-            # Only flows whose bottleneck was this link can speed up.
-            for f in ln.flows:
-                if f.rate >= old_share * (1 - 1e-9):
-                    if freed is None:
-                        freed = {}
-                    freed[f] = None
+            elif ln.top >= old_share * (1 - 1e-9) and (
+                # someone else's bottleneck may have been this link: they may speed up (a few
+                # flows are checked now; a crowd is left to the instant's single re-rate)
+                len(ln.flows) > 8 or any(f.rate >= old_share * (1 - 1e-9) for f in ln.flows)
+            ):
+                speed_up = True
+                if ln not in touched:
+                    touched[ln] = old_share
         flow.remaining = 0.0
         flow.version = -1
-        if freed is not None:
-            self._rerate(freed)
+        self._dirty.pop(flow, None)
+        if speed_up:
+            self._schedule_flush()
         flow.on_done()
