@@ -19,7 +19,6 @@ the event engine runs; it stays the reference.
 
 from __future__ import annotations
 
-import math
 from collections import defaultdict
 from typing import Any
 
@@ -319,13 +318,10 @@ class _Walk:
         gather."""
         sim, rs = self.sim, self.sim.rs
         acc = res.acc
-        params = sum(sim._chunk_layers[s]) * sim.layer_params + sim.extra_params.get(s, 0.0)
+        params = sim._stage_params(s)
         gather_kind = "dp_shard" if sim.shard_n < rs.dp else "dp"
         if rs.dp > 1:
-            grad_b = grad_bytes_per_param(rs)
-            own = sim.extra_params.get(s, 0.0) * grad_b
-            total = sum(sim._chunk_layers[s]) * sim.layer_params * grad_b + own
-            n = max(1, math.ceil(total / rs.dp_bucket_bytes))
+            total, n = sim._grad_buckets(s)
             coll = "all_reduce" if sim.z == 0 else "reduce_scatter"
             t0 = t
             t = self._collective(rank, gather_kind, coll, total / n, t, repeat=n)

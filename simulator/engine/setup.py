@@ -5,6 +5,7 @@ the rank process that runs the pipeline schedule is in :mod:`simulator.engine.si
 
 from __future__ import annotations
 
+import math
 from collections.abc import Generator
 from typing import Any
 
@@ -197,6 +198,21 @@ class SimulationBase(LinkSharing):
             "p_head_b_sync": with_bucket_copy(p_head_b, self.head_params),
             "p_recv": prog(pp_recv_ops(rs)),
         }
+
+    def _stage_params(self, stage: int) -> float:
+        """Parameters one rank of ``stage`` holds: its layers, and the embedding or output
+        layer on the first and last stage."""
+        return sum(self._chunk_layers[stage]) * self.layer_params + self.extra_params.get(
+            stage, 0.0
+        )
+
+    def _grad_buckets(self, stage: int) -> tuple[float, int]:
+        """Gradient bytes one rank of ``stage`` reduces after its backward passes, and the
+        number of equal buckets they go in."""
+        grad_b = grad_bytes_per_param(self.rs)
+        own = self.extra_params.get(stage, 0.0) * grad_b
+        total = sum(self._chunk_layers[stage]) * self.layer_params * grad_b + own
+        return total, max(1, math.ceil(total / self.rs.dp_bucket_bytes))
 
     def _split_chunks(self) -> dict[int, list[int]]:
         rs = self.rs

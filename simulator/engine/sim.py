@@ -18,7 +18,6 @@ categories = wall time.
 from __future__ import annotations
 
 import gc
-import math
 from collections.abc import Generator
 from functools import partial
 from typing import Any
@@ -169,9 +168,7 @@ class Simulation(PassRunner):
                 yield from self._wait(out_job)
                 mark("comm_pp", t0)
 
-        params = sum(self._chunk_layers[stage]) * self.layer_params + self.extra_params.get(
-            stage, 0.0
-        )
+        params = self._stage_params(stage)
         # 4. gradients: the rest of the buckets (or all of them without overlap), then wait
         if dp_on:
             own = self.extra_params.get(stage, 0.0) * grad_b
@@ -180,20 +177,12 @@ class Simulation(PassRunner):
                 if pending_grads > 0:
                     launch_dp(pending_grads)
             else:
-                total = sum(self._chunk_layers[stage]) * self.layer_params * grad_b + own
-                n = max(1, math.ceil(total / bucket_target))
+                total, n = self._grad_buckets(stage)
                 # ZeRO-3/FSDP reduce-scatter every micro-batch's gradients.
                 for _ in range(n * (self.m if self.z >= 3 else 1)):
                     launch_dp(total / n)
             if self.shard_n < rs.dp and self.z >= 1:
-                total = (
-                    (
-                        sum(self._chunk_layers[stage]) * self.layer_params
-                        + self.extra_params.get(stage, 0.0)
-                    )
-                    * grad_b
-                    / self.shard_n
-                )
+                total = params * grad_b / self.shard_n
                 rep_ep = self.comm.endpoint(rank, "dp_rep")
                 job = collective(rep_ep, "all_reduce", total, "replica all_reduce")
                 dp_jobs.append(self._submit(rank, "dp", job))
