@@ -162,11 +162,6 @@ class FlowNetwork:
             if f.version >= 0:  # not finished meanwhile
                 self._rate(f, now)
 
-    def _rerate(self, flows: Iterable[Flow]) -> None:
-        now = self.env.now
-        for f in flows:
-            self._rate(f, now)
-
     def _rate(self, f: Flow, now: float) -> None:
         if f.rate > 0:
             f.remaining -= f.rate * (now - f.t_last)
