@@ -52,6 +52,29 @@ class StackOverlap(BaseModel):
     )
 
 
+class OptimizerPasses(BaseModel):
+    """Passes the framework's optimizer step makes over memory besides one fused update (which
+    reads the gradient, reads and writes the optimizer states and master weights, and writes the
+    working weights from the master copy). Each is a multi-tensor kernel over the whole shard."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    grad_copy: Flag = Field(
+        description="16-bit gradients copied into separate fp32 main gradients before the "
+        "update (read 16-bit, write fp32; the update then reads fp32)"
+    )
+    unscale: Flag = Field(
+        description="with fp16 loss scaling, a separate pass unscales the main gradients and "
+        "checks them for inf/nan (read and write)"
+    )
+    grad_norm: Flag = Field(description="gradient norm for clipping: read the main gradients")
+    weight_copy: Flag = Field(
+        description="master weights copied to the working weights in a pass of their own "
+        "(the fp32 master read again)"
+    )
+    zero_grads: Flag = Field(description="the gradient buffer zeroed each step (one write)")
+
+
 class SoftwareProfile(_Profile):
     kind: Literal["software"] = "software"
     framework: str = Field(description="framework and version range the figures describe")
@@ -71,10 +94,14 @@ class SoftwareProfile(_Profile):
         description="gradient bucket the framework reduces at a time, MB (a scenario's "
         "parallelism.dp_bucket_mb overrides it; none: PyTorch DDP's 25 MB)",
     )
+    optimizer_passes: OptimizerPasses | None = Field(
+        default=None,
+        description="extra passes of the optimizer step over memory (none: one fused update)",
+    )
     comm_sms: Num = Field(
         description="streaming multiprocessors a data-parallel collective's kernels hold while "
         "it overlaps computation: compute loses that share of the GPU for the overlap"
     )
 
 
-__all__ = ["Flag", "Fusion", "SoftwareProfile", "StackOverlap"]
+__all__ = ["Flag", "Fusion", "OptimizerPasses", "SoftwareProfile", "StackOverlap"]

@@ -108,12 +108,33 @@ def bytes_per_param(rs: ResolvedScenario) -> tuple[float, float, float]:
 
 
 def optimizer_bytes_per_param(rs: ResolvedScenario) -> float:
-    """Memory traffic of the optimizer step per parameter, each tensor touched once: read the
-    gradient, read and write the states and master weights; with a master copy write the working
-    weights from it, without one update the weights in place (read and write)."""
+    """Memory traffic of the optimizer step per parameter. One fused update touches each tensor
+    once: read the gradient, read and write the states and master weights; with a master copy
+    write the working weights from it, without one update the weights in place (read and write).
+    A software stack whose step makes further passes (``optimizer_passes``: Megatron-LM copies
+    16-bit gradients to fp32, unscales them, reads them for the clipping norm, copies the master
+    weights back in a pass of its own and zeroes the gradient buffer) adds their traffic."""
     w, g, opt = bytes_per_param(rs)  # opt: optimizer states + master weights
-    weights = w if has_master_copy(rs) else 2 * w
-    return g + 2 * opt + weights
+    master = has_master_copy(rs)
+    weights = w if master else 2 * w
+    fused = g + 2 * opt + weights
+    passes = rs.software.optimizer_passes
+    if passes is None:
+        return fused
+    main_g = g  # the gradient the update and the passes before it read
+    extra = 0.0
+    if passes.grad_copy.value and master and g < 4:
+        main_g = 4.0
+        extra += g + main_g + (main_g - g)  # read 16-bit, write fp32; the update reads fp32
+    if passes.unscale.value and rs.training.precision == "fp16":
+        extra += 2 * main_g
+    if passes.grad_norm.value:
+        extra += main_g
+    if passes.weight_copy.value and master:
+        extra += 4.0
+    if passes.zero_grads.value:
+        extra += g
+    return fused + extra
 
 
 def shard_group(rs: ResolvedScenario) -> int:

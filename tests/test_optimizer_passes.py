@@ -1,0 +1,69 @@
+"""The optimizer step's memory traffic under a software stack's extra passes.
+
+A fused mixed-precision Adam update reads the gradient, reads and writes the fp32 master weight
+and both moments, and writes the 16-bit working weight: 2 + 24 + 2 = 28 bytes per parameter
+with 16-bit gradients. Megatron-LM's step (megatron/optimizer/optimizer.py) adds a copy of the
+16-bit gradients into fp32 main gradients (which the update then reads), an unscale pass under
+fp16 loss scaling, the clipping norm, a separate master-to-model weight copy and the zeroing of
+the gradient buffer."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from simulator.config.loading import resolve_dict
+from simulator.engine.sim import run_engine
+from simulator.workload.memory import optimizer_bytes_per_param, stage_params
+
+BASE: dict[str, Any] = {
+    "name": "opt",
+    "cluster": {
+        "gpu": "a100-sxm4-80gb",
+        "gpus_per_node": 8,
+        "nodes": 1,
+        "fabric": "nvlink3-nvswitch",
+    },
+    "model": {"layers": 4, "hidden": 2048, "heads": 16, "vocab": 32000},
+    "training": {
+        "seq_len": 1024,
+        "global_batch": 8,
+        "micro_batch": 1,
+        "precision": "fp16",
+        "grad_reduce_dtype": "bf16",
+    },
+    "parallelism": {"tp": 8},
+}
+
+
+def _rs(software: str, **training: Any) -> Any:
+    data = {**BASE, "training": {**BASE["training"], **training}, "software": software}
+    return resolve_dict(data)
+
+
+def test_a_fused_update_touches_each_tensor_once() -> None:
+    # a stack whose profile names no extra passes
+    assert _rs("pytorch-fsdp").software.optimizer_passes is None
+    assert optimizer_bytes_per_param(_rs("pytorch-fsdp")) == 28
+
+
+def test_megatron_passes_add_their_traffic() -> None:
+    # grad copy 2 + 4 (+2: the update reads fp32), unscale 8, norm 4, weight copy 4, zero 2
+    assert optimizer_bytes_per_param(_rs("megatron-lm-2021")) == 28 + 8 + 8 + 4 + 4 + 2
+    # bf16 has no loss scaler, so no unscale pass
+    bf16 = _rs("megatron-core", precision="bf16", grad_reduce_dtype="bf16")
+    assert optimizer_bytes_per_param(bf16) == 28 + 8 + 4 + 4 + 2
+    # fp32 main gradients need no copy: the update reads them anyway
+    fp32g = _rs("megatron-core", precision="bf16", grad_reduce_dtype="fp32")
+    assert optimizer_bytes_per_param(fp32g) == (4 + 24 + 2) + 4 + 4 + 4
+
+
+def test_the_engine_charges_the_traffic_at_memory_bandwidth() -> None:
+    fused, meg = _rs("pytorch-fsdp"), _rs("megatron-lm-2021")
+    t_fused = run_engine(fused).classes[0].acc["optimizer"]
+    t_meg = run_engine(meg).classes[0].acc["optimizer"]
+    assert t_fused > 0
+    # the same shard, so the time grows with the bytes (a fixed launch cost aside)
+    assert stage_params(fused, 0) == stage_params(meg, 0)
+    assert t_meg / t_fused == pytest.approx(54 / 28, rel=0.02)
