@@ -3,10 +3,10 @@
 A pipeline whose passes are analytic (every collective in them timed in closed form) and whose
 sends block the compute stream is a max-plus system: each pass starts at the later of its
 stage's previous work and its input's arrival, lasts a fixed time, and its send arrives a fixed
-time later. This module walks the pipeline schedule of every rank class in dependency order and
-computes those times directly, booking each interval to the category the event engine books it
-to, then the step's tail (the gradient reduction after the pipeline, the optimizer, the
-parameter gather of ZeRO-1/2) and the data loader the same way.
+time later. This module builds that system from the schedule of every rank class, solves it
+with :mod:`.maxplus` (numpy, a stage at a time), books each interval to the category the event
+engine books it to, then adds the step's tail (the gradient reduction after the pipeline, the
+optimizer, the parameter gather of ZeRO-1/2) and the data loader the same way.
 
 A transfer's fixed time is the one it has alone on its links. The walk records when each
 transfer holds each link, and the answer stands only if no two of them ever share a link at
@@ -22,12 +22,15 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
+import numpy as np
+
 from ..config.scenario import ResolvedScenario
 from ..network.flows import Link
 from ..workload.comm import gather_bytes_per_param, grad_bytes_per_param, pp_message_bytes
 from .compute import Program
+from .maxplus import StagePasses, solve
 from .results import EngineResult, RankResult
-from .schedule import schedule
+from .schedule import schedule_arrays
 from .setup import PROGRAMS
 from .sim import Simulation
 
@@ -51,8 +54,6 @@ class _Busy:
                 self.sources[id(ln)].append((starts, ends))
 
     def clear(self) -> bool:
-        import numpy as np
-
         for sources in self.sources.values():
             if len(sources) < 2:
                 continue
@@ -143,14 +144,13 @@ class _Walk:
             self.busy.add(links, got, dur)
         return t
 
-    def _shapes(self, s: int) -> tuple[list, dict[tuple[str, int, bool], int], list[tuple]]:
-        """Stage ``s``'s schedule and the few distinct passes it runs. A pass shape is
+    def _shapes(self, s: int) -> tuple[dict[tuple[str, int, bool], int], list[tuple]]:
+        """The few distinct passes stage ``s`` runs. A pass shape is
         (needs input, input key offset, program durations, send or None, program runs); a send
         is (route, α, solo time, key offset at the receiver, receiving stage). Keys are
         ``mb · stride + offset``."""
         sim = self.sim
         p, v = sim.p, sim.v
-        order = schedule(sim.rs.parallelism.pp_schedule.kind, s, p, sim.m, v)
         rank = sim.ranks[s]
 
         def eff(prog: Program) -> Program:
@@ -198,7 +198,7 @@ class _Walk:
                         send = (route, alpha, dur, self._offset(fwd, dst[1], dst[0]), dst[0])
                     index[(kind, ch, sync)] = len(shapes)
                     shapes.append((needs, self._offset(fwd, ch, s), durs, send, runs))
-        return order, index, shapes
+        return index, shapes
 
     def _offset(self, fwd: bool, ch: int, stage: int) -> int:
         return (ch * self.sim.p + stage) * 2 + (1 if fwd else 0)
@@ -212,103 +212,61 @@ class _Walk:
             self._routes.append((links, alpha, _solo(links, self._msg), []))  # send starts
         return got
 
+    def _passes(self, s: int) -> tuple[StagePasses, np.ndarray, list[tuple]]:
+        """Stage ``s``'s passes as the solver takes them, each pass's shape, and the shapes."""
+        sim, v = self.sim, self.sim.v
+        _index, shapes = self._shapes(s)
+        fwd, mb, ch = schedule_arrays(sim.rs.parallelism.pp_schedule.kind, s, sim.p, sim.m, v)
+        # _shapes numbers the forwards by chunk, then the backwards by (chunk, sync): a chunk's
+        # last backward is the one that synchronises
+        last = np.zeros(v, dtype=mb.dtype)
+        np.maximum.at(last, ch[~fwd], mb[~fwd])
+        sid = np.where(fwd, ch, v + 2 * ch + (mb == last[ch]))
+        stride = v * sim.p * 2
+        need = np.array([sh[1] if sh[0] else -1 for sh in shapes])[sid]
+        sends = [sh[3] for sh in shapes]
+        cost = np.array([0.0 if x is None else x[1] + x[2] for x in sends])[sid]
+        to = np.array([-1 if x is None else x[3] for x in sends])[sid]
+        hold = np.array([sum(sh[2]) for sh in shapes])[sid] + cost
+        passes = StagePasses(
+            hold=hold,
+            need=np.where(need >= 0, mb * stride + need, -1),
+            sends=np.where(to >= 0, mb * stride + to, -1),
+            send_cost=cost,
+            targets=tuple({x[4] for x in sends if x is not None}),
+        )
+        return passes, sid, shapes
+
     def run(self) -> EngineResult | None:
         sim = self.sim
         p = sim.p
         self._msg = pp_message_bytes(sim.rs)
         self._routes: list[tuple[list[tuple[Link, float]], float, float, list[float]]] = []
         self._route_index: dict[tuple[int, int], int] = {}
-        stride = sim.v * p * 2
-        plans = [self._shapes(s) for s in range(p)]
-        last_b = []
-        for order, _index, _shapes in plans:
-            lb: dict[int, int] = {}
-            for kind, mb, ch in order:
-                if kind == "B":
-                    lb[ch] = mb
-            last_b.append(lb)
+        built = [self._passes(s) for s in range(p)]
+        times = solve([b[0] for b in built], sim.m * sim.v * p * 2)
+        if times is None:
+            return None  # not settled (a deadlock never does): the event engine decides
         results = {r: RankResult(r, sim.lay.coords(r)[3]) for r in sim.ranks}
-        # Per stage, flat lists the loop below indexes: each op's shape and micro-batch, and
-        # per shape its input key offset (-1: none), its length, and its send.
-        v = sim.v
-        ops: list[tuple[list[int], list[int]]] = []
-        counts: list[list[int]] = []
-        for (order, index, shapes), lb in zip(plans, last_b, strict=True):
-            # _shapes numbers the forwards by chunk, then the backwards by (chunk, sync)
-            assert index[("F", v - 1, False)] == v - 1 and index[("B", 0, True)] == v + 1
-            sids = [c if k == "F" else v + 2 * c + (mb == lb[c]) for k, mb, c in order]
-            ops.append((sids, [mb for _k, mb, _c in order]))
-            counts.append([sids.count(j) for j in range(len(shapes))])
-        # Per shape: its input key offset (-1: none), its length and its send.
-        need = [[sh[1] if sh[0] else -1 for sh in pl[2]] for pl in plans]
-        dur = [[sum(sh[2]) for sh in pl[2]] for pl in plans]
-        sends = [[sh[3] for sh in pl[2]] for pl in plans]
-        now = [0.0] * p
-        pos = [0] * p
-        bubble = [0.0] * p
-        comm_pp = [0.0] * p
-        arrival: dict[int, tuple[float, float]] = {}  # key -> (sent, delivered)
-        pop = arrival.pop
-        starts = [r[3] for r in self._routes]
-        waiting = [-1] * p  # the input key a stage stopped at
-        ready = list(range(p - 1, -1, -1))
-        while ready:
-            s = ready.pop()
-            sids, mbs = ops[s]
-            i = start = pos[s]
-            n = len(sids)
-            nd, du, se = need[s], dur[s], sends[s]
-            t = now[s]
-            b = c = 0.0
-            while i < n:
-                sid = sids[i]
-                off = nd[sid]
-                if off >= 0:
-                    key = mbs[i] * stride + off
-                    got = pop(key, None)
-                    if got is None:
-                        waiting[s] = key  # resumed by the send that delivers it
-                        break
-                    sent, done = got
-                    if done > t:
-                        split = min(max(sent, t), done)
-                        b += split - t
-                        c += done - split
-                        t = done
-                t += du[sid]
-                snd = se[sid]
-                if snd is not None:
-                    route, alpha, d, doff, dst = snd
-                    t1 = t + alpha
-                    starts[route].append(t1)
-                    end = t1 + d
-                    key = mbs[i] * stride + doff
-                    arrival[key] = (t, end)
-                    if waiting[dst] == key:
-                        waiting[dst] = -1
-                        ready.append(dst)
-                    c += end - t  # a blocking send
-                    t = end
-                i += 1
-            self.ops += i - start
-            pos[s] = i
-            now[s] = t
-            bubble[s] += b
-            comm_pp[s] += c
-        if any(pos[s] < len(ops[s][0]) for s in range(p)):
-            raise RuntimeError("pipeline schedule deadlocked")
-        for s in range(p):
+        for s, ((_passes, sid, shapes), got) in enumerate(zip(built, times, strict=True)):
+            self.ops += len(sid)
             rank = sim.ranks[s]
             acc = results[rank].acc
-            for (_n, _o, _d, _snd, runs), k in zip(plans[s][2], counts[s], strict=True):
-                for prog, reps in runs:
+            for j, (k, sh) in enumerate(
+                zip(np.bincount(sid, minlength=len(shapes)), shapes, strict=True)
+            ):
+                for prog, reps in sh[4]:
                     for cat, dt in prog.categories.items():
-                        acc[cat] += dt * reps * k
-            acc["pp_bubble"] += bubble[s]
-            acc["comm_pp"] += comm_pp[s]
-            self._tail(s, rank, results[rank], now[s])
+                        acc[cat] += dt * reps * int(k)
+                if sh[3] is not None and k:
+                    route, _alpha, d = sh[3][:3]
+                    self._routes[route][3].append(got.ends[sid == j] - d)
+            acc["pp_bubble"] += got.bubble
+            acc["comm_pp"] += got.comm
+            self._tail(s, rank, results[rank], float(got.ends[-1]) if len(got.ends) else 0.0)
         for links, _alpha, d, route_starts in self._routes:
-            self.busy.add(links, route_starts, d)
+            if route_starts:
+                self.busy.add(links, list(np.concatenate(route_starts)), d)
         if not self.busy.clear():
             return None
         return self._finish(results)
@@ -374,14 +332,21 @@ def run_direct(rs: ResolvedScenario) -> EngineResult | None:
     return _Walk(sim).run() if _in_domain(sim) else None
 
 
-def run_symmetric(rs: ResolvedScenario) -> EngineResult:
-    """One symmetric-mode run: without the event queue where that is exact, else event by
-    event (on the same set-up when the walk was not tried)."""
+def walk_or_simulation(rs: ResolvedScenario) -> EngineResult | Simulation:
+    """The walk's result where it is exact, else a fresh :class:`Simulation` of ``rs`` to run
+    (built once when the walk was not tried)."""
     sim = Simulation(rs)
     if not _in_domain(sim):
-        return sim.run()
+        return sim
     res = _Walk(sim).run()
-    return res if res is not None else Simulation(rs).run()
+    return res if res is not None else Simulation(rs)
 
 
-__all__ = ["run_direct", "run_symmetric"]
+def run_symmetric(rs: ResolvedScenario) -> EngineResult:
+    """One symmetric-mode run: without the event queue where that is exact, else event by
+    event."""
+    got = walk_or_simulation(rs)
+    return got if isinstance(got, EngineResult) else got.run()
+
+
+__all__ = ["run_direct", "run_symmetric", "walk_or_simulation"]

@@ -18,9 +18,10 @@ the reference. GPipe is always simulated in full (see :func:`run_periodic`).
 The data loader runs beside the step, so it is extrapolated on its own and the data stall
 recomputed at ``m`` (a maximum of two affine functions is not affine).
 
-Every run here, a sample or the whole step, goes through :func:`.direct.run_symmetric`: without
-the event queue where that is exact (blocking pipeline sends, no overlapped DP), else event by
-event.
+Where the direct walk is exact (blocking pipeline sends, no overlapped DP: see
+:mod:`.direct`) it gives the whole step at once, for about the cost of one sample, so nothing is
+extrapolated. Elsewhere every run, a sample or the whole step, goes through
+:func:`.direct.run_symmetric`.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from dataclasses import replace
 
 from ..config.scenario import ResolvedScenario
 from .direct import run_symmetric as _run
+from .direct import walk_or_simulation
 from .sim import CATEGORIES, EngineResult, RankResult
 
 # Relative tolerance of the affine check: the engine's times are sums of floats.
@@ -97,13 +99,16 @@ def run_periodic(rs: ResolvedScenario) -> EngineResult:
     (see the module docstring), else by simulating every micro-batch."""
     m = rs.micro_batches
     v = rs.parallelism.virtual_stages
+    first = walk_or_simulation(rs)
+    if isinstance(first, EngineResult):
+        return first  # the walk's cost hardly depends on m: samples would cost as much
     if rs.parallelism.pp_schedule.kind == "gpipe":
         # GPipe runs every forward before any backward, so nothing holds a fast stage or
         # stream back and its queues (pipeline sends, ZeRO-3 reduce-scatters) grow with m: the
         # step is affine only piecewise, with a bend anywhere up to m (a layout with a slower
         # last stage changed slope by 1.6% at 19 of 34 micro-batches). 1F1B and the interleaved
         # schedule bound what is in flight, so past their warm-up they settle into a period.
-        return _run(rs)
+        return first.run()
     quantum = rs.pp if v > 1 else 1  # the interleaved schedule runs micro-batches PP at a time
     # 1F1B: every stage has its full warm-up from PP-1 micro-batches on and the idle categories
     # settle one micro-batch later; the interleaved schedule's warm-up spans its chunks, so it
@@ -128,7 +133,7 @@ def run_periodic(rs: ResolvedScenario) -> EngineResult:
             steps = (m - counts[2]) / (counts[2] - counts[1])
             return replace(_extrapolate(res[1], res[2], steps), events=sum(r.events for r in res))
         m1 *= 2
-    return _run(rs)
+    return first.run()
 
 
 __all__ = ["AFFINE_TOL", "run_periodic"]

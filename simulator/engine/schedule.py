@@ -7,6 +7,11 @@ Each entry is ``(kind, micro_batch, chunk)`` with kind "F" or "B"; ``chunk`` is 
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import numpy as np
+
 Step = tuple[str, int, int]
 
 
@@ -49,6 +54,37 @@ def schedule(kind: str, stage: int, p: int, m: int, v: int = 1) -> list[Step]:
     if kind == "interleaved" and v > 1:
         return interleaved(stage, p, m, v)
     return one_f_one_b(stage, p, m)
+
+
+def schedule_arrays(
+    kind: str, stage: int, p: int, m: int, v: int = 1
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`schedule` as arrays: whether each entry is a forward, its micro-batch, its chunk."""
+    import numpy as np
+
+    if kind == "interleaved" and v > 1 and p > 1:
+        k = np.arange(m * v)
+        mb = (k // (p * v)) * p + k % p
+        ch = (k // p) % v
+        f = (mb, ch)
+        b = (mb, v - 1 - ch)
+        warmup = min((p - stage - 1) * 2 + (v - 1) * p, m * v)
+    else:
+        mb = np.arange(m)
+        zero = np.zeros(m, dtype=mb.dtype)
+        f = b = (mb, zero)
+        warmup = m if kind == "gpipe" else min(p - stage - 1, m)
+    n = len(f[0])
+    steady = n - warmup
+    fwd = np.concatenate(
+        (np.ones(warmup, bool), np.tile([True, False], steady), np.zeros(n - steady, bool))
+    )
+    out = []
+    for xf, xb in zip(f, b, strict=True):
+        mid = np.empty(2 * steady, dtype=xf.dtype)
+        mid[0::2], mid[1::2] = xf[warmup:], xb[:steady]
+        out.append(np.concatenate((xf[:warmup], mid, xb[steady:])))
+    return fwd, out[0], out[1]
 
 
 def bubble_fraction(kind: str, p: int, m: int, v: int = 1) -> float:
