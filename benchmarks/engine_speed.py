@@ -16,9 +16,15 @@
     bookkeeping events. Also printed: bare SimPy's timeouts/s on this machine, measured in
     the same run. Goal: >= 200,000 events/s.
 
+(c) Issue 13's goals as ratios measured in the same run (``engine_goals.py``): symmetric mode
+    against the event-by-event engine per case, a default ``simulate`` against the scenario
+    alone, a cold CLI process, full mode against bare SimPy and its growth with GPUs, and with
+    ``--full-16k`` 16,384 GPUs in full mode.
+
 Usage::
 
-    python benchmarks/engine_speed.py                 # both parts, N=3
+    python benchmarks/engine_speed.py                 # all parts, N=3
+    python benchmarks/engine_speed.py --full-16k      # and 16,384 GPUs in full mode
     python benchmarks/engine_speed.py --skip-full     # symmetric part only
     python benchmarks/engine_speed.py --schedule interleaved --recompute full
     python -m cProfile -s cumtime benchmarks/engine_speed.py --skip-full -n 1 | head -60
@@ -183,6 +189,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--full-repeat", type=int, default=3, help="timed full-mode runs, best taken (3)"
     )
+    ap.add_argument("--skip-goals", action="store_true", help="leave out part (c)")
+    ap.add_argument(
+        "--full-16k", action="store_true", help="(c) also runs 16,384 GPUs in full mode (~30 s)"
+    )
     args = ap.parse_args(argv)
 
     print(
@@ -276,6 +286,17 @@ def main(argv: list[str] | None = None) -> int:
                 f"symmetric mode: {sym.step_time_s:.3f} s / {sym.mfu:.3f}",
             ),
         ]
+
+    if not args.skip_goals:
+        # (c) issue 13's goals, each as a ratio measured in this run (engine_goals.py)
+        import engine_goals as goals
+
+        bare_rate = bare_simpy_rate()
+        rows += goals.symmetric_rows(args.repeat)
+        rows += goals.default_and_cold_rows(args.repeat)
+        rows += goals.full_rows(min(args.full_repeat, 2), 256, 1024, bare_rate)
+        if args.full_16k:
+            rows += goals.sixteen_k_rows()
 
     w0 = max(len(r[0]) for r in rows)
     w1 = max(len(r[1]) for r in rows)

@@ -5,9 +5,9 @@ For each case: CPU seconds of the event-by-event simulation (``run_engine``) and
 one (``run_periodic``, what ``simulate`` uses), measured in the same run (best of ``-n``), the
 speed-up, the path taken (``walk``: the max-plus walk of the whole step; ``extr``: event-engine
 samples extrapolated; ``full``: every micro-batch event by event), and the largest difference
-in step time or any idle category (as a share of the step). Then the cost of a default ``simulate`` (with its
-scaling reference) relative to the scenario alone, and the CPU time of a cold
-``clustersim simulate`` process.
+in step time or any idle category (as a share of the step). Then the cost of a default
+``simulate`` (with its scaling reference) relative to the scenario alone, and the CPU time of a
+cold ``clustersim simulate`` process.
 
 Usage::
 

@@ -27,6 +27,7 @@ from ..workload.ops import (
     layer_ops,
     pp_recv_ops,
 )
+from .clock import BucketEnvironment
 from .comm import Comm, Job, Stream
 from .compute import OpTimer, Program, build_program, twin_suffixes
 from .results import STREAMS, RankResult
@@ -64,7 +65,7 @@ class SimulationBase(LinkSharing):
     def __init__(self, rs: ResolvedScenario, full: bool = False, trace: bool = False) -> None:
         self.rs = rs
         self.full = full
-        self.env = simpy.Environment()
+        self.env = BucketEnvironment()
         self.topo = Topology(rs)
         self.lay = self.topo.layout
         self.net = FlowNetwork(self.env, self._capacity)
