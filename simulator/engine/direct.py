@@ -20,19 +20,21 @@ the event engine runs; it stays the reference.
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Any
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from ..config.scenario import ResolvedScenario
 from ..network.flows import Link
 from ..workload.comm import gather_bytes_per_param, grad_bytes_per_param, pp_message_bytes
 from .compute import Program
-from .maxplus import StagePasses, solve
 from .results import EngineResult, RankResult
 from .schedule import schedule_arrays
 from .setup import PROGRAMS
 from .sim import Simulation
+
+if TYPE_CHECKING:  # numpy loads with the walk, not with the simulate path
+    import numpy as np
+
+    from .maxplus import StagePasses
 
 
 class _Busy:
@@ -54,6 +56,8 @@ class _Busy:
                 self.sources[id(ln)].append((starts, ends))
 
     def clear(self) -> bool:
+        import numpy as np
+
         for sources in self.sources.values():
             if len(sources) < 2:
                 continue
@@ -214,6 +218,10 @@ class _Walk:
 
     def _passes(self, s: int) -> tuple[StagePasses, np.ndarray, list[tuple]]:
         """Stage ``s``'s passes as the solver takes them, each pass's shape, and the shapes."""
+        import numpy as np
+
+        from .maxplus import StagePasses
+
         sim, v = self.sim, self.sim.v
         _index, shapes = self._shapes(s)
         fwd, mb, ch = schedule_arrays(sim.rs.parallelism.pp_schedule.kind, s, sim.p, sim.m, v)
@@ -238,6 +246,10 @@ class _Walk:
         return passes, sid, shapes
 
     def run(self) -> EngineResult | None:
+        import numpy as np
+
+        from .maxplus import solve
+
         sim = self.sim
         p = sim.p
         self._msg = pp_message_bytes(sim.rs)
