@@ -260,11 +260,11 @@ def _accuracy() -> Any:
 BANDS = {
     "sc21-1f1b": 0.10,
     "sc21-interleaved": 0.12,
-    "korthikanti-table5": 0.06,
+    "korthikanti-table5": 0.05,
     "korthikanti-table4": 0.05,
-    "llmfoundry-a100-80gb": 0.09,
-    "llmfoundry-a100-40gb": 0.17,
-    "llmfoundry-h100-80gb": 0.13,
+    "llmfoundry-a100-80gb": 0.08,
+    "llmfoundry-a100-40gb": 0.14,
+    "llmfoundry-h100-80gb": 0.09,
     "nccl-tests": 0.40,
     "h100-eager-layers": 0.06,
 }

@@ -85,6 +85,11 @@ class SoftwareProfile(_Profile):
         "GPU profile with attention_flash3_max; elsewhere the flash2-class figure is used)",
     )
     overlap: StackOverlap
+    attention_repack: Flag | None = Field(
+        default=None,
+        description="flash attention through its variable-length entry point: Q, K and V "
+        "gathered into packed tensors and the output scattered back, each way (none: no)",
+    )
     host_us_per_kernel: Num = Field(
         description="host (CPU) time to issue one kernel, microseconds: a pass whose kernels "
         "are shorter than this is paced by the host"

@@ -37,6 +37,7 @@ class Op:
     # pass runs the two products dIn = dOut @ w^T and dW = in^T @ dOut.
     dims: tuple[int, int, int, int] | None = None
     backward: bool = False
+    backward_bytes: float | None = None  # memory traffic of its backward where not 2x forward
 
 
 def tokens_per_rank(rs: ResolvedScenario) -> int:
@@ -89,19 +90,51 @@ def _weight_casts(rs: ResolvedScenario) -> list[Op]:
     return [Op("autocast_weight_cast", "memory", bytes=6.0 * weights)]
 
 
-def _residual(rs: ResolvedScenario, act: float) -> list[Op]:
-    """Dropout of a block's output and the residual add (``act``: bytes of one hidden-state
-    tensor): one kernel when the stack fuses bias, dropout and add (read both, write one, plus
+def residual_bytes(rs: ResolvedScenario) -> int:
+    """Bytes per element of the residual stream. Under autocast over fp32 working weights (FSDP
+    gathering fp32 parameters, Composer's 'DEFAULT') the embedding's output is fp32 and adding
+    a 16-bit branch output to it promotes the sum to fp32 (PyTorch's type promotion), so the
+    stream between the blocks stays fp32; otherwise it has the activations' width."""
+    tr = rs.training
+    if tr.param_gather_dtype == "fp32" and tr.precision != "fp32":
+        return 4
+    return act_bytes(rs)
+
+
+def _norm(rs: ResolvedScenario, name: str, elements: float) -> Op:
+    """A norm reads the residual stream and writes its 16-bit (or fp32) output."""
+    return Op(name, "memory", bytes=elements * (residual_bytes(rs) + act_bytes(rs)))
+
+
+def _residual(rs: ResolvedScenario, elements: float) -> list[Op]:
+    """Dropout of a block's output and the residual add over ``elements``: one kernel when the
+    stack fuses bias, dropout and add (read the stream and the branch, write the stream, plus
     the dropout mask), else a dropout kernel and an add kernel."""
+    a, r = act_bytes(rs), residual_bytes(rs)
+    add = elements * (2 * r + a)
     if not rs.model.dropout:
-        return [Op("residual_add", "memory", bytes=3 * act)]
-    mask = act / act_bytes(rs)  # one byte per element
+        return [Op("residual_add", "memory", bytes=add)]
+    mask = elements  # one byte per element
     if rs.software.fusion.bias_dropout_add.value:
-        return [Op("bias_dropout_add", "memory", bytes=3 * act + mask)]
+        return [Op("bias_dropout_add", "memory", bytes=add + mask)]
     return [
-        Op("dropout", "memory", bytes=2 * act + mask),
-        Op("residual_add", "memory", bytes=3 * act),
+        Op("dropout", "memory", bytes=2 * a * elements + mask),
+        Op("residual_add", "memory", bytes=add),
     ]
+
+
+def _repack(rs: ResolvedScenario, q: float, kv: float) -> list[Op]:
+    """A stack that runs flash attention through its variable-length entry point copies Q, K
+    and V into packed tensors (a gather: read and write each) and the output back into the
+    padded batch (write zeros, then copy: three passes); the backward scatters the three
+    gradients into zeroed tensors (three passes each) and gathers the output's (two). ``q``
+    and ``kv`` are the bytes of Q (and the output) and of K or V."""
+    sw = rs.software.attention_repack
+    if sw is None or not sw.value:
+        return []
+    fwd = 2 * (q + 2 * kv) + 3 * q
+    bwd = 3 * (q + 2 * kv) + 2 * q
+    return [Op("attention_repack", "memory", bytes=fwd, backward_bytes=bwd)]
 
 
 def layer_ops(rs: ResolvedScenario) -> list[Op]:
@@ -118,7 +151,7 @@ def layer_ops(rs: ResolvedScenario) -> list[Op]:
     n_in = 2 if m.mlp == "swiglu" else 1
     ops: list[Op] = _weight_casts(rs)
     ops += [
-        Op("attn_norm", "memory", bytes=2 * norm_tokens * h * a),
+        _norm(rs, "attn_norm", norm_tokens * h),
         *_tp_comm(rs, "tp_attn_in", act, closing=False),
         _gemm("qkv_proj", 1, T, (h + 2 * kv) // t, h),
     ]
@@ -137,6 +170,7 @@ def layer_ops(rs: ResolvedScenario) -> list[Op]:
     qkvo_bytes = T * (2 * h + 2 * kv) * a / t
     if rs.training.flash_attention:
         ops.append(Op("attention", "attention", flops=core, bytes=qkvo_bytes))
+        ops += _repack(rs, T * h * a / t, T * kv * a / t)
     else:
         heads = m.heads // t
         scores = rs.training.micro_batch * heads * (s // rs.cp) * s * a
@@ -148,14 +182,14 @@ def layer_ops(rs: ResolvedScenario) -> list[Op]:
     ops += [
         _gemm("out_proj", 1, T, h, h // t),
         *_tp_comm(rs, "tp_attn_out", act, closing=True),
-        *_residual(rs, norm_tokens * h * a),
-        Op("mlp_norm", "memory", bytes=2 * norm_tokens * h * a),
+        *_residual(rs, norm_tokens * h),
+        _norm(rs, "mlp_norm", norm_tokens * h),
         *_tp_comm(rs, "tp_mlp_in", act, closing=False),
         _gemm("mlp_up", 1, T, n_in * f // t, h),
         Op("activation", "memory", bytes=(n_in + 1) * T * f * a / t),
         _gemm("mlp_down", 1, T, h, f // t),
         *_tp_comm(rs, "tp_mlp_out", act, closing=True),
-        *_residual(rs, norm_tokens * h * a),
+        *_residual(rs, norm_tokens * h),
     ]
     return ops
 
@@ -178,7 +212,7 @@ def embedding_ops(rs: ResolvedScenario) -> list[Op]:
     T = tokens_per_rank(rs)
     h = rs.model.hidden
     a = act_bytes(rs)
-    ops = [Op("embedding", "memory", bytes=2 * T * h * a)]
+    ops = [Op("embedding", "memory", bytes=T * h * (a + residual_bytes(rs)))]
     ops += _tp_comm(rs, "tp_embedding", T * h * a, closing=True)
     return ops
 
@@ -204,7 +238,7 @@ def head_ops(rs: ResolvedScenario) -> list[Op]:
     a = act_bytes(rs)
     norm_tokens = T // t if rs.parallelism.sequence_parallel else T
     ops = [
-        Op("final_norm", "memory", bytes=2 * norm_tokens * m.hidden * a),
+        _norm(rs, "final_norm", norm_tokens * m.hidden),
         *_tp_comm(rs, "tp_head_in", T * m.hidden * a, closing=False),
         _gemm("logits", 1, T, m.vocab // t, m.hidden),
         # fp32 softmax over the vocabulary shard: read logits, write probabilities, read back.
@@ -238,7 +272,7 @@ def backward_op(op: Op) -> Op:
         op.name + "_bwd",
         op.kind,
         flops=2 * op.flops,
-        bytes=2 * op.bytes,
+        bytes=2 * op.bytes if op.backward_bytes is None else op.backward_bytes,
         dims=op.dims,
         backward=True,
     )

@@ -1,0 +1,64 @@
+"""Memory traffic an eager PyTorch stack adds around the GEMMs: the fp32 residual stream under
+autocast over fp32 weights, and the packing of Q, K and V around a variable-length flash
+attention call (llm-foundry's flash_attn_fn)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from simulator.config.loading import resolve_dict
+from simulator.workload.ops import backward_ops, layer_ops, residual_bytes, tokens_per_rank
+
+BASE: dict[str, Any] = {
+    "name": "eager",
+    "cluster": {
+        "gpu": "h100-sxm-80gb",
+        "gpus_per_node": 8,
+        "nodes": 1,
+        "fabric": "nvlink4-nvswitch",
+    },
+    "model": {"layers": 4, "hidden": 2048, "heads": 16, "vocab": 32000, "dropout": False},
+    "training": {"seq_len": 2048, "global_batch": 8, "micro_batch": 1, "precision": "bf16"},
+    "parallelism": {"sharding": {"kind": "fsdp"}},
+    "software": "pytorch-fsdp",
+}
+
+
+def _rs(software: str = "pytorch-fsdp", **training: Any) -> Any:
+    data = {**BASE, "software": software, "training": {**BASE["training"], **training}}
+    return resolve_dict(data)
+
+
+def _op(ops: list[Any], name: str) -> Any:
+    (op,) = [o for o in ops if o.name == name]
+    return op
+
+
+def test_autocast_over_fp32_weights_keeps_an_fp32_residual_stream() -> None:
+    pure = _rs(param_gather_dtype="bf16")
+    amp = _rs(param_gather_dtype="fp32")
+    assert residual_bytes(pure) == 2 and residual_bytes(amp) == 4
+    n = tokens_per_rank(amp) * amp.model.hidden
+    for rs, r in ((pure, 2), (amp, 4)):
+        ops = layer_ops(rs)
+        # a norm reads the stream and writes 16 bits; an add reads both, writes the stream
+        assert _op(ops, "attn_norm").bytes == n * (r + 2)
+        adds = [o for o in ops if o.name == "residual_add"]
+        assert len(adds) == 2 and all(o.bytes == n * (2 * r + 2) for o in adds)
+    extra = sum(o.bytes for o in layer_ops(amp)) - sum(o.bytes for o in layer_ops(pure))
+    casts = _op(layer_ops(amp), "autocast_weight_cast").bytes
+    assert extra == pytest.approx(casts + n * (2 * 2 + 2 * 4))  # two norms, two adds
+
+
+def test_variable_length_attention_packs_and_unpacks_each_way() -> None:
+    rs = _rs()
+    x = tokens_per_rank(rs) * rs.model.hidden * 2  # bytes of Q, K, V or the output (MHA)
+    fwd = _op(layer_ops(rs), "attention_repack")
+    assert fwd.bytes == 9 * x  # gather Q, K, V (2 each); zeros + copy of the output (3)
+    bwd = _op(backward_ops(layer_ops(rs)), "attention_repack_bwd")
+    assert bwd.bytes == 11 * x  # zeros + scatter of three gradients (3 each); a gather (2)
+    assert not [o for o in layer_ops(_rs("megatron-core")) if o.name == "attention_repack"]
+    unfused = _rs(flash_attention=False)
+    assert not [o for o in layer_ops(unfused) if o.name == "attention_repack"]
