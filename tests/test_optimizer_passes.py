@@ -37,7 +37,7 @@ BASE: dict[str, Any] = {
 }
 
 
-def _rs(software: str, **training: Any) -> Any:
+def _rs(software: Any, **training: Any) -> Any:
     data = {**BASE, "training": {**BASE["training"], **training}, "software": software}
     return resolve_dict(data)
 
@@ -67,3 +67,20 @@ def test_the_engine_charges_the_traffic_at_memory_bandwidth() -> None:
     # the same shard, so the time grows with the bytes (a fixed launch cost aside)
     assert stage_params(fused, 0) == stage_params(meg, 0)
     assert t_meg / t_fused == pytest.approx(54 / 28, rel=0.02)
+
+
+def test_megatron_adds_every_backward_into_the_gradient_buffer() -> None:
+    """Megatron-LM 2021's DDP hook adds each backward's 16-bit weight gradients into the
+    persistent buffer (read both, write the buffer): a memory-bound pass per layer and per
+    micro-batch, which a stack that accumulates inside the GEMM does not make."""
+    from simulator.engine.sim import Simulation
+
+    off = {"value": False, "source": "test: accumulated inside the GEMM"}
+    meg = Simulation(_rs("megatron-lm-2021"))
+    fused = Simulation(_rs({"profile": "megatron-lm-2021", "grad_accumulate_add": off}))
+    per_param = 2 * 2 + 2  # 16-bit buffer read and written, the fresh gradient read
+    expect = meg.timer.memory_time(meg.layer_params * per_param)
+    assert meg.p_bwd.duration - fused.p_bwd.duration == pytest.approx(expect, rel=1e-9)
+    assert meg.p_fwd.duration == fused.p_fwd.duration
+    head = meg.timer.memory_time(meg.head_params * per_param) if meg.head_params else 0.0
+    assert meg.p_head_b.duration - fused.p_head_b.duration == pytest.approx(head, rel=1e-9)

@@ -90,6 +90,12 @@ class SoftwareProfile(_Profile):
         description="flash attention through its variable-length entry point: Q, K and V "
         "gathered into packed tensors and the output scattered back, each way (none: no)",
     )
+    grad_accumulate_add: Flag | None = Field(
+        default=None,
+        description="every backward pass adds the fresh weight gradients into the persistent "
+        "gradient buffer in a kernel of its own (read both, write the buffer) instead of "
+        "inside the weight-gradient GEMM (none: no)",
+    )
     host_us_per_kernel: Num = Field(
         description="host (CPU) time to issue one kernel, microseconds: a pass whose kernels "
         "are shorter than this is paced by the host"

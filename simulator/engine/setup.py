@@ -175,6 +175,19 @@ class SimulationBase(LinkSharing):
         emb = embedding_ops(rs)
         head = head_ops(rs)
         p_emb_b, p_head_b = prog(backward_ops(emb)), prog(backward_ops(head))
+        acc = rs.software.grad_accumulate_add
+        if acc is not None and acc.value:
+            # Every backward adds its weight gradients (16-bit, or fp32 under fp32 training)
+            # into the buffer the DP reduction reads: read both, write the buffer.
+            fresh = 4.0 if rs.training.precision == "fp32" else 2.0
+            per_param = 2 * grad_bytes_per_param(rs) + fresh
+            for p, params in (
+                (p_bwd, self.layer_params),
+                (p_emb_b, self.emb_params),
+                (p_head_b, self.head_params),
+            ):
+                if params > 0:
+                    p.extend(prog([Op("grad_accumulate", "memory", bytes=params * per_param)]))
 
         # The backward passes that produce the step's gradients (a chunk's last micro-batch:
         # under gradient accumulation DDP's hooks fire only then). With bucket copies, each
