@@ -264,7 +264,7 @@ BANDS = {
     "korthikanti-table4": 0.05,
     "llmfoundry-a100-80gb": 0.08,
     "llmfoundry-a100-40gb": 0.14,
-    "llmfoundry-h100-80gb": 0.09,
+    "llmfoundry-h100-80gb": 0.08,
     "nccl-tests": 0.40,
     "h100-eager-layers": 0.06,
 }

@@ -26,7 +26,7 @@ BASE: dict[str, Any] = {
 }
 
 
-def _rs(software: str = "pytorch-fsdp", **training: Any) -> Any:
+def _rs(software: Any = "pytorch-fsdp", **training: Any) -> Any:
     data = {**BASE, "software": software, "training": {**BASE["training"], **training}}
     return resolve_dict(data)
 
@@ -62,3 +62,22 @@ def test_variable_length_attention_packs_and_unpacks_each_way() -> None:
     assert not [o for o in layer_ops(_rs("megatron-core")) if o.name == "attention_repack"]
     unfused = _rs(flash_attention=False)
     assert not [o for o in layer_ops(unfused) if o.name == "attention_repack"]
+
+
+def test_fsdp1_copies_each_layers_gradients_into_the_flat_parameter() -> None:
+    """FSDP1's weights are split views of the flat parameter, so every backward cats the
+    unit's gradients into one flat tensor (read and write, in the gathered dtype) before the
+    reduce-scatter; with the stack's copy turned off, or without ZeRO-3/FSDP, there is none."""
+    from simulator.engine.sim import Simulation
+
+    off = {"profile": "pytorch-fsdp", "grad_flatten_copy": {"value": False, "source": "test"}}
+    for dtype, width in (("fp32", 4), ("bf16", 2)):
+        on = Simulation(_rs(param_gather_dtype=dtype))
+        base = Simulation(_rs(off, param_gather_dtype=dtype))
+        expect = on.timer.memory_time(2 * width * on.layer_params)
+        assert on.p_bwd.duration - base.p_bwd.duration == pytest.approx(expect, rel=1e-9)
+        assert on.p_fwd.duration == base.p_fwd.duration
+    zero1 = {**BASE, "parallelism": {"sharding": {"kind": "zero", "stage": 1}}}
+    a = Simulation(resolve_dict(zero1))
+    b = Simulation(resolve_dict({**zero1, "software": off}))
+    assert a.p_bwd.duration == b.p_bwd.duration

@@ -96,6 +96,12 @@ class SoftwareProfile(_Profile):
         "gradient buffer in a kernel of its own (read both, write the buffer) instead of "
         "inside the weight-gradient GEMM (none: no)",
     )
+    grad_flatten_copy: Flag | None = Field(
+        default=None,
+        description="with ZeRO-3/FSDP sharding, every backward copies a layer's unsharded "
+        "weight gradients into one flat buffer for its reduce-scatter (read and write; none: "
+        "no copy)",
+    )
     host_us_per_kernel: Num = Field(
         description="host (CPU) time to issue one kernel, microseconds: a pass whose kernels "
         "are shorter than this is paced by the host"

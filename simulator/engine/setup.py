@@ -15,7 +15,7 @@ from ..config.scenario import ResolvedScenario
 from ..network.collectives import choose
 from ..network.flows import FlowNetwork
 from ..network.topology import Topology
-from ..workload.comm import grad_bytes_per_param
+from ..workload.comm import gather_bytes_per_param, grad_bytes_per_param
 from ..workload.memory import shard_group
 from ..workload.model import param_breakdown
 from ..workload.ops import (
@@ -175,6 +175,12 @@ class SimulationBase(LinkSharing):
         emb = embedding_ops(rs)
         head = head_ops(rs)
         p_emb_b, p_head_b = prog(backward_ops(emb)), prog(backward_ops(head))
+        flat = rs.software.grad_flatten_copy
+        if flat is not None and flat.value and self.z >= 3 and self.layer_params > 0:
+            # The layer's gradients, in the working weights' width, copied into the flat
+            # reduce-scatter input: read and write.
+            width = gather_bytes_per_param(rs)
+            p_bwd.extend(prog([Op("grad_flatten", "memory", bytes=2 * width * self.layer_params)]))
         acc = rs.software.grad_accumulate_add
         if acc is not None and acc.value:
             # Every backward adds its weight gradients (16-bit, or fp32 under fp32 training)
