@@ -81,3 +81,21 @@ def test_fsdp1_copies_each_layers_gradients_into_the_flat_parameter() -> None:
     a = Simulation(resolve_dict(zero1))
     b = Simulation(resolve_dict({**zero1, "software": off}))
     assert a.p_bwd.duration == b.p_bwd.duration
+
+
+def test_fsdp2_copies_gathered_parameters_out_and_gradients_in() -> None:
+    """FSDP2 (torchtitan, eager PyTorch): each all-gather's output is copied into the
+    per-parameter tensors on the compute stream, in the forward and again for the backward's
+    re-gather, and each backward's gradients are copied into the reduce-scatter input."""
+    from simulator.engine.sim import Simulation
+
+    both_off = {
+        "profile": "torchtitan",
+        "gather_copy_out": {"value": False, "source": "test"},
+        "grad_flatten_copy": {"value": False, "source": "test"},
+    }
+    on = Simulation(_rs("torchtitan"))
+    off = Simulation(_rs(both_off))
+    copy = on.timer.memory_time(2 * 2 * on.layer_params)  # bf16 gathers: read and write
+    assert on.p_fwd.duration - off.p_fwd.duration == pytest.approx(copy, rel=1e-9)
+    assert on.p_bwd.duration - off.p_bwd.duration == pytest.approx(2 * copy, rel=1e-9)

@@ -102,6 +102,12 @@ class SoftwareProfile(_Profile):
         "weight gradients into one flat buffer for its reduce-scatter (read and write; none: "
         "no copy)",
     )
+    gather_copy_out: Flag | None = Field(
+        default=None,
+        description="with ZeRO-3/FSDP sharding, each layer's all-gathered parameters are "
+        "copied out of the collective's buffer into the per-parameter tensors on the compute "
+        "stream (read and write, forward and backward; none: used in place)",
+    )
     host_us_per_kernel: Num = Field(
         description="host (CPU) time to issue one kernel, microseconds: a pass whose kernels "
         "are shorter than this is paced by the host"

@@ -175,6 +175,12 @@ class SimulationBase(LinkSharing):
         emb = embedding_ops(rs)
         head = head_ops(rs)
         p_emb_b, p_head_b = prog(backward_ops(emb)), prog(backward_ops(head))
+        out = rs.software.gather_copy_out
+        if out is not None and out.value and self.z >= 3 and self.layer_params > 0:
+            # Each pass's gather of the layer, copied out of the all-gather buffer.
+            nbytes = 2 * gather_bytes_per_param(rs) * self.layer_params
+            p_fwd.extend(prog([Op("gather_copy_out", "memory", bytes=nbytes)]))
+            p_bwd.extend(prog([Op("gather_copy_out", "memory", bytes=nbytes)]))
         flat = rs.software.grad_flatten_copy
         if flat is not None and flat.value and self.z >= 3 and self.layer_params > 0:
             # The layer's gradients, in the working weights' width, copied into the flat
