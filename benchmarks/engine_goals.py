@@ -126,8 +126,9 @@ def _full_case(gpus: int) -> Any:
 def full_rows(n: int, small: int, big: int, bare: float) -> list[Row]:
     from simulator.engine.sim import run_engine
 
-    t_small, _ = _cpu(lambda: run_engine(_full_case(small), full=True), n)
-    t_big, res = _cpu(lambda: run_engine(_full_case(big), full=True), n)
+    rs_small, rs_big = _full_case(small), _full_case(big)
+    t_small, _ = _cpu(lambda: run_engine(rs_small, full=True), n)
+    t_big, res = _cpu(lambda: run_engine(rs_big, full=True), n)
     share = res.events / t_big / bare
     k = math.log(t_big / t_small) / math.log(big / small)
     return [

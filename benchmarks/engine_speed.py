@@ -1,4 +1,4 @@
-"""How fast is the engine? Two figures, printed as a small table (a script, not a test).
+"""How fast is the engine? Three parts, printed as one table (a script, not a test).
 
 (a) Symmetric mode at Llama-3 405B scale: 16,384 H100 (2,048 nodes x 8, NVLink 4 + NVSwitch,
     8 x InfiniBand NDR 400 per node, rail-optimised), TP8 x PP16 x DP128 as in "The Llama 3 Herd
@@ -294,7 +294,8 @@ def main(argv: list[str] | None = None) -> int:
         bare_rate = bare_simpy_rate()
         rows += goals.symmetric_rows(args.repeat)
         rows += goals.default_and_cold_rows(args.repeat)
-        rows += goals.full_rows(min(args.full_repeat, 2), 256, 1024, bare_rate)
+        if not args.skip_full:
+            rows += goals.full_rows(min(args.full_repeat, 2), 256, 1024, bare_rate)
         if args.full_16k:
             rows += goals.sixteen_k_rows()
 

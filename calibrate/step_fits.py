@@ -28,7 +28,7 @@ def job_memory_fit(probe: dict[str, Any], copy_gbps: float, op_s: float) -> dict
     if not jo or not tr:
         return None
     from simulator.config.loading import resolve_dict
-    from simulator.workload.memory import optimizer_bytes_per_param
+    from simulator.workload.memory import buffer_bytes_per_param, optimizer_bytes_per_param
     from simulator.workload.ops import backward_ops, head_ops, layer_ops
 
     from .scenario import inline_job_scenario
@@ -70,7 +70,8 @@ def job_memory_fit(probe: dict[str, Any], copy_gbps: float, op_s: float) -> dict
     }
     o = jo.get("optimizer")
     if o and o.get("params"):
-        ob = o["params"] * optimizer_bytes_per_param(rs)
+        # the probe's job is unsharded: its shard is the whole buffer
+        ob = o["params"] * (optimizer_bytes_per_param(rs) + buffer_bytes_per_param(rs))
         out["optimizer_fraction"] = min(1.0, ob / max(o["time_s"] - op_s, 1e-9) / (copy_gbps * 1e9))
         out["optimizer_what"] = (
             f"{o['op']}: {o['time_s'] * 1e3:.2f} ms for {ob / 1e6:.0f} MB counted as the "

@@ -40,6 +40,22 @@ def _script(env: simpy.Environment, seed: int, log: list[Any]) -> None:
 
     procs = [env.process(worker(i)) for i in range(12)]
 
+    def tiny() -> Any:
+        # delays too small to move the clock at t = 1e6, and an urgent event at a later
+        # instant queued after normal ones there
+        yield env.timeout(1e6)
+        for d in (1e-12, 0.0, 5e-11):
+            yield env.timeout(d)
+            log.append((env.now, "tiny", d))
+        for i in range(3):
+            env.timeout(2.0).callbacks.append(lambda e, i=i: log.append((env.now, "n", i)))
+        late = simpy.Event(env)
+        late._ok, late._value = True, None
+        late.callbacks.append(lambda e: log.append((env.now, "urgent-late")))
+        env.schedule(late, URGENT, 2.0)
+
+    env.process(tiny())
+
     def interrupter() -> Any:
         for _ in range(10):
             yield env.timeout(rnd.choice([0.5, 1.0]))

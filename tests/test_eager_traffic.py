@@ -66,15 +66,17 @@ def test_variable_length_attention_packs_and_unpacks_each_way() -> None:
 
 def test_fsdp1_copies_each_layers_gradients_into_the_flat_parameter() -> None:
     """FSDP1's weights are split views of the flat parameter, so every backward cats the
-    unit's gradients into one flat tensor (read and write, in the gathered dtype) before the
-    reduce-scatter; with the stack's copy turned off, or without ZeRO-3/FSDP, there is none."""
+    unit's gradients into one flat tensor (read in the gathered width, written in the
+    reduction's) before the reduce-scatter; with the stack's copy turned off, or without
+    ZeRO-3/FSDP, there is none."""
     from simulator.engine.sim import Simulation
 
     off = {"profile": "pytorch-fsdp", "grad_flatten_copy": {"value": False, "source": "test"}}
     for dtype, width in (("fp32", 4), ("bf16", 2)):
         on = Simulation(_rs(param_gather_dtype=dtype))
         base = Simulation(_rs(off, param_gather_dtype=dtype))
-        expect = on.timer.memory_time(2 * width * on.layer_params)
+        # read in the working weights' width, write in the reduction's (bf16 here)
+        expect = on.timer.memory_time((width + 2) * on.layer_params)
         assert on.p_bwd.duration - base.p_bwd.duration == pytest.approx(expect, rel=1e-9)
         assert on.p_fwd.duration == base.p_fwd.duration
     zero1 = {**BASE, "parallelism": {"sharding": {"kind": "zero", "stage": 1}}}
@@ -97,5 +99,13 @@ def test_fsdp2_copies_gathered_parameters_out_and_gradients_in() -> None:
     on = Simulation(_rs("torchtitan"))
     off = Simulation(_rs(both_off))
     copy = on.timer.memory_time(2 * 2 * on.layer_params)  # bf16 gathers: read and write
+    flat = on.timer.memory_time((2 + 2) * on.layer_params)  # bf16 gradients into bf16
     assert on.p_fwd.duration - off.p_fwd.duration == pytest.approx(copy, rel=1e-9)
-    assert on.p_bwd.duration - off.p_bwd.duration == pytest.approx(2 * copy, rel=1e-9)
+    assert on.p_bwd.duration - off.p_bwd.duration == pytest.approx(copy + flat, rel=1e-9)
+    # one rank: nothing is gathered or reduce-scattered, so nothing is copied
+    alone = {**BASE, "cluster": {**BASE["cluster"], "gpus_per_node": 1}, "software": "torchtitan"}
+    alone["training"] = {**BASE["training"], "global_batch": 1}
+    one = Simulation(resolve_dict(alone))
+    none = Simulation(resolve_dict({**alone, "software": both_off}))
+    assert one.p_fwd.duration == none.p_fwd.duration
+    assert one.p_bwd.duration == none.p_bwd.duration

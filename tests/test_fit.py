@@ -127,7 +127,7 @@ def _job_ops_for(frac: float, opt_frac: float, bw_gbps: float, op_s: float):
     the copy bandwidth (bytes counted as the simulator counts them) and optimizer ``opt_frac``."""
     from calibrate.scenario import inline_job_scenario
     from simulator.config.loading import resolve_dict
-    from simulator.workload.memory import optimizer_bytes_per_param
+    from simulator.workload.memory import buffer_bytes_per_param, optimizer_bytes_per_param
     from simulator.workload.model import param_count
     from simulator.workload.ops import backward_ops, head_ops, layer_ops
 
@@ -146,7 +146,8 @@ def _job_ops_for(frac: float, opt_frac: float, bw_gbps: float, op_s: float):
         "cross_entropy": (per["cross_entropy"] + per["cross_entropy_bwd"]) / bw + 2 * op_s,
     }
     n = param_count(rs.model, model["seq"])
-    t_opt = n * optimizer_bytes_per_param(rs) / (bw_gbps * 1e9 * opt_frac) + op_s
+    per_param = optimizer_bytes_per_param(rs) + buffer_bytes_per_param(rs)  # unsharded
+    t_opt = n * per_param / (bw_gbps * 1e9 * opt_frac) + op_s
     ops = {k: {"op": k, "time_s": v} for k, v in t.items()}
     ops["optimizer"] = {"op": "adamw", "params": n, "time_s": t_opt}
     return {"job_ops": ops, "train": {"model": model}}

@@ -45,12 +45,16 @@ def _pipeline(
     return stages, m * stride
 
 
-def _walk(stages: list[StagePasses]) -> list[np.ndarray]:
-    """The reference: each stage runs its passes in order, waiting for its inputs."""
-    delivered: dict[int, float] = {}
+def _walk(stages: list[StagePasses]) -> list[tuple[np.ndarray, float, float]]:
+    """The reference: each stage runs its passes in order, waiting for its inputs; per stage
+    its passes' ends, the wait for inputs whose sender was still computing (bubble) and the
+    wait for inputs in flight plus its own blocking sends (pipeline communication)."""
+    delivered: dict[int, tuple[float, float]] = {}  # key -> (sender done computing, delivered)
     pos = [0] * len(stages)
     now = [0.0] * len(stages)
     ends: list[list[float]] = [[] for _ in stages]
+    bubble = [0.0] * len(stages)
+    comm = [0.0] * len(stages)
     moved = True
     while moved:
         moved = False
@@ -60,13 +64,21 @@ def _walk(stages: list[StagePasses]) -> list[np.ndarray]:
                 k = int(st.need[i])
                 if k >= 0 and k not in delivered:
                     break
-                now[s] = max(now[s], delivered.get(k, 0.0)) + float(st.hold[i])
+                if k >= 0:
+                    began, done = delivered[k]
+                    if done > now[s]:
+                        split = min(max(began, now[s]), done)
+                        bubble[s] += split - now[s]
+                        comm[s] += done - split
+                        now[s] = done
+                now[s] += float(st.hold[i])
+                comm[s] += float(st.send_cost[i])
                 ends[s].append(now[s])
                 if st.sends[i] >= 0:
-                    delivered[int(st.sends[i])] = now[s]
+                    delivered[int(st.sends[i])] = (now[s] - float(st.send_cost[i]), now[s])
                 pos[s] += 1
                 moved = True
-    return [np.array(e) for e in ends]
+    return [(np.array(e), b, c) for e, b, c in zip(ends, bubble, comm, strict=True)]
 
 
 @pytest.mark.parametrize("kind", ["gpipe", "1f1b", "interleaved"])
@@ -80,8 +92,10 @@ def test_solver_equals_the_walk_on_random_pipelines(kind: str) -> None:
         stages, keys = _pipeline(kind, p, m, v, work, rnd.uniform(0.0, 0.3))
         got = solve(stages, keys)
         assert got is not None
-        for g, want in zip(got, _walk(stages), strict=True):
-            np.testing.assert_allclose(g.ends, want, rtol=1e-12)
+        for g, (ends, bubble, comm) in zip(got, _walk(stages), strict=True):
+            np.testing.assert_allclose(g.ends, ends, rtol=1e-12)
+            assert g.bubble == pytest.approx(bubble, rel=1e-9, abs=1e-9)
+            assert g.comm == pytest.approx(comm, rel=1e-9, abs=1e-9)
 
 
 @pytest.mark.parametrize(("kind", "v"), [("1f1b", 1), ("interleaved", 2), ("interleaved", 4)])
@@ -102,15 +116,6 @@ def test_uniform_stages_reach_the_analytical_bubble(kind: str, v: int) -> None:
         assert g.bubble + (step - float(g.ends[-1])) == pytest.approx(step - busy, rel=1e-9)
 
 
-def test_send_time_is_booked_to_pipeline_communication() -> None:
-    stages, keys = _pipeline("1f1b", 4, 8, 1, [1.0] * 4, 0.25)
-    got = solve(stages, keys)
-    assert got is not None
-    for st, g in zip(stages, got, strict=True):
-        assert g.comm >= float(np.sum(st.send_cost))  # its own blocking sends at least
-        assert float(g.ends[-1]) >= float(np.sum(st.hold)) + g.bubble - 1e-9
-
-
 def test_a_deadlock_or_a_missing_input_is_refused() -> None:
     """Two stages that each wait first for the other's output never settle; an input nobody
     sends never arrives."""
@@ -119,3 +124,6 @@ def test_a_deadlock_or_a_missing_input_is_refused() -> None:
     assert solve([a, b], 2) is None
     lone = StagePasses(np.ones(1), np.array([1]), np.array([-1]), np.zeros(1), (0,))
     assert solve([lone], 2) is None
+    # a pass that takes no time proves no progress: a cycle of them would settle at once
+    empty = StagePasses(np.zeros(1), np.array([-1]), np.array([-1]), np.zeros(1), (0,))
+    assert solve([empty], 1) is None

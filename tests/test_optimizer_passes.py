@@ -4,8 +4,8 @@ A fused mixed-precision Adam update reads the gradient, reads and writes the fp3
 and both moments, and writes the 16-bit working weight: 2 + 24 + 2 = 28 bytes per parameter
 with 16-bit gradients. Megatron-LM's step (megatron/optimizer/optimizer.py) adds a copy of the
 16-bit gradients into fp32 main gradients (which the update then reads), an unscale pass under
-fp16 loss scaling, the clipping norm, a separate master-to-model weight copy and the zeroing of
-the gradient buffer."""
+fp16 loss scaling, the clipping norm and a separate master-to-model weight copy over its shard,
+and zeroes the whole gradient buffer (every parameter, not the shard)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,11 @@ import pytest
 
 from simulator.config.loading import resolve_dict
 from simulator.engine.sim import run_engine
-from simulator.workload.memory import optimizer_bytes_per_param, stage_params
+from simulator.workload.memory import (
+    buffer_bytes_per_param,
+    optimizer_bytes_per_param,
+    stage_params,
+)
 
 BASE: dict[str, Any] = {
     "name": "opt",
@@ -49,14 +53,19 @@ def test_a_fused_update_touches_each_tensor_once() -> None:
 
 
 def test_megatron_passes_add_their_traffic() -> None:
-    # grad copy 2 + 4 (+2: the update reads fp32), unscale 8, norm 4, weight copy 4, zero 2
-    assert optimizer_bytes_per_param(_rs("megatron-lm-2021")) == 28 + 8 + 8 + 4 + 4 + 2
+    # over the shard: grad copy 2 + 4 (+2: the update reads fp32), unscale 8, norm 4, weight
+    # copy 4; over the whole buffer: zeroing it, 2
+    meg = _rs("megatron-lm-2021")
+    assert optimizer_bytes_per_param(meg) == 28 + 8 + 8 + 4 + 4
+    assert buffer_bytes_per_param(meg) == 2
     # bf16 has no loss scaler, so no unscale pass
     bf16 = _rs("megatron-core", precision="bf16", grad_reduce_dtype="bf16")
-    assert optimizer_bytes_per_param(bf16) == 28 + 8 + 4 + 4 + 2
+    assert optimizer_bytes_per_param(bf16) == 28 + 8 + 4 + 4
     # fp32 main gradients need no copy: the update reads them anyway
     fp32g = _rs("megatron-core", precision="bf16", grad_reduce_dtype="fp32")
-    assert optimizer_bytes_per_param(fp32g) == (4 + 24 + 2) + 4 + 4 + 4
+    assert optimizer_bytes_per_param(fp32g) == (4 + 24 + 2) + 4 + 4
+    assert buffer_bytes_per_param(fp32g) == 4
+    assert buffer_bytes_per_param(_rs("pytorch-fsdp")) == 0
 
 
 def test_the_engine_charges_the_traffic_at_memory_bandwidth() -> None:
@@ -64,7 +73,7 @@ def test_the_engine_charges_the_traffic_at_memory_bandwidth() -> None:
     t_fused = run_engine(fused).classes[0].acc["optimizer"]
     t_meg = run_engine(meg).classes[0].acc["optimizer"]
     assert t_fused > 0
-    # the same shard, so the time grows with the bytes (a fixed launch cost aside)
+    # unsharded here, so the time grows with the bytes (a fixed launch cost aside)
     assert stage_params(fused, 0) == stage_params(meg, 0)
     assert t_meg / t_fused == pytest.approx(54 / 28, rel=0.02)
 
@@ -84,3 +93,19 @@ def test_megatron_adds_every_backward_into_the_gradient_buffer() -> None:
     assert meg.p_fwd.duration == fused.p_fwd.duration
     head = meg.timer.memory_time(meg.head_params * per_param) if meg.head_params else 0.0
     assert meg.p_head_b.duration - fused.p_head_b.duration == pytest.approx(head, rel=1e-9)
+
+
+def test_zeroing_covers_the_whole_buffer_under_a_sharded_optimizer() -> None:
+    """With the distributed optimizer (ZeRO-1) the update runs on 1/DP of the parameters but
+    every rank still zeroes its whole gradient buffer."""
+    from simulator.engine.sim import Simulation
+
+    data = {**BASE, "software": "megatron-core"}
+    data["parallelism"] = {"tp": 4, "sharding": {"kind": "zero", "stage": 1}}
+    rs = resolve_dict(data)
+    sim = Simulation(rs)
+    params = sim._stage_params(0)
+    shard = params / sim.shard_n
+    assert sim.shard_n == 2
+    want = shard * optimizer_bytes_per_param(rs) + params * buffer_bytes_per_param(rs)
+    assert sim._optimizer_time(shard, params) == pytest.approx(sim.timer.optimizer_time(want))

@@ -21,7 +21,8 @@ from simpy.core import EmptySchedule, Infinity, StopSimulation
 from simpy.events import NORMAL, Event
 
 # SimPy's priorities are URGENT (0) and NORMAL (1); a simulation stopped by ``run(until=...)``
-# re-queues the rest of an event's callbacks at -1, ahead of both.
+# re-queues the rest of an event's callbacks at -1, ahead of both. SimPy itself uses no other
+# (an event scheduled at another priority raises IndexError here).
 _LANES = 3
 
 

@@ -223,10 +223,11 @@ class _Walk:
         from .maxplus import StagePasses
 
         sim, v = self.sim, self.sim.v
-        _index, shapes = self._shapes(s)
+        index, shapes = self._shapes(s)
+        # _shapes numbers the forwards by chunk, then the backwards by (chunk, sync)
+        assert index[("F", v - 1, False)] == v - 1 and index[("B", 0, True)] == v + 1
         fwd, mb, ch = schedule_arrays(sim.rs.parallelism.pp_schedule.kind, s, sim.p, sim.m, v)
-        # _shapes numbers the forwards by chunk, then the backwards by (chunk, sync): a chunk's
-        # last backward is the one that synchronises
+        # a chunk's last backward is the one that synchronises
         last = np.zeros(v, dtype=mb.dtype)
         np.maximum.at(last, ch[~fwd], mb[~fwd])
         sid = np.where(fwd, ch, v + 2 * ch + (mb == last[ch]))
@@ -253,7 +254,7 @@ class _Walk:
         sim = self.sim
         p = sim.p
         self._msg = pp_message_bytes(sim.rs)
-        self._routes: list[tuple[list[tuple[Link, float]], float, float, list[float]]] = []
+        self._routes: list[tuple[list[tuple[Link, float]], float, float, list[Any]]] = []
         self._route_index: dict[tuple[int, int], int] = {}
         built = [self._passes(s) for s in range(p)]
         times = solve([b[0] for b in built], sim.m * sim.v * p * 2)
@@ -301,7 +302,7 @@ class _Walk:
             t += dt
             acc["compute"] += dt
         shard = params / (sim.shard_n if sim.z >= 1 else 1)
-        dt = sim._optimizer_time(shard)
+        dt = sim._optimizer_time(shard, params)
         t += dt
         acc["optimizer"] += dt
         if rs.dp > 1 and sim.z in (1, 2) and not sim.ov.param_gather:

@@ -20,8 +20,8 @@ recomputed at ``m`` (a maximum of two affine functions is not affine).
 
 Where the direct walk is exact (blocking pipeline sends, no overlapped DP: see
 :mod:`.direct`) it gives the whole step at once, for about the cost of one sample, so nothing is
-extrapolated. Elsewhere every run, a sample or the whole step, goes through
-:func:`.direct.run_symmetric`.
+extrapolated. Elsewhere the samples go through :func:`.direct.run_symmetric` and the whole
+step, where it is simulated in full, through the event engine.
 """
 
 from __future__ import annotations

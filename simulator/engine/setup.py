@@ -175,18 +175,19 @@ class SimulationBase(LinkSharing):
         emb = embedding_ops(rs)
         head = head_ops(rs)
         p_emb_b, p_head_b = prog(backward_ops(emb)), prog(backward_ops(head))
+        sharded = rs.dp > 1 and self.z >= 3 and self.layer_params > 0  # gathers per layer
         out = rs.software.gather_copy_out
-        if out is not None and out.value and self.z >= 3 and self.layer_params > 0:
+        if out is not None and out.value and sharded:
             # Each pass's gather of the layer, copied out of the all-gather buffer.
             nbytes = 2 * gather_bytes_per_param(rs) * self.layer_params
             p_fwd.extend(prog([Op("gather_copy_out", "memory", bytes=nbytes)]))
             p_bwd.extend(prog([Op("gather_copy_out", "memory", bytes=nbytes)]))
         flat = rs.software.grad_flatten_copy
-        if flat is not None and flat.value and self.z >= 3 and self.layer_params > 0:
-            # The layer's gradients, in the working weights' width, copied into the flat
-            # reduce-scatter input: read and write.
-            width = gather_bytes_per_param(rs)
-            p_bwd.extend(prog([Op("grad_flatten", "memory", bytes=2 * width * self.layer_params)]))
+        if flat is not None and flat.value and sharded:
+            # The layer's gradients (the working weights' width) read, and written into the
+            # flat reduce-scatter input (the reduction's width).
+            width = gather_bytes_per_param(rs) + grad_bytes_per_param(rs)
+            p_bwd.extend(prog([Op("grad_flatten", "memory", bytes=width * self.layer_params)]))
         acc = rs.software.grad_accumulate_add
         if acc is not None and acc.value:
             # Every backward adds its weight gradients (16-bit, or fp32 under fp32 training)

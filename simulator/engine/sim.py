@@ -26,7 +26,7 @@ import simpy
 
 from ..config.scenario import ResolvedScenario
 from ..workload.comm import gather_bytes_per_param, grad_bytes_per_param, pp_message_bytes
-from ..workload.memory import optimizer_bytes_per_param
+from ..workload.memory import buffer_bytes_per_param, optimizer_bytes_per_param
 from .comm import Job
 from .passes import PassRunner
 from .results import BUSY, CATEGORIES, STREAMS, EngineResult, RankResult
@@ -206,7 +206,7 @@ class Simulation(PassRunner):
             yield from paced("grad_bucket_copy_out", t_copy, "compute")
         # 5. optimizer step over this rank's shard, then (ZeRO-1/2 without overlap) the gather
         shard = params / (self.shard_n if self.z >= 1 else 1)
-        yield from paced("optimizer", self._optimizer_time(shard), "optimizer")
+        yield from paced("optimizer", self._optimizer_time(shard, params), "optimizer")
         if dp_on and self.z in (1, 2) and not self.ov.param_gather:
             t0 = env.now
             yield from self._wait(gather(params * gather_bytes_per_param(rs), "param all_gather"))
@@ -232,8 +232,10 @@ class Simulation(PassRunner):
         """Before each layer: the event its prefetched parameters arrive by (or None)."""
         return lambda i: jobs[i].event(self.env)
 
-    def _optimizer_time(self, shard_params: float) -> float:
-        return self.timer.optimizer_time(shard_params * optimizer_bytes_per_param(self.rs))
+    def _optimizer_time(self, shard_params: float, params: float) -> float:
+        """The optimizer step over the rank's shard, and the passes over its whole buffer."""
+        nbytes = shard_params * optimizer_bytes_per_param(self.rs)
+        return self.timer.optimizer_time(nbytes + params * buffer_bytes_per_param(self.rs))
 
     def _recv_key(self, kind: str, mb: int, chunk: int, rank: int) -> tuple:
         if self.full:

@@ -112,8 +112,9 @@ def optimizer_bytes_per_param(rs: ResolvedScenario) -> float:
     once: read the gradient, read and write the states and master weights; with a master copy
     write the working weights from it, without one update the weights in place (read and write).
     A software stack whose step makes further passes (``optimizer_passes``: Megatron-LM copies
-    16-bit gradients to fp32, unscales them, reads them for the clipping norm, copies the master
-    weights back in a pass of its own and zeroes the gradient buffer) adds their traffic."""
+    16-bit gradients to fp32, unscales them, reads them for the clipping norm and copies the
+    master weights back in a pass of its own) adds their traffic. Zeroing the gradient buffer
+    covers every parameter, not the shard: :func:`buffer_bytes_per_param`."""
     w, g, opt = bytes_per_param(rs)  # opt: optimizer states + master weights
     master = has_master_copy(rs)
     weights = w if master else 2 * w
@@ -132,9 +133,17 @@ def optimizer_bytes_per_param(rs: ResolvedScenario) -> float:
         extra += main_g
     if passes.weight_copy.value and master:
         extra += 4.0
-    if passes.zero_grads.value:
-        extra += g
     return fused + extra
+
+
+def buffer_bytes_per_param(rs: ResolvedScenario) -> float:
+    """Traffic per parameter of the optimizer step over the whole (unsharded) gradient buffer
+    rather than the rank's optimizer shard: zeroing it each step, where the stack does
+    (Megatron zeroes every rank's full buffer even with the distributed optimizer)."""
+    passes = rs.software.optimizer_passes
+    if passes is None or not passes.zero_grads.value:
+        return 0.0
+    return bytes_per_param(rs)[1]
 
 
 def shard_group(rs: ResolvedScenario) -> int:

@@ -197,8 +197,9 @@ def layer_ops(rs: ResolvedScenario) -> list[Op]:
 def attention_core(forward: list[Op]) -> list[Op]:
     """The ops selective recomputation runs again in the backward pass (Korthikanti et al.
     2022, Sec. 5: the QK^T product, softmax, softmax dropout and attention over V): the fused
-    attention kernel, or everything from the score GEMM to the value GEMM."""
-    fused = [o for o in forward if o.kind == "attention"]
+    attention kernel (with the packing around it, where the stack packs), or everything from
+    the score GEMM to the value GEMM."""
+    fused = [o for o in forward if o.kind == "attention" or o.name == "attention_repack"]
     if fused:
         return fused
     names = [o.name for o in forward]
