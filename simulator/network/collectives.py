@@ -29,10 +29,10 @@ from dataclasses import dataclass, replace
 from typing import Literal
 
 Coll = Literal["all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "p2p"]
-Algo = Literal["ring", "tree", "hierarchical", "nvls"]
+Algo = Literal["ring", "tree", "hierarchical", "nvls", "nvls_tree"]
 Tier = Literal["fabric", "network"]
 
-ALGOS: tuple[Algo, ...] = ("ring", "tree", "nvls")
+ALGOS: tuple[Algo, ...] = ("ring", "tree", "nvls", "nvls_tree")
 
 
 @dataclass(frozen=True)
@@ -117,6 +117,37 @@ def _nvls_applies(coll: Coll, shape: GroupShape, fabric: TierLink) -> bool:
     return coll == "all_reduce" and shape.nodes <= 1 and fabric.switch_reduce > 0
 
 
+# NCCL's tuner rates NVLS and NVLSTree at 5/6 of their modelled bandwidth (tuning.cc,
+# ``ratio *= 5.0/6.0``); NVSwitch H100 pairs measure about that (nccl-tests over 8x400G: 2 nodes
+# reach ~430 GB/s busbw with NVLS against ~330 without, NVIDIA/nccl issue #1221).
+NVLS_TREE_RATIO = 5.0 / 6.0
+
+
+def _nvls_tree_applies(coll: Coll, shape: GroupShape, fabric: TierLink) -> bool:
+    """NCCL's NVLSTree: an all-reduce spanning nodes whose fabric reduces in the switch."""
+    return (
+        coll == "all_reduce" and shape.nodes > 1 and shape.per_node > 1 and fabric.switch_reduce > 0
+    )
+
+
+def _nvls_tree(shape: GroupShape, size: float, fabric: TierLink, network: TierLink) -> Phase:
+    """NCCL's NVLSTree all-reduce (NVIDIA/nccl src/graph/tuning.cc, 2.19 and later): inside
+    each node NVLink SHARP reduce-scatters the buffer and all-gathers the result, while each
+    GPU carries its 1/g share between the nodes over its own NIC in a tree, the two tiers
+    pipelined. Between two nodes every node sends its share once (up or down the one edge);
+    over more, a double binary tree makes each node send it twice, which is why NCCL's model
+    halves the inter-node bandwidth beyond two nodes. The slower tier sets the rate: the
+    in-switch part's time, expressed as bytes at the NIC's rate, bounds the network bytes
+    from below. Simple protocol only."""
+    g, k = shape.per_node, shape.nodes
+    depth = math.ceil(math.log2(k))
+    net_bytes = (1.0 if k == 2 else 2.0) * size / g
+    fabric_bytes = size / fabric.switch_reduce * network.bandwidth / fabric.bandwidth
+    lat = 2 * fabric.alpha + 2 * depth * network.alpha
+    wire = max(net_bytes, fabric_bytes) / NVLS_TREE_RATIO
+    return Phase("network", lat, wire, 2 * (g - 1) + 2 * depth, False, 1.0 / g)
+
+
 @dataclass(frozen=True)
 class GroupShape:
     """Where a communicator's ranks sit: ``n`` ranks over ``nodes`` nodes, ``per_node`` each."""
@@ -176,6 +207,11 @@ def phases(
         # ramps up like a ring of n ranks: DGX H100 all_reduce_perf reaches half its 480 GB/s
         # peak busbw near 16 MiB (scenarios/validation/nccl/, DGX H100 curve).
         return [Phase("fabric", 2 * fabric.alpha, size / fabric.switch_reduce, 2 * (n - 1), False)]
+    if algo == "nvls_tree" and (network is None or not _nvls_tree_applies(coll, shape, fabric)):
+        algo = "ring"
+    if algo == "nvls_tree":
+        assert network is not None
+        return [_nvls_tree(shape, size, fabric, network)]
     if shape.nodes <= 1 or network is None:
         return _flat(coll, algo, n, size, "fabric", fabric.alpha)
     g = shape.per_node
@@ -263,6 +299,8 @@ def choose(
         if algo == "tree" and (coll not in ("all_reduce", "broadcast") or shape.nodes <= 1):
             continue  # NCCL's trees span nodes; inside one node a tree is a chain
         if algo == "nvls" and not _nvls_applies(coll, shape, fabric):
+            continue
+        if algo == "nvls_tree" and (network is None or not _nvls_tree_applies(coll, shape, fabric)):
             continue
         ph = [
             with_protocol(
