@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 from ..config.scenario import ResolvedScenario
 from ..network.flows import Link
 from ..workload.comm import gather_bytes_per_param, grad_bytes_per_param, pp_message_bytes
+from ..workload.memory import shard_group
 from .compute import Program
 from .results import EngineResult, RankResult
 from .schedule import schedule_arrays
@@ -94,6 +95,22 @@ def _effective(sim: Simulation, prog: Program) -> Program | None:
     if rest is not None and rest[0].analytic:
         return rest[0]
     return None
+
+
+def may_walk(rs: ResolvedScenario) -> bool:
+    """What the scenario alone says of the walk's domain (see :func:`_in_domain`), checked
+    before a :class:`Simulation` is built: False where the walk cannot apply whatever the
+    programs turn out to be."""
+    par = rs.parallelism
+    if rs.pp <= 1 or par.overlap.pp_p2p or rs.run.stragglers != "off":
+        return False
+    if rs.dp > 1:
+        z = par.zero_stage
+        if z >= 3 or par.overlap.dp_grad or shard_group(rs) < rs.dp:
+            return False
+        if z in (1, 2) and par.overlap.param_gather:
+            return False
+    return True
 
 
 def _in_domain(sim: Simulation) -> bool:
@@ -362,4 +379,4 @@ def run_symmetric(rs: ResolvedScenario) -> EngineResult:
     return got if isinstance(got, EngineResult) else got.run()
 
 
-__all__ = ["run_direct", "run_symmetric", "walk_or_simulation"]
+__all__ = ["may_walk", "run_direct", "run_symmetric", "walk_or_simulation"]

@@ -29,8 +29,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ..config.scenario import ResolvedScenario
+from .direct import may_walk, walk_or_simulation
 from .direct import run_symmetric as _run
-from .direct import walk_or_simulation
 from .sim import CATEGORIES, EngineResult, RankResult
 
 # Relative tolerance of the affine check: the engine's times are sums of floats.
@@ -99,16 +99,17 @@ def run_periodic(rs: ResolvedScenario) -> EngineResult:
     (see the module docstring), else by simulating every micro-batch."""
     m = rs.micro_batches
     v = rs.parallelism.virtual_stages
-    first = walk_or_simulation(rs)
-    if isinstance(first, EngineResult):
-        return first  # the walk's cost hardly depends on m: samples would cost as much
+    if may_walk(rs):
+        first = walk_or_simulation(rs)
+        if isinstance(first, EngineResult):
+            return first  # the walk's cost hardly depends on m: samples would cost as much
     if rs.parallelism.pp_schedule.kind == "gpipe":
         # GPipe runs every forward before any backward, so nothing holds a fast stage or
         # stream back and its queues (pipeline sends, ZeRO-3 reduce-scatters) grow with m: the
         # step is affine only piecewise, with a bend anywhere up to m (a layout with a slower
         # last stage changed slope by 1.6% at 19 of 34 micro-batches). 1F1B and the interleaved
         # schedule bound what is in flight, so past their warm-up they settle into a period.
-        return first.run()
+        return _run(rs)
     quantum = rs.pp if v > 1 else 1  # the interleaved schedule runs micro-batches PP at a time
     # 1F1B: every stage has its full warm-up from PP-1 micro-batches on and the idle categories
     # settle one micro-batch later; the interleaved schedule's warm-up spans its chunks, so it
@@ -133,7 +134,7 @@ def run_periodic(rs: ResolvedScenario) -> EngineResult:
             steps = (m - counts[2]) / (counts[2] - counts[1])
             return replace(_extrapolate(res[1], res[2], steps), events=sum(r.events for r in res))
         m1 *= 2
-    return first.run()
+    return _run(rs)
 
 
 __all__ = ["AFFINE_TOL", "run_periodic"]
