@@ -17,7 +17,11 @@ from .errors import UserError
 from .metrics import Metrics, compute_metrics
 from .workload.memory import memory_report
 
-FULL_MODE_LIMIT = 4096
+# Full mode holds every rank's state and runs every rank's passes: 16,384 GPUs of the Llama-3
+# 405B layout (32 passes each, 524,288 rank-passes) take about 23 s and 380 MB on a 2-core
+# machine (benchmarks/engine_speed.py --full-16k); beyond these a run is refused, not started.
+FULL_MODE_LIMIT = 16384
+FULL_MODE_PASS_LIMIT = 1 << 20
 
 
 @dataclass
@@ -58,14 +62,29 @@ class SimResult:
         }
 
 
+def _check_full_size(rs: ResolvedScenario) -> None:
+    """Refuse a full-mode run whose ranks or rank-passes are past what it can do in about a
+    minute and under a gigabyte."""
+    hint = "drop --full (symmetric mode is exact for uniform clusters)"
+    if rs.gpus > FULL_MODE_LIMIT:
+        raise UserError(
+            f"--full simulates every rank; {rs.gpus} GPUs is above the limit of {FULL_MODE_LIMIT}",
+            hint=hint,
+        )
+    passes = rs.micro_batches * rs.parallelism.virtual_stages * 2
+    if rs.gpus * passes > FULL_MODE_PASS_LIMIT:
+        raise UserError(
+            f"--full simulates every rank's passes; {rs.gpus} GPUs x {passes} passes each is "
+            f"above the limit of {FULL_MODE_PASS_LIMIT:,} rank-passes",
+            hint=hint + ", or fewer micro-batches per step",
+        )
+
+
 def simulate(
     rs: ResolvedScenario, full: bool = False, trace: bool = False, scaling: bool = True
 ) -> SimResult:
-    if full and rs.gpus > FULL_MODE_LIMIT:
-        raise UserError(
-            f"--full simulates every rank; {rs.gpus} GPUs is above the limit of {FULL_MODE_LIMIT}",
-            hint="drop --full (symmetric mode is exact for uniform clusters)",
-        )
+    if full:
+        _check_full_size(rs)
     # Symmetric mode extrapolates the steady state where that is exact; a trace or the full
     # mode needs every event.
     eng = run_engine(rs, full=full, trace=trace) if full or trace else run_periodic(rs)

@@ -139,3 +139,26 @@ def test_other_layout_errors(
 # --------------------------------------------------------------------------------------------
 # --set
 # --------------------------------------------------------------------------------------------
+
+
+def test_full_mode_past_its_size_is_refused_before_it_starts(tmp_path: Path) -> None:
+    """`--full` runs every rank's every pass: past 16,384 GPUs, or past 2^20 rank-passes (GPUs
+    x micro-batches x chunks x 2), it is one clear refusal, not a run of many minutes."""
+    import yaml
+    from conftest import REPO
+
+    base = yaml.safe_load((REPO / "scenarios" / "net-ib-ndr-256xh100.yaml").read_text())
+    many = copy.deepcopy(base)
+    many["training"]["global_batch"] = 256 * 4096  # 4,096 micro-batches per rank
+    f = tmp_path / "many-passes.yaml"
+    f.write_text(yaml.safe_dump(many))
+    res = run_cli("simulate", str(f), "--full")
+    assert res.returncode == 2 and "Traceback" not in res.stderr
+    assert "rank-passes" in res.stderr and "fewer micro-batches" in res.stderr
+    small = copy.deepcopy(base)
+    small["cluster"]["nodes"] = 2049  # 16,392 GPUs
+    small["training"]["global_batch"] = 16392
+    g = tmp_path / "many-gpus.yaml"
+    g.write_text(yaml.safe_dump(small))
+    res = run_cli("simulate", str(g), "--full")
+    assert res.returncode == 2 and "16392 GPUs is above the limit of 16384" in res.stderr
