@@ -25,6 +25,11 @@ class Flag(BaseModel):
     source: str = Field(min_length=3)
 
 
+def on(flag: Flag | None) -> bool:
+    """Whether an optional switch of a profile is set (absent: off)."""
+    return flag is not None and flag.value
+
+
 class Fusion(BaseModel):
     """Elementwise chains the framework runs as one kernel (one read and one write of the
     tensor instead of one per operation)."""
@@ -127,4 +132,4 @@ class SoftwareProfile(_Profile):
     )
 
 
-__all__ = ["Flag", "Fusion", "OptimizerPasses", "SoftwareProfile", "StackOverlap"]
+__all__ = ["Flag", "Fusion", "OptimizerPasses", "SoftwareProfile", "StackOverlap", "on"]

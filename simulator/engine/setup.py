@@ -12,11 +12,12 @@ from typing import Any
 import simpy
 
 from ..config.scenario import ResolvedScenario
+from ..config.software import on
 from ..network.collectives import choose
 from ..network.flows import FlowNetwork
 from ..network.topology import Topology
 from ..workload.comm import gather_bytes_per_param, grad_bytes_per_param
-from ..workload.memory import shard_group
+from ..workload.memory import bytes_per_param, shard_group
 from ..workload.model import param_breakdown
 from ..workload.ops import (
     Op,
@@ -177,32 +178,33 @@ class SimulationBase(LinkSharing):
         emb = embedding_ops(rs)
         head = head_ops(rs)
         p_emb_b, p_head_b = prog(backward_ops(emb)), prog(backward_ops(head))
+
+        def mem(name: str, nbytes: float) -> Program:
+            return prog([Op(name, "memory", bytes=nbytes)])
+
+        sw = rs.software
         sharded = rs.dp > 1 and self.z >= 3 and self.layer_params > 0  # gathers per layer
-        out = rs.software.gather_copy_out
-        if out is not None and out.value and sharded:
+        if on(sw.gather_copy_out) and sharded:
             # Each pass's gather of the layer, copied out of the all-gather buffer.
             nbytes = 2 * gather_bytes_per_param(rs) * self.layer_params
-            p_fwd.extend(prog([Op("gather_copy_out", "memory", bytes=nbytes)]))
-            p_bwd.extend(prog([Op("gather_copy_out", "memory", bytes=nbytes)]))
-        flat = rs.software.grad_flatten_copy
-        if flat is not None and flat.value and sharded:
+            p_fwd.extend(mem("gather_copy_out", nbytes))
+            p_bwd.extend(mem("gather_copy_out", nbytes))
+        if on(sw.grad_flatten_copy) and sharded:
             # The layer's gradients (the working weights' width) read, and written into the
             # flat reduce-scatter input (the reduction's width).
             width = gather_bytes_per_param(rs) + grad_bytes_per_param(rs)
-            p_bwd.extend(prog([Op("grad_flatten", "memory", bytes=width * self.layer_params)]))
-        acc = rs.software.grad_accumulate_add
-        if acc is not None and acc.value:
-            # Every backward adds its weight gradients (16-bit, or fp32 under fp32 training)
-            # into the buffer the DP reduction reads: read both, write the buffer.
-            fresh = 4.0 if rs.training.precision == "fp32" else 2.0
-            per_param = 2 * grad_bytes_per_param(rs) + fresh
+            p_bwd.extend(mem("grad_flatten", width * self.layer_params))
+        if on(sw.grad_accumulate_add):
+            # Every backward adds its fresh weight gradients (the working weights' width) into
+            # the buffer the DP reduction reads: read both, write the buffer.
+            per_param = 2 * grad_bytes_per_param(rs) + bytes_per_param(rs)[0]
             for p, params in (
                 (p_bwd, self.layer_params),
                 (p_emb_b, self.emb_params),
                 (p_head_b, self.head_params),
             ):
                 if params > 0:
-                    p.extend(prog([Op("grad_accumulate", "memory", bytes=params * per_param)]))
+                    p.extend(mem("grad_accumulate", params * per_param))
 
         # The backward passes that produce the step's gradients (a chunk's last micro-batch:
         # under gradient accumulation DDP's hooks fire only then). With bucket copies, each
@@ -210,9 +212,8 @@ class SimulationBase(LinkSharing):
         def with_bucket_copy(p: Program, params: float) -> Program:
             if not self.bucket_copy or params <= 0:
                 return p
-            nbytes = 2.0 * params * grad_bytes_per_param(rs)
             out = Program(list(p.items))
-            out.extend(prog([Op("grad_bucket_copy_in", "memory", bytes=nbytes)]))
+            out.extend(mem("grad_bucket_copy_in", 2.0 * params * grad_bytes_per_param(rs)))
             return out
 
         return {

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from ..config.scenario import ResolvedScenario
+from ..config.software import on
 from .model import attention_core_flops_per_token, layer_matmul_params
 
 OpKind = Literal["gemm", "attention", "memory", "collective"]
@@ -80,11 +81,17 @@ def _softmax_ops(rs: ResolvedScenario, scores: float) -> list[Op]:
     return ops
 
 
+def _autocast_over_fp32(rs: ResolvedScenario) -> bool:
+    """Mixed precision run by autocast over fp32 working weights (FSDP gathering fp32
+    parameters, as Composer's 'DEFAULT' does)."""
+    return rs.training.param_gather_dtype == "fp32" and rs.training.precision != "fp32"
+
+
 def _weight_casts(rs: ResolvedScenario) -> list[Op]:
     """Autocast over fp32 working weights (FSDP gathering fp32 parameters, as Composer's
     'DEFAULT' mixed precision does) casts each weight to 16 bits at every use in the forward
     pass: read 4 bytes, write 2 per weight (the backward casts the gradient back)."""
-    if rs.training.param_gather_dtype != "fp32" or rs.training.precision == "fp32":
+    if not _autocast_over_fp32(rs):
         return []
     weights = layer_matmul_params(rs.model) / rs.tp
     return [Op("autocast_weight_cast", "memory", bytes=6.0 * weights)]
@@ -95,10 +102,7 @@ def residual_bytes(rs: ResolvedScenario) -> int:
     gathering fp32 parameters, Composer's 'DEFAULT') the embedding's output is fp32 and adding
     a 16-bit branch output to it promotes the sum to fp32 (PyTorch's type promotion), so the
     stream between the blocks stays fp32; otherwise it has the activations' width."""
-    tr = rs.training
-    if tr.param_gather_dtype == "fp32" and tr.precision != "fp32":
-        return 4
-    return act_bytes(rs)
+    return 4 if _autocast_over_fp32(rs) else act_bytes(rs)
 
 
 def _norm(rs: ResolvedScenario, name: str, elements: float) -> Op:
@@ -129,8 +133,7 @@ def _repack(rs: ResolvedScenario, q: float, kv: float) -> list[Op]:
     padded batch (write zeros, then copy: three passes); the backward scatters the three
     gradients into zeroed tensors (three passes each) and gathers the output's (two). ``q``
     and ``kv`` are the bytes of Q (and the output) and of K or V."""
-    sw = rs.software.attention_repack
-    if sw is None or not sw.value:
+    if not on(rs.software.attention_repack):
         return []
     fwd = 2 * (q + 2 * kv) + 3 * q
     bwd = 3 * (q + 2 * kv) + 2 * q
