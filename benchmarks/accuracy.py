@@ -33,6 +33,7 @@ VALIDATION = ROOT / "scenarios" / "validation"
 SETS = (
     "sc21-1f1b",
     "sc21-interleaved",
+    "sc21-script",
     "korthikanti-table5",
     "korthikanti-table4",
     "llmfoundry-h100-80gb",

@@ -2,7 +2,8 @@
 are committed). Each scenario says what its source states (``reference``) and what it assumes
 (micro-batch, schedule, software stack, network) that the source does not.
 
-Sets: Megatron-LM SC21 Table 1 (1F1B and interleaved), Korthikanti et al. 2022 Table 5,
+Sets: Megatron-LM SC21 Table 1 (1F1B and interleaved at micro-batch 1, and as its reproduction
+script runs it), Korthikanti et al. 2022 Table 5,
 llm-foundry MPT benchmarks (PyTorch FSDP, bf16, models of 1B and more, H100 and A100 80GB),
 nccl-tests all-reduce bus bandwidth curves.
 """
@@ -119,6 +120,76 @@ def sc21() -> None:
                     },
                 },
             )
+
+
+# NVIDIA/Megatron-LM examples/sc21/run_table_1.sh (the paper's reproduction script for Table 1):
+# per row, the micro-batch size, the DDP implementation and the layers per virtual pipeline
+# stage (interleaved schedule; None: 1F1B).
+SC21_SCRIPT: dict[str, tuple[int, str, int | None]] = {
+    "1.7": (16, "torch", None),
+    "3.6": (16, "torch", None),
+    "7.5": (16, "torch", None),
+    "18.4": (8, "torch", None),
+    "39.1": (4, "local", None),
+    "76.1": (2, "local", 5),
+    "145.6": (2, "local", 5),
+    "310.1": (1, "local", 3),
+    "529.6": (1, "local", 1),
+    "1008.0": (1, "local", None),
+}
+SC21_SCRIPT_SRC = (
+    "NVIDIA/Megatron-LM examples/sc21/run_table_1.sh (the SC21 paper's reproduction script, "
+    "@79a3bb6b): MBS={mbs}, DDP={ddp}{vp}, --recompute-method uniform"
+)
+
+
+def sc21_script() -> None:
+    """SC21 Table 1 as its reproduction script runs it: the script's micro-batch size, DDP
+    implementation (PyTorch DDP overlaps 25 MB buckets with backward; Megatron's local DDP
+    all-reduces the whole buffer after it) and interleaved schedule where it sets one."""
+    for r in csv.DictReader((PUB / "megatron_sc21_table1.csv").open()):
+        mbs, ddp, per_chunk = SC21_SCRIPT[r["params_billion"]]
+        layers, tp, pp = int(r["layers"]), int(r["tensor_parallel"]), int(r["pipeline_parallel"])
+        schedule: dict[str, Any] = {"kind": "1f1b"}
+        vp = ""
+        if per_chunk is not None:
+            schedule = {"kind": "interleaved", "virtual_stages": layers // pp // per_chunk}
+            vp = f", --num-layers-per-virtual-pipeline-stage {per_chunk}"
+        par: dict[str, Any] = {"tp": tp, "pp": pp, "pp_schedule": schedule, "recompute": "full"}
+        if ddp == "torch":
+            # torch.nn.parallel.DistributedDataParallel: backward hooks all-reduce 25 MB
+            # buckets (bucket_cap_mb default) while the backward pass runs.
+            par["overlap"] = {"dp_grad": True}
+            par["dp_bucket_mb"] = 25
+        name = f"sc21-{r['params_billion']}b-script"
+        _write(
+            ROOT / "sc21-script" / f"{name}.yaml",
+            {
+                "name": name,
+                "cluster": {**SELENE, "nodes": int(r["gpus"]) // 8},
+                "model": _megatron_model(
+                    name, layers, int(r["hidden_size"]), int(r["attention_heads"])
+                ),
+                "training": {
+                    "seq_len": 2048,
+                    "global_batch": int(r["global_batch_size"]),
+                    "micro_batch": mbs,
+                    "precision": "fp16",
+                    "flash_attention": False,
+                    "grad_reduce_dtype": "bf16",
+                },
+                "parallelism": par,
+                "software": "megatron-lm-2021",
+                "reference": {
+                    "metric": "hardware_tflops_per_gpu",
+                    "value": float(r["tflops_per_gpu"]),
+                    "source": SC21_SRC.format(v=r["tflops_per_gpu"]),
+                    "assumes": SC21_SCRIPT_SRC.format(mbs=mbs, ddp=ddp, vp=vp)
+                    + "; eight HDR 200 Gb/s NICs per node, non-blocking fat tree; Megatron-LM "
+                    "2021 software stack; fp16 gradients all-reduced in fp16",
+                },
+            },
+        )
 
 
 def korthikanti() -> None:
@@ -307,6 +378,7 @@ def nccl() -> None:
 
 if __name__ == "__main__":
     sc21()
+    sc21_script()
     korthikanti()
     llmfoundry()
     nccl()

@@ -25,6 +25,7 @@ from simulator.network.collectives import (
     TierLink,
     bus_factor,
     choose,
+    nccl_extra,
     phase_time,
     phases,
     tree_correction,
@@ -196,7 +197,30 @@ def test_a_cross_node_ring_fills_its_pipeline_per_nic() -> None:
     wire = 15 / 16 * size / 8
     assert p.wire_bytes == pytest.approx(wire)  # Simple: the bytes themselves, not LL's double
     fill = 15 * SIMPLE_STEP_BYTES / 8 / net.bandwidth
-    assert t == pytest.approx(15 * net.alpha + fill + wire / net.bandwidth)
+    nccl = nccl_extra("ring", 1, net.alpha)[1]  # one crossing between the two nodes
+    assert t == pytest.approx(15 * net.alpha + nccl + fill + wire / net.bandwidth)
+
+
+def test_network_hops_cost_nccl_software_latency_per_protocol() -> None:
+    # NCCL's tuning.cc: a collective costs its base latency, and each network hop the proxy's
+    # hwLat (Simple 14 us, LL 2.7/5 us), whatever the wire's own latency below that.
+    net = TierLink(bandwidth=46e9, alpha=2e-6)
+    fab = TierLink(bandwidth=369e9, alpha=2e-6)
+    ll, simple = nccl_extra("tree", 6, net.alpha)
+    assert ll == pytest.approx(6.8e-6 + 6 * 3e-6)
+    assert simple == pytest.approx(8.4e-6 + 6 * 12e-6)
+    # A slower wire keeps its own α: no software latency is added on top of it.
+    assert nccl_extra("ring", 10, 50e-6) == pytest.approx((6.6e-6, 8.4e-6))
+    # A tiny tree all-reduce over 8 nodes pays the LL latency: base + 2*(7 NVLink steps +
+    # 3 levels) with NCCL's 5 us per network level.
+    _, ph, t = choose("all_reduce", GroupShape(64, 8), 1024.0, fab, net)
+    lat = sum(p.latency for p in ph)
+    assert lat == pytest.approx(6.8e-6 + 2 * (7 * fab.alpha + 3 * 5e-6))
+    # More network bandwidth is never slower, at any size.
+    for size in (2.0**10, 2.0**20, 2.0**26, 2.0**33):
+        slow = choose("all_reduce", GroupShape(64, 8), size, fab, net)[2]
+        fast = choose("all_reduce", GroupShape(64, 8), size, fab, TierLink(92e9, 2e-6))[2]
+        assert fast <= slow
 
 
 def _step(data: dict[str, Any]) -> Any:
@@ -283,12 +307,13 @@ def _accuracy() -> Any:
 BANDS = {
     "sc21-1f1b": 0.075,
     "sc21-interleaved": 0.08,
+    "sc21-script": 0.085,
     "korthikanti-table5": 0.035,
     "korthikanti-table4": 0.05,
     "llmfoundry-a100-80gb": 0.08,
     "llmfoundry-a100-40gb": 0.14,
     "llmfoundry-h100-80gb": 0.08,
-    "nccl-tests": 0.30,
+    "nccl-tests": 0.21,
     "h100-eager-layers": 0.06,
 }
 

@@ -57,6 +57,41 @@ class Phase:
     # nodes spreads its channels over the node's NICs, so each NIC moves that share of every
     # pipeline step (as of the wire bytes).
     share: float = 1.0
+    # NCCL's per-protocol latency beyond the links' own α (NCCL_LATENCY below): the base cost
+    # of the collective plus its network hops' software cost, under LL and under Simple.
+    extra_ll: float = 0.0
+    extra_simple: float = 0.0
+
+
+# NCCL's latency model (NVIDIA/nccl src/graph/tuning.cc, ``baseLat`` and ``hwLat``, 2.19-2.23,
+# unchanged in 2.27's src/graph/tuning.cc): a collective costs a base latency per algorithm and
+# protocol, plus per pipeline step a hardware latency by the link it crosses; a network step
+# goes through the proxy thread and the NIC, so it costs far more than the wire's own latency
+# (ring: LL 2.7 us, Simple 14 us; tree: LL 5 us, Simple 14 us, against InfiniBand's ~2 us).
+# Seconds, per (algorithm, protocol). The links' own α is a floor: a slower network (TCP) keeps
+# its larger α.
+NCCL_BASE_LATENCY = {
+    ("ring", "ll"): 6.6e-6,
+    ("ring", "simple"): 8.4e-6,
+    ("tree", "ll"): 6.8e-6,
+    ("tree", "simple"): 8.4e-6,
+}
+NCCL_NET_STEP_LATENCY = {
+    ("ring", "ll"): 2.7e-6,
+    ("ring", "simple"): 14.0e-6,
+    ("tree", "ll"): 5.0e-6,
+    ("tree", "simple"): 14.0e-6,
+}
+
+
+def nccl_extra(algo: str, net_steps: float, net_alpha: float) -> tuple[float, float]:
+    """NCCL's latency beyond the links' α for ``algo`` with ``net_steps`` network hops, under
+    LL and under Simple (seconds)."""
+    return tuple(  # type: ignore[return-value]
+        NCCL_BASE_LATENCY[(algo, p)]
+        + net_steps * max(0.0, NCCL_NET_STEP_LATENCY[(algo, p)] - net_alpha)
+        for p in ("ll", "simple")
+    )
 
 
 # NCCL's protocols (NVIDIA/nccl src/device/prims_ll.h, prims_simple.h; "NCCL protocols" in the
@@ -104,12 +139,14 @@ def with_protocol(ph: Phase, bandwidth: float, tree_size: float | None = None) -
     if tree_size is not None:
         f_ll, f_simple = tree_correction(tree_size, "ll"), tree_correction(tree_size, "simple")
     ll_bytes = ph.wire_bytes / (LL_BANDWIDTH_FRACTION * f_ll)
-    ll = ph.latency + ll_bytes / bandwidth
+    ll = ph.latency + ph.extra_ll + ll_bytes / bandwidth
     fill = ph.steps * SIMPLE_STEP_BYTES * ph.share / bandwidth
-    simple = ph.latency + fill + ph.wire_bytes / (f_simple * bandwidth)
+    simple = ph.latency + ph.extra_simple + fill + ph.wire_bytes / (f_simple * bandwidth)
     if ph.ll and ll < simple:
-        return replace(ph, wire_bytes=ll_bytes)
-    return replace(ph, latency=ph.latency + fill, wire_bytes=ph.wire_bytes / f_simple)
+        return replace(ph, latency=ph.latency + ph.extra_ll, wire_bytes=ll_bytes)
+    return replace(
+        ph, latency=ph.latency + ph.extra_simple + fill, wire_bytes=ph.wire_bytes / f_simple
+    )
 
 
 def _nvls_applies(coll: Coll, shape: GroupShape, fabric: TierLink) -> bool:
@@ -121,6 +158,7 @@ def _nvls_applies(coll: Coll, shape: GroupShape, fabric: TierLink) -> bool:
 # ``ratio *= 5.0/6.0``); NVSwitch H100 pairs measure about that (nccl-tests over 8x400G: 2 nodes
 # reach ~430 GB/s busbw with NVLS against ~330 without, NVIDIA/nccl issue #1221).
 NVLS_TREE_RATIO = 5.0 / 6.0
+NVLS_TREE_NET_STEP_LATENCY = 14.0e-6
 
 
 def _nvls_tree_applies(coll: Coll, shape: GroupShape, fabric: TierLink) -> bool:
@@ -145,7 +183,9 @@ def _nvls_tree(shape: GroupShape, size: float, fabric: TierLink, network: TierLi
     fabric_bytes = size / fabric.switch_reduce * network.bandwidth / fabric.bandwidth
     lat = 2 * fabric.alpha + 2 * depth * network.alpha
     wire = max(net_bytes, fabric_bytes) / NVLS_TREE_RATIO
-    return Phase("network", lat, wire, 2 * (g - 1) + 2 * depth, False, 1.0 / g)
+    # NCCL's NVLSTree network hop costs hwLat[NET][NVLSTree][Simple] = 14 us (tuning.cc).
+    hops = 2 * depth * max(0.0, NVLS_TREE_NET_STEP_LATENCY - network.alpha)
+    return Phase("network", lat, wire, 2 * (g - 1) + 2 * depth, False, 1.0 / g, 0.0, hops)
 
 
 @dataclass(frozen=True)
@@ -262,7 +302,22 @@ def phases(
         out = _flat(coll, algo, n, size, "network", max(network.alpha, fabric.alpha))
     share = max(1.0 / g, network.bandwidth / fabric.bandwidth) if fabric.bandwidth > 0 else 1.0
     share = min(1.0, share)
-    return [replace(p, wire_bytes=p.wire_bytes * share, share=share) for p in out]
+    # NCCL's hops between nodes: up and down the tree's levels, or a ring's crossings.
+    if algo == "tree" and coll == "all_reduce":
+        extra = nccl_extra("tree", 2 * math.ceil(math.log2(k)), network.alpha)
+    else:  # each step of the flat ring already pays the slower tier's α (above)
+        crossings = (2 if coll == "all_reduce" else 1) * (k - 1)
+        extra = nccl_extra("ring", crossings, max(network.alpha, fabric.alpha))
+    return [
+        replace(
+            p,
+            wire_bytes=p.wire_bytes * share,
+            share=share,
+            extra_ll=extra[0],
+            extra_simple=extra[1],
+        )
+        for p in out
+    ]
 
 
 def phase_time(ph: Phase, fabric: TierLink, network: TierLink | None) -> float:
