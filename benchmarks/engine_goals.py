@@ -131,6 +131,13 @@ def full_rows(n: int, small: int, big: int, bare: float) -> list[Row]:
     t_big, res = _cpu(lambda: run_engine(rs_big, full=True), n)
     share = res.events / t_big / bare
     k = math.log(t_big / t_small) / math.log(big / small)
+    # Context, not a goal: SimPy alone with one process per GPU (its queue as long as the
+    # engine's), and how its own cost per event grows between the two sizes.
+    from engine_speed import bare_simpy_rate
+
+    bare_small = bare_simpy_rate(400_000, 2, procs=small)
+    bare_big = bare_simpy_rate(400_000, 2, procs=big)
+    k_bare = 1.0 + math.log(bare_small / bare_big) / math.log(big / small)
     return [
         (
             f"(c4) full mode, {big:,} GPUs: events/s / bare SimPy",
@@ -143,6 +150,18 @@ def full_rows(n: int, small: int, big: int, bare: float) -> list[Row]:
             f"GPUs^{k:.2f}",
             f"{t_small:.2f} s -> {t_big:.2f} s at 8 micro-batches per pipeline; goal <= "
             f"GPUs^1.05: {_verdict(k <= 1.05)}",
+        ),
+        (
+            f"(c4) context: bare SimPy, {big:,} processes",
+            f"{bare_big:,.0f}/s",
+            f"timeouts/s with one process per GPU; the engine's events/s are "
+            f"{res.events / t_big / bare_big:.2f} of it",
+        ),
+        (
+            f"(c4) context: bare SimPy growth, {small:,} -> {big:,} processes",
+            f"GPUs^{k_bare:.2f}",
+            f"{bare_small:,.0f} -> {bare_big:,.0f} timeouts/s: the interpreter's own cost "
+            "per event grows with the queue and the live objects",
         ),
     ]
 
