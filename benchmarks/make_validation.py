@@ -153,14 +153,18 @@ def sc21_script() -> None:
         schedule: dict[str, Any] = {"kind": "1f1b"}
         vp = ""
         if per_chunk is not None:
+            assert layers % (pp * per_chunk) == 0, r["params_billion"]
             schedule = {"kind": "interleaved", "virtual_stages": layers // pp // per_chunk}
             vp = f", --num-layers-per-virtual-pipeline-stage {per_chunk}"
         par: dict[str, Any] = {"tp": tp, "pp": pp, "pp_schedule": schedule, "recompute": "full"}
         if ddp == "torch":
             # torch.nn.parallel.DistributedDataParallel: backward hooks all-reduce 25 MB
-            # buckets (bucket_cap_mb default) while the backward pass runs.
+            # buckets (bucket_cap_mb default) while the backward pass runs; Megatron-LM 2021
+            # builds it without gradient_as_bucket_view, so gradients are copied into the
+            # buckets and back (megatron/training.py, torchDDP(model, device_ids=..., ...)).
             par["overlap"] = {"dp_grad": True}
             par["dp_bucket_mb"] = 25
+            par["dp_bucket_copy"] = True
         name = f"sc21-{r['params_billion']}b-script"
         _write(
             ROOT / "sc21-script" / f"{name}.yaml",

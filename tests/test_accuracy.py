@@ -216,11 +216,32 @@ def test_network_hops_cost_nccl_software_latency_per_protocol() -> None:
     _, ph, t = choose("all_reduce", GroupShape(64, 8), 1024.0, fab, net)
     lat = sum(p.latency for p in ph)
     assert lat == pytest.approx(6.8e-6 + 2 * (7 * fab.alpha + 3 * 5e-6))
-    # More network bandwidth is never slower, at any size.
-    for size in (2.0**10, 2.0**20, 2.0**26, 2.0**33):
-        slow = choose("all_reduce", GroupShape(64, 8), size, fab, net)[2]
-        fast = choose("all_reduce", GroupShape(64, 8), size, fab, TierLink(92e9, 2e-6))[2]
-        assert fast <= slow
+
+
+@pytest.mark.parametrize(
+    "coll", ["all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "p2p"]
+)
+def test_faster_or_lower_latency_links_never_slow_a_collective(coll: str) -> None:
+    # NCCL's per-hop software cost is a floor over the links' α, counted on no more hops than
+    # the phase charges α for: lowering either tier's α or raising its bandwidth never makes a
+    # collective slower, at any size and on any number of nodes.
+    fab = TierLink(bandwidth=369e9, alpha=2e-6, switch_reduce=1.0)
+    net = TierLink(bandwidth=46e9, alpha=2e-6)
+    variants = [
+        (fab, TierLink(46e9, 1e-6)),
+        (fab, TierLink(46e9, 0.0)),
+        (TierLink(369e9, 0.5e-6, 1.0), net),
+        (TierLink(369e9, 0.5e-6, 1.0), TierLink(46e9, 1e-6)),
+        (TierLink(369e9, 0.0, 1.0), TierLink(46e9, 0.0)),
+        (fab, TierLink(92e9, 2e-6)),
+        (TierLink(738e9, 2e-6, 1.0), net),
+    ]
+    for nodes in (2, 3, 5, 8, 12, 32):
+        shape = GroupShape(8 * nodes, nodes)
+        for size in (64.0, 2.0**14, 2.0**20, 2.0**24, 2.0**28, 2.0**33):
+            base = choose(coll, shape, size, fab, net)[2]  # type: ignore[arg-type]
+            for f, n in variants:
+                assert choose(coll, shape, size, f, n)[2] <= base * (1 + 1e-12), (nodes, size)
 
 
 def _step(data: dict[str, Any]) -> Any:
@@ -324,6 +345,9 @@ def test_accuracy_sets_stay_in_their_bands() -> None:
         s = report[name]["summary"]
         assert s["rows"] > 0, name
         assert s["mean_abs"] <= band, f"{name}: mean |error| {s['mean_abs']:.1%} > {band:.0%}"
+    # nccl-tests below 1 MiB (64 KiB up): the issue's target is 30%.
+    small = report["nccl-tests"]["summary_small"]
+    assert small["rows"] > 0 and small["mean_abs"] <= 0.27, small
 
 
 def test_short_kernels_run_at_the_hosts_pace() -> None:

@@ -57,14 +57,16 @@ class Phase:
     # nodes spreads its channels over the node's NICs, so each NIC moves that share of every
     # pipeline step (as of the wire bytes).
     share: float = 1.0
-    # NCCL's per-protocol latency beyond the links' own α (NCCL_LATENCY below): the base cost
-    # of the collective plus its network hops' software cost, under LL and under Simple.
+    # NCCL's per-protocol latency beyond the links' own α (NCCL_BASE_LATENCY and
+    # NCCL_NET_STEP_LATENCY below): the base cost of a collective that spans nodes plus its
+    # network hops' software cost, under LL and under Simple (added once, by with_protocol).
     extra_ll: float = 0.0
     extra_simple: float = 0.0
 
 
-# NCCL's latency model (NVIDIA/nccl src/graph/tuning.cc, ``baseLat`` and ``hwLat``, 2.19-2.23,
-# unchanged in 2.27's src/graph/tuning.cc): a collective costs a base latency per algorithm and
+# NCCL's latency model (NVIDIA/nccl src/graph/tuning.cc, ``baseLat`` and ``hwLat`` as of 2.22-2.28;
+# 2.19-2.21 had no base latency for tree Simple and 28 us per tree hop): a collective costs a base
+# latency per algorithm and
 # protocol, plus per pipeline step a hardware latency by the link it crosses; a network step
 # goes through the proxy thread and the NIC, so it costs far more than the wire's own latency
 # (ring: LL 2.7 us, Simple 14 us; tree: LL 5 us, Simple 14 us, against InfiniBand's ~2 us).
@@ -82,6 +84,11 @@ NCCL_NET_STEP_LATENCY = {
     ("tree", "ll"): 5.0e-6,
     ("tree", "simple"): 14.0e-6,
 }
+
+
+def _log2i(k: int) -> int:
+    """NCCL's log2i: floor(log2 k) for k >= 1."""
+    return max(0, int(k).bit_length() - 1)
 
 
 def nccl_extra(algo: str, net_steps: float, net_alpha: float) -> tuple[float, float]:
@@ -142,10 +149,21 @@ def with_protocol(ph: Phase, bandwidth: float, tree_size: float | None = None) -
     ll = ph.latency + ph.extra_ll + ll_bytes / bandwidth
     fill = ph.steps * SIMPLE_STEP_BYTES * ph.share / bandwidth
     simple = ph.latency + ph.extra_simple + fill + ph.wire_bytes / (f_simple * bandwidth)
+    # The chosen protocol's extra moves into the latency, and the phase carries none left.
     if ph.ll and ll < simple:
-        return replace(ph, latency=ph.latency + ph.extra_ll, wire_bytes=ll_bytes)
+        return replace(
+            ph,
+            latency=ph.latency + ph.extra_ll,
+            wire_bytes=ll_bytes,
+            extra_ll=0.0,
+            extra_simple=0.0,
+        )
     return replace(
-        ph, latency=ph.latency + ph.extra_simple + fill, wire_bytes=ph.wire_bytes / f_simple
+        ph,
+        latency=ph.latency + ph.extra_simple + fill,
+        wire_bytes=ph.wire_bytes / f_simple,
+        extra_ll=0.0,
+        extra_simple=0.0,
     )
 
 
@@ -183,8 +201,9 @@ def _nvls_tree(shape: GroupShape, size: float, fabric: TierLink, network: TierLi
     fabric_bytes = size / fabric.switch_reduce * network.bandwidth / fabric.bandwidth
     lat = 2 * fabric.alpha + 2 * depth * network.alpha
     wire = max(net_bytes, fabric_bytes) / NVLS_TREE_RATIO
-    # NCCL's NVLSTree network hop costs hwLat[NET][NVLSTree][Simple] = 14 us (tuning.cc).
-    hops = 2 * depth * max(0.0, NVLS_TREE_NET_STEP_LATENCY - network.alpha)
+    # NCCL's NVLSTree network hop costs hwLat[NET][NVLSTree][Simple] = 14 us, over 2·log2i(k)
+    # hops (tuning.cc), each of which already pays the network's α above.
+    hops = 2 * _log2i(k) * max(0.0, NVLS_TREE_NET_STEP_LATENCY - network.alpha)
     return Phase("network", lat, wire, 2 * (g - 1) + 2 * depth, False, 1.0 / g, 0.0, hops)
 
 
@@ -302,12 +321,17 @@ def phases(
         out = _flat(coll, algo, n, size, "network", max(network.alpha, fabric.alpha))
     share = max(1.0 / g, network.bandwidth / fabric.bandwidth) if fabric.bandwidth > 0 else 1.0
     share = min(1.0, share)
-    # NCCL's hops between nodes: up and down the tree's levels, or a ring's crossings.
-    if algo == "tree" and coll == "all_reduce":
-        extra = nccl_extra("tree", 2 * math.ceil(math.log2(k)), network.alpha)
-    else:  # each step of the flat ring already pays the slower tier's α (above)
-        crossings = (2 if coll == "all_reduce" else 1) * (k - 1)
-        extra = nccl_extra("ring", crossings, max(network.alpha, fabric.alpha))
+    # NCCL's hops between nodes: up and down the tree's levels (NCCL counts log2i(k) of them),
+    # or a ring's crossings; never more than the steps the phase already charges α for, so a
+    # lower α never makes the collective slower.
+    if coll == "p2p":
+        extra = (0.0, 0.0)
+    elif algo == "tree" and coll == "all_reduce":
+        extra = nccl_extra("tree", 2 * _log2i(k), network.alpha)
+    else:  # each step of the flat ring (or broadcast tree) already pays the slower tier's α
+        crossings = _log2i(k) if algo == "tree" else (2 if coll == "all_reduce" else 1) * (k - 1)
+        steps = out[0].steps if out else 0.0
+        extra = nccl_extra("ring", min(crossings, steps), max(network.alpha, fabric.alpha))
     return [
         replace(
             p,
