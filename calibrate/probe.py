@@ -96,6 +96,12 @@ class Probe(CollectivePhase, DevicePhases, TrainPhase):
             "procs_per_node": self.local_world,
             "hosts": len(set(hostnames)),  # 'nodes' on one host share its cores
             "threads_per_process": self.threads,
+            # How the host allocator keeps freed memory (calibrate.launch.HEAP_KEEPING_ENV).
+            "malloc_env": {
+                k: os.environ[k]
+                for k in ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_")
+                if k in os.environ
+            },
             "args": {k: v for k, v in vars(a).items() if not k.startswith("fail")},
             "phases_done": [],
             "notes": [],
