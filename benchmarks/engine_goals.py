@@ -9,7 +9,8 @@ test).
 3. A cold ``clustersim simulate`` process, CPU seconds. Goal: under 0.6 s.
 4. Full mode: events per second against bare SimPy's timeout rate measured here (goal: 0.35),
    and the cost's growth with GPUs at a fixed amount of work per GPU (8 micro-batches per
-   pipeline), as the exponent of ``seconds ~ GPUs^k`` between two sizes (goal: k <= 1.05).
+   pipeline), as the least-squares exponent of ``seconds ~ GPUs^k`` over 256, 1,024 and 4,096
+   GPUs (goal: k <= 1.05).
    With ``--full-16k``: the 405B layout of part (a) on 16,384 GPUs in full mode, its CPU
    seconds and peak memory in a process of its own (goal: under 20 s and 500 MB).
 """
@@ -123,45 +124,66 @@ def _full_case(gpus: int) -> Any:
     return full_scenario(args)
 
 
-def full_rows(n: int, small: int, big: int, bare: float) -> list[Row]:
+def _slope(xs: list[float], ys: list[float]) -> float:
+    """Least-squares slope of log(ys) against log(xs)."""
+    lx, ly = [math.log(x) for x in xs], [math.log(y) for y in ys]
+    mx, my = sum(lx) / len(lx), sum(ly) / len(ly)
+    return sum((a - mx) * (b - my) for a, b in zip(lx, ly, strict=True)) / sum(
+        (a - mx) ** 2 for a in lx
+    )
+
+
+def full_rows(n: int, sizes: tuple[int, ...], at: int, bare: float) -> list[Row]:
+    """Full mode's events per CPU second at ``at`` GPUs against bare SimPy, and the growth of
+    its cost with GPUs at a fixed amount of work per GPU, as the least-squares exponent over
+    ``sizes`` (a span of 16x: a 0.2 s run alone on a shared machine is too noisy to fit)."""
     from simulator.engine.sim import run_engine
 
-    rs_small, rs_big = _full_case(small), _full_case(big)
-    t_small, _ = _cpu(lambda: run_engine(rs_small, full=True), n)
-    t_big, res = _cpu(lambda: run_engine(rs_big, full=True), n)
-    share = res.events / t_big / bare
-    k = math.log(t_big / t_small) / math.log(big / small)
+    times: list[float] = []
+    res_at: Any = None
+    t_at = 0.0
+    for g in sizes:
+        rs = _full_case(g)
+        t, res = _cpu(lambda rs=rs: run_engine(rs, full=True), n if g <= at else 1)
+        times.append(t)
+        if g == at:
+            t_at, res_at = t, res
+    assert res_at is not None, "the event-rate size must be one of the sizes"
+    share = res_at.events / t_at / bare
+    k = _slope([float(g) for g in sizes], times)
     # Context, not a goal: SimPy alone with one process per GPU (its queue as long as the
-    # engine's), and how its own cost per event grows between the two sizes.
+    # engine's), and how its own cost per event grows over the same sizes.
     from engine_speed import bare_simpy_rate
 
-    bare_small = bare_simpy_rate(400_000, 2, procs=small)
-    bare_big = bare_simpy_rate(400_000, 2, procs=big)
-    k_bare = 1.0 + math.log(bare_small / bare_big) / math.log(big / small)
+    bare_rates = [bare_simpy_rate(400_000, 2, procs=g) for g in sizes]
+    k_bare = _slope([float(g) for g in sizes], [1.0 / r for r in bare_rates]) + 1.0
+    bare_at = bare_rates[sizes.index(at)]
+    span = f"{sizes[0]:,} -> {sizes[-1]:,}"
     return [
         (
-            f"(c4) full mode, {big:,} GPUs: events/s / bare SimPy",
+            f"(c4) full mode, {at:,} GPUs: events/s / bare SimPy",
             f"{share:.2f}",
-            f"{res.events / t_big:,.0f} events per CPU second against {bare:,.0f} timeouts/s; "
+            f"{res_at.events / t_at:,.0f} events per CPU second against {bare:,.0f} timeouts/s; "
             f"goal >= 0.35: {_verdict(share >= 0.35)}",
         ),
         (
-            f"(c4) full mode growth, {small:,} -> {big:,} GPUs",
+            f"(c4) full mode growth, {span} GPUs",
             f"GPUs^{k:.2f}",
-            f"{t_small:.2f} s -> {t_big:.2f} s at 8 micro-batches per pipeline; goal <= "
-            f"GPUs^1.05: {_verdict(k <= 1.05)}",
+            " -> ".join(f"{t:.2f} s" for t in times)
+            + f" at 8 micro-batches per pipeline; goal <= GPUs^1.05: {_verdict(k <= 1.05)}",
         ),
         (
-            f"(c4) context: bare SimPy, {big:,} processes",
-            f"{bare_big:,.0f}/s",
+            f"(c4) context: bare SimPy, {at:,} processes",
+            f"{bare_at:,.0f}/s",
             f"timeouts/s with one process per GPU; the engine's events/s are "
-            f"{res.events / t_big / bare_big:.2f} of it",
+            f"{res_at.events / t_at / bare_at:.2f} of it",
         ),
         (
-            f"(c4) context: bare SimPy growth, {small:,} -> {big:,} processes",
+            f"(c4) context: bare SimPy growth, {span} processes",
             f"GPUs^{k_bare:.2f}",
-            f"{bare_small:,.0f} -> {bare_big:,.0f} timeouts/s: the interpreter's own cost "
-            "per event grows with the queue and the live objects",
+            " -> ".join(f"{r:,.0f}" for r in bare_rates)
+            + " timeouts/s: the interpreter's own cost per event grows with the queue and "
+            "the live objects",
         ),
     ]
 

@@ -300,7 +300,7 @@ def main(argv: list[str] | None = None) -> int:
         rows += goals.symmetric_rows(args.repeat)
         rows += goals.default_and_cold_rows(args.repeat)
         if not args.skip_full:
-            rows += goals.full_rows(min(args.full_repeat, 2), 256, 1024, bare_rate)
+            rows += goals.full_rows(min(args.full_repeat, 2), (256, 1024, 4096), 1024, bare_rate)
         if args.full_16k:
             rows += goals.sixteen_k_rows()
 
