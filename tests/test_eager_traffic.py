@@ -1,6 +1,7 @@
 """Memory traffic an eager PyTorch stack adds around the GEMMs: the fp32 residual stream under
-autocast over fp32 weights, and the packing of Q, K and V around a variable-length flash
-attention call (llm-foundry's flash_attn_fn)."""
+autocast over fp32 weights, the packing of Q, K and V around a variable-length flash
+attention call (llm-foundry's flash_attn_fn), and RMSNorm and SwiGLU run as separate eager
+kernels (Hugging Face's LlamaRMSNorm and LlamaMLP)."""
 
 from __future__ import annotations
 
@@ -19,7 +20,14 @@ BASE: dict[str, Any] = {
         "nodes": 1,
         "fabric": "nvlink4-nvswitch",
     },
-    "model": {"layers": 4, "hidden": 2048, "heads": 16, "vocab": 32000, "dropout": False},
+    "model": {
+        "layers": 4,
+        "hidden": 2048,
+        "heads": 16,
+        "vocab": 32000,
+        "dropout": False,
+        "norm": "layernorm",  # MPT's, as llm-foundry runs it: one native kernel in eager too
+    },
     "training": {"seq_len": 2048, "global_batch": 8, "micro_batch": 1, "precision": "bf16"},
     "parallelism": {"sharding": {"kind": "fsdp"}},
     "software": "pytorch-fsdp",
@@ -109,3 +117,59 @@ def test_fsdp2_copies_gathered_parameters_out_and_gradients_in() -> None:
     none = Simulation(resolve_dict({**alone, "software": both_off}))
     assert one.p_fwd.duration == none.p_fwd.duration
     assert one.p_bwd.duration == none.p_bwd.duration
+
+
+def _llama(software: str, **training: Any) -> Any:
+    model = {**BASE["model"], "norm": "rmsnorm", "mlp": "swiglu"}
+    data = {**BASE, "model": model, "software": software}
+    data["training"] = {**BASE["training"], "param_gather_dtype": "bf16", **training}
+    return resolve_dict(data)
+
+
+def test_eager_rmsnorm_and_swiglu_make_a_pass_per_operation() -> None:
+    fused, eager = _llama("torchtitan"), _llama("deepspeed")
+    assert fused.software.fusion.rms_norm.value and not eager.software.fusion.rms_norm.value
+    T, h, f = tokens_per_rank(eager), eager.model.hidden, eager.model.ffn
+    n = T * h
+    # Fused: read the bf16 stream, write the bf16 output.
+    assert _op(layer_ops(fused), "attn_norm").bytes == n * 4
+    ops = {o.name: o.bytes for o in layer_ops(eager) if o.name.startswith("attn_norm")}
+    # LlamaRMSNorm: upcast (2 + 4), square (4 + 4), mean (4), eps + rsqrt per row, the scaled
+    # product (4 + 4), downcast (4 + 2), weight (2 + 2): 36 bytes an element against 4.
+    assert ops == {
+        "attn_norm_upcast": n * 6,
+        "attn_norm_square": n * 8,
+        "attn_norm_mean": n * 4,
+        "attn_norm_rsqrt": T * 16,
+        "attn_norm_scale": n * 8,
+        "attn_norm_downcast": n * 6,
+        "attn_norm_weight": n * 4,
+    }
+    # SwiGLU: one kernel reads gate and up and writes the product (3 passes over T x f);
+    # eager: SiLU reads and writes the gate (2), the multiply reads two and writes one (3).
+    assert _op(layer_ops(fused), "activation").bytes == 3 * T * f * 2
+    assert _op(layer_ops(eager), "activation_silu").bytes == 2 * T * f * 2
+    assert _op(layer_ops(eager), "activation_mul").bytes == 3 * T * f * 2
+
+
+def test_unfused_kernels_only_cost_time_and_leave_layernorm_models_alone() -> None:
+    from simulator.simulate import simulate
+
+    eager = _llama("deepspeed")
+    fusion = eager.software.fusion.model_copy(update={"rms_norm": None, "swiglu": None})
+    fused = eager.model_copy(
+        update={"software": eager.software.model_copy(update={"fusion": fusion})}
+    )
+    t_eager = simulate(eager, scaling=False).metrics
+    t_fused = simulate(fused, scaling=False).metrics
+    assert t_eager.step_time_s > t_fused.step_time_s
+    assert t_eager.model_tflops_per_gpu < t_fused.model_tflops_per_gpu  # same FLOPs, slower
+    # pytorch-eager fuses RMSNorm (aten::_fused_rms_norm) but not SwiGLU.
+    names = {o.name for o in layer_ops(_llama("pytorch-eager"))}
+    assert "attn_norm" in names and {"activation_silu", "activation_mul"} <= names
+    # A GELU/LayerNorm model takes the one-kernel forms under every stack.
+    for software in ("deepspeed", "pytorch-fsdp", "pytorch-eager", "torchtitan"):
+        data = {**BASE, "software": software, "model": {**BASE["model"], "mlp": "gelu"}}
+        names = {o.name for o in layer_ops(resolve_dict(data))}
+        assert {"attn_norm", "mlp_norm", "activation"} <= names
+        assert not any(n.startswith(("attn_norm_", "activation_")) for n in names)

@@ -41,6 +41,17 @@ class Fusion(BaseModel):
     scale_mask_softmax: Flag = Field(
         description="unfused attention: scale, causal mask and softmax of the scores in one kernel"
     )
+    rms_norm: Flag | None = Field(
+        default=None,
+        description="RMSNorm as one kernel (a fused kernel or a compiler's); off: the eager "
+        "composite (upcast, square, mean, rsqrt scale, downcast, weight), a pass each; unset: "
+        "one kernel",
+    )
+    swiglu: Flag | None = Field(
+        default=None,
+        description="SwiGLU's SiLU of the gate times the up projection in one kernel; off: a SiLU "
+        "kernel and a multiply; unset: one kernel",
+    )
 
 
 class StackOverlap(BaseModel):

@@ -9,7 +9,7 @@ mirrored TP/CP collectives).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from ..config.scenario import ResolvedScenario
 from ..config.software import on
@@ -105,9 +105,44 @@ def residual_bytes(rs: ResolvedScenario) -> int:
     return 4 if _autocast_over_fp32(rs) else act_bytes(rs)
 
 
-def _norm(rs: ResolvedScenario, name: str, elements: float) -> Op:
-    """A norm reads the residual stream and writes its 16-bit (or fp32) output."""
-    return Op(name, "memory", bytes=elements * (residual_bytes(rs) + act_bytes(rs)))
+def _unfused(flag: Any) -> bool:
+    """A fusion the stack states it does not make (unset: it does)."""
+    return flag is not None and not flag.value
+
+
+def _norm(rs: ResolvedScenario, name: str, elements: float) -> list[Op]:
+    """A norm reads the residual stream and writes its 16-bit (or fp32) output: one kernel,
+    unless the model's RMSNorm runs as the eager composite (Hugging Face's LlamaRMSNorm,
+    llm-foundry's and torchtitan's eager RMSNorm): an fp32 upcast, square, mean, the
+    rsqrt-scaled product, the downcast and the weight, each a pass over the tensor."""
+    r, a = residual_bytes(rs), act_bytes(rs)
+    if rs.model.norm != "rmsnorm" or not _unfused(rs.software.fusion.rms_norm):
+        return [Op(name, "memory", bytes=elements * (r + a))]
+    ops = [] if r == 4 else [Op(f"{name}_upcast", "memory", bytes=elements * (r + 4))]
+    rows = elements / rs.model.hidden
+    return ops + [
+        Op(f"{name}_square", "memory", bytes=elements * 8),
+        Op(f"{name}_mean", "memory", bytes=elements * 4),
+        Op(f"{name}_rsqrt", "memory", bytes=rows * 16),  # + eps, then rsqrt, on one per row
+        Op(f"{name}_scale", "memory", bytes=elements * 8),
+        Op(f"{name}_downcast", "memory", bytes=elements * (4 + a)),
+        Op(f"{name}_weight", "memory", bytes=elements * 2 * a),
+    ]
+
+
+def _activation(rs: ResolvedScenario, elements: float) -> list[Op]:
+    """The MLP's activation over ``elements`` of the hidden width: GELU reads and writes it;
+    SwiGLU reads the gate and the up projection and writes their product, in one kernel unless
+    the stack runs SiLU and the multiply apart (eager ``F.silu(gate) * up``)."""
+    a = act_bytes(rs)
+    if rs.model.mlp != "swiglu":
+        return [Op("activation", "memory", bytes=2 * elements * a)]
+    if not _unfused(rs.software.fusion.swiglu):
+        return [Op("activation", "memory", bytes=3 * elements * a)]
+    return [
+        Op("activation_silu", "memory", bytes=2 * elements * a),
+        Op("activation_mul", "memory", bytes=3 * elements * a),
+    ]
 
 
 def _residual(rs: ResolvedScenario, elements: float) -> list[Op]:
@@ -154,7 +189,7 @@ def layer_ops(rs: ResolvedScenario) -> list[Op]:
     n_in = 2 if m.mlp == "swiglu" else 1
     ops: list[Op] = _weight_casts(rs)
     ops += [
-        _norm(rs, "attn_norm", norm_tokens * h),
+        *_norm(rs, "attn_norm", norm_tokens * h),
         *_tp_comm(rs, "tp_attn_in", act, closing=False),
         _gemm("qkv_proj", 1, T, (h + 2 * kv) // t, h),
     ]
@@ -186,10 +221,10 @@ def layer_ops(rs: ResolvedScenario) -> list[Op]:
         _gemm("out_proj", 1, T, h, h // t),
         *_tp_comm(rs, "tp_attn_out", act, closing=True),
         *_residual(rs, norm_tokens * h),
-        _norm(rs, "mlp_norm", norm_tokens * h),
+        *_norm(rs, "mlp_norm", norm_tokens * h),
         *_tp_comm(rs, "tp_mlp_in", act, closing=False),
         _gemm("mlp_up", 1, T, n_in * f // t, h),
-        Op("activation", "memory", bytes=(n_in + 1) * T * f * a / t),
+        *_activation(rs, T * f / t),
         _gemm("mlp_down", 1, T, h, f // t),
         *_tp_comm(rs, "tp_mlp_out", act, closing=True),
         *_residual(rs, norm_tokens * h),
@@ -242,7 +277,7 @@ def head_ops(rs: ResolvedScenario) -> list[Op]:
     a = act_bytes(rs)
     norm_tokens = T // t if rs.parallelism.sequence_parallel else T
     ops = [
-        _norm(rs, "final_norm", norm_tokens * m.hidden),
+        *_norm(rs, "final_norm", norm_tokens * m.hidden),
         *_tp_comm(rs, "tp_head_in", T * m.hidden * a, closing=False),
         _gemm("logits", 1, T, m.vocab // t, m.hidden),
         # fp32 softmax over the vocabulary shard: read logits, write probabilities, read back.
