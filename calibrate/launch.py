@@ -23,18 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from .probe import FORMAT, VERSION, atomic_write_json, heartbeat_dir
-
-# A GPU's memory stays with PyTorch's caching allocator from one step to the next, so a step
-# never pays to map memory. On a CPU, glibc hands a large freed block back to the kernel
-# (munmap, or a trimmed heap top) and the next step's tensors fault every page in again: on a
-# 2-core VM that is 8% of the probe job's step and 20-30% of a step with 16-64 MB logits
-# (benchmarks/results/validate-rounds-2026-11-24-session12.txt, note). The probe's processes
-# keep freed memory in their heap, as the caching allocator does, unless the caller set these.
-HEAP_KEEPING_ENV = {
-    "MALLOC_MMAP_THRESHOLD_": str(2**31 - 1),
-    "MALLOC_TRIM_THRESHOLD_": str(2**31 - 1),
-}
+from .probe import FORMAT, HEAP_KEEPING_ENV, VERSION, atomic_write_json, heartbeat_dir
 
 
 class ProbeFailed(Exception):

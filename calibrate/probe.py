@@ -44,6 +44,18 @@ from .probe_collectives import CollectivePhase
 from .probe_device import DevicePhases
 from .probe_train import TrainPhase
 
+# A GPU's memory stays with PyTorch's caching allocator from one step to the next, so a step
+# never pays to map memory. On a CPU, glibc hands a large freed block back to the kernel
+# (munmap, or a trimmed heap top) and the next step's tensors fault every page in again: on a
+# 2-core VM that is 8% of the probe job's step and 20-30% of a step with 16-64 MB logits
+# (benchmarks/results/validate-rounds-2026-11-24-session12.txt, note). The probe's processes
+# keep freed memory in their heap, as the caching allocator does, unless the caller set these
+# (calibrate.launch starts them with this environment).
+HEAP_KEEPING_ENV = {
+    "MALLOC_MMAP_THRESHOLD_": str(2**31 - 1),
+    "MALLOC_TRIM_THRESHOLD_": str(2**31 - 1),
+}
+
 
 class Probe(CollectivePhase, DevicePhases, TrainPhase):
     def run(self) -> int:
@@ -96,12 +108,8 @@ class Probe(CollectivePhase, DevicePhases, TrainPhase):
             "procs_per_node": self.local_world,
             "hosts": len(set(hostnames)),  # 'nodes' on one host share its cores
             "threads_per_process": self.threads,
-            # How the host allocator keeps freed memory (calibrate.launch.HEAP_KEEPING_ENV).
-            "malloc_env": {
-                k: os.environ[k]
-                for k in ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_")
-                if k in os.environ
-            },
+            # How the host allocator keeps freed memory (HEAP_KEEPING_ENV, set by the launcher).
+            "malloc_env": {k: os.environ[k] for k in HEAP_KEEPING_ENV if k in os.environ},
             "args": {k: v for k, v in vars(a).items() if not k.startswith("fail")},
             "phases_done": [],
             "notes": [],

@@ -43,7 +43,7 @@ def test_probe_calibrate_simulate(tmp_path: Path) -> None:
     assert d["format"] == "clustersim-probe" and d["version"] == 1 and d["complete"] is True
     assert d["world_size"] == 2 and d["backend"] == "gloo"
     # The ranks keep freed memory in their heap, as a GPU's caching allocator does.
-    from calibrate.launch import HEAP_KEEPING_ENV
+    from calibrate.probe import HEAP_KEEPING_ENV
 
     assert d["malloc_env"] == {k: os.environ.get(k, v) for k, v in HEAP_KEEPING_ENV.items()}
     ops = {c["op"] for c in d["collectives"]}

@@ -30,6 +30,11 @@ def on(flag: Flag | None) -> bool:
     return flag is not None and flag.value
 
 
+def off(flag: Flag | None) -> bool:
+    """Whether a profile states an optional switch is off (absent: not stated, so not off)."""
+    return flag is not None and not flag.value
+
+
 class Fusion(BaseModel):
     """Elementwise chains the framework runs as one kernel (one read and one write of the
     tensor instead of one per operation)."""
@@ -143,4 +148,4 @@ class SoftwareProfile(_Profile):
     )
 
 
-__all__ = ["Flag", "Fusion", "OptimizerPasses", "SoftwareProfile", "StackOverlap", "on"]
+__all__ = ["Flag", "Fusion", "OptimizerPasses", "SoftwareProfile", "StackOverlap", "off", "on"]

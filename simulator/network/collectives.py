@@ -83,6 +83,7 @@ NCCL_NET_STEP_LATENCY = {
     ("ring", "simple"): 14.0e-6,
     ("tree", "ll"): 5.0e-6,
     ("tree", "simple"): 14.0e-6,
+    ("nvls_tree", "simple"): 14.0e-6,  # Simple only; no base latency of its own
 }
 
 
@@ -176,7 +177,6 @@ def _nvls_applies(coll: Coll, shape: GroupShape, fabric: TierLink) -> bool:
 # ``ratio *= 5.0/6.0``); NVSwitch H100 pairs measure about that (nccl-tests over 8x400G: 2 nodes
 # reach ~430 GB/s busbw with NVLS against ~330 without, NVIDIA/nccl issue #1221).
 NVLS_TREE_RATIO = 5.0 / 6.0
-NVLS_TREE_NET_STEP_LATENCY = 14.0e-6
 
 
 def _nvls_tree_applies(coll: Coll, shape: GroupShape, fabric: TierLink) -> bool:
@@ -201,10 +201,12 @@ def _nvls_tree(shape: GroupShape, size: float, fabric: TierLink, network: TierLi
     fabric_bytes = size / fabric.switch_reduce * network.bandwidth / fabric.bandwidth
     lat = 2 * fabric.alpha + 2 * depth * network.alpha
     wire = max(net_bytes, fabric_bytes) / NVLS_TREE_RATIO
-    # NCCL's NVLSTree network hop costs hwLat[NET][NVLSTree][Simple] = 14 us, over 2·log2i(k)
-    # hops (tuning.cc), each of which already pays the network's α above.
-    hops = 2 * _log2i(k) * max(0.0, NVLS_TREE_NET_STEP_LATENCY - network.alpha)
-    return Phase("network", lat, wire, 2 * (g - 1) + 2 * depth, False, 1.0 / g, 0.0, hops)
+    # NCCL's NVLSTree network hop costs hwLat[NET][NVLSTree][Simple], over 2·log2i(k) hops
+    # (tuning.cc), each of which already pays the network's α above.
+    step = NCCL_NET_STEP_LATENCY[("nvls_tree", "simple")]
+    hops = 2 * _log2i(k) * max(0.0, step - network.alpha)
+    steps = 2 * (g - 1) + 2 * depth
+    return Phase("network", lat, wire, steps, ll=False, share=1.0 / g, extra_simple=hops)
 
 
 @dataclass(frozen=True)

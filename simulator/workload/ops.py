@@ -9,10 +9,10 @@ mirrored TP/CP collectives).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
 from ..config.scenario import ResolvedScenario
-from ..config.software import on
+from ..config.software import off, on
 from .model import attention_core_flops_per_token, layer_matmul_params
 
 OpKind = Literal["gemm", "attention", "memory", "collective"]
@@ -105,18 +105,13 @@ def residual_bytes(rs: ResolvedScenario) -> int:
     return 4 if _autocast_over_fp32(rs) else act_bytes(rs)
 
 
-def _unfused(flag: Any) -> bool:
-    """A fusion the stack states it does not make (unset: it does)."""
-    return flag is not None and not flag.value
-
-
 def _norm(rs: ResolvedScenario, name: str, elements: float) -> list[Op]:
     """A norm reads the residual stream and writes its 16-bit (or fp32) output: one kernel,
     unless the model's RMSNorm runs as the eager composite (Hugging Face's LlamaRMSNorm,
     llm-foundry's and torchtitan's eager RMSNorm): an fp32 upcast, square, mean, the
     rsqrt-scaled product, the downcast and the weight, each a pass over the tensor."""
     r, a = residual_bytes(rs), act_bytes(rs)
-    if rs.model.norm != "rmsnorm" or not _unfused(rs.software.fusion.rms_norm):
+    if rs.model.norm != "rmsnorm" or not off(rs.software.fusion.rms_norm):
         return [Op(name, "memory", bytes=elements * (r + a))]
     ops = [] if r == 4 else [Op(f"{name}_upcast", "memory", bytes=elements * (r + 4))]
     rows = elements / rs.model.hidden
@@ -137,7 +132,7 @@ def _activation(rs: ResolvedScenario, elements: float) -> list[Op]:
     a = act_bytes(rs)
     if rs.model.mlp != "swiglu":
         return [Op("activation", "memory", bytes=2 * elements * a)]
-    if not _unfused(rs.software.fusion.swiglu):
+    if not off(rs.software.fusion.swiglu):
         return [Op("activation", "memory", bytes=3 * elements * a)]
     return [
         Op("activation_silu", "memory", bytes=2 * elements * a),
