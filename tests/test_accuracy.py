@@ -118,6 +118,34 @@ def test_small_messages_take_the_low_latency_protocol() -> None:
     assert big.wire_bytes == 1.75 * 2**30 and big.latency > 14 * FAB.alpha
 
 
+def test_ll128_fills_the_middle_inside_an_nvlink_node_only() -> None:
+    # NCCL's LL128: 0.92 of the Simple bandwidth, no chunk-sized pipeline fill, and NCCL's
+    # LL128-over-LL latency (7.4 us base + 1.3 us per NVLink step) on top of the LL α.
+    nvl = TierLink(FAB.bandwidth, FAB.alpha, ll128=True)
+    shape, size = GroupShape(8, 1), 16 * 2**20
+    plain = choose("all_reduce", shape, size, FAB)[2]
+    algo, ph, t = choose("all_reduce", shape, size, nvl)
+    assert algo == "ring" and t < plain
+    wire = 1.75 * size
+    assert t == pytest.approx(14 * FAB.alpha + 7.4e-6 + 14 * 1.3e-6 + wire / (0.92 * FAB.bandwidth))
+    # Tiny messages keep LL, huge ones Simple: LL128 only takes the middle.
+    for s in (2**12, 64 * 2**30):
+        assert choose("all_reduce", shape, s, nvl)[2] == pytest.approx(
+            choose("all_reduce", shape, s, FAB)[2]
+        )
+    # Never across nodes, never for point-to-point or all-to-all, never for NVLS.
+    net = TierLink(bandwidth=46e9, alpha=2e-6)
+    for coll, sh in (("all_reduce", GroupShape(32, 4)), ("all_to_all", shape), ("p2p", shape)):
+        assert choose(coll, sh, size, nvl, net)[2] == choose(coll, sh, size, FAB, net)[2]
+    nvls = TierLink(FAB.bandwidth, FAB.alpha, switch_reduce=2.0)
+    nvls128 = TierLink(FAB.bandwidth, FAB.alpha, switch_reduce=2.0, ll128=True)
+    for ph in phases("all_reduce", "nvls", shape, size, nvls128, None):
+        assert ph.ll128_fraction == 0.0
+    assert choose("all_reduce", shape, 8 * 2**30, nvls128) == choose(
+        "all_reduce", shape, 8 * 2**30, nvls
+    )
+
+
 def test_no_tree_inside_one_node_and_nvls_when_the_switch_reduces() -> None:
     shape = GroupShape(8, 1)
     for size in (2**10, 2**20, 2**30):
@@ -326,11 +354,11 @@ def _accuracy() -> Any:
 # Mean absolute error each set must stay within: today's figure plus a small margin (the
 # issue's targets are tighter; see README "Accuracy"). Tighten these as the model improves.
 BANDS = {
-    "sc21-1f1b": 0.075,
+    "sc21-1f1b": 0.07,
     "sc21-interleaved": 0.08,
     "sc21-script": 0.085,
-    "korthikanti-table5": 0.035,
-    "korthikanti-table4": 0.05,
+    "korthikanti-table5": 0.03,
+    "korthikanti-table4": 0.045,
     "llmfoundry-a100-80gb": 0.08,
     "llmfoundry-a100-40gb": 0.14,
     "llmfoundry-h100-80gb": 0.08,

@@ -45,6 +45,16 @@ Num = Annotated[Sourced, BeforeValidator(_coerce_sourced)]
 """A sourced figure; a bare number becomes an inline override."""
 
 
+class Flag(BaseModel):
+    """A yes/no property of a profile (a framework's switch, a fabric's protocol), with where
+    it is documented."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    value: bool
+    source: str = Field(min_length=3)
+
+
 class _Profile(BaseModel):
     model_config = ConfigDict(
         extra="forbid", frozen=True, allow_inf_nan=False, json_schema_extra=document_ranges
@@ -172,6 +182,11 @@ class FabricProfile(_Profile):
         default=None,
         description="PCIe: bandwidth of the shared root-complex / switch uplink that "
         "traffic between GPUs crosses, GB/s",
+    )
+    ll128: Flag | None = Field(
+        default=None,
+        description="whether NCCL runs its LL128 protocol (128-byte lines, 120 of data) on this "
+        "fabric and on the NICs of its nodes; unset: no (LL and Simple only)",
     )
 
 

@@ -13,16 +13,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from .hardware import Num, _Profile
-
-
-class Flag(BaseModel):
-    """A yes/no property of a framework, with where it is documented."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    value: bool
-    source: str = Field(min_length=3)
+from .hardware import Flag, Num, _Profile
 
 
 def on(flag: Flag | None) -> bool:

@@ -44,6 +44,8 @@ class TierLink:
     # In-switch all-reduce (NVLink SHARP): its bandwidth per GPU relative to ``bandwidth`` when
     # each GPU sends its buffer once and receives the result once; 0: the fabric has none.
     switch_reduce: float = 0.0
+    # NCCL may run its LL128 protocol inside a node of this fabric (NVLink).
+    ll128: bool = False
 
 
 @dataclass(frozen=True)
@@ -62,6 +64,10 @@ class Phase:
     # network hops' software cost, under LL and under Simple (added once, by with_protocol).
     extra_ll: float = 0.0
     extra_simple: float = 0.0
+    # LL128 (inside a node whose fabric has it): the share of the Simple bandwidth it reaches
+    # (0: not offered) and its latency beyond the links' α (see ll128_extra()).
+    ll128_fraction: float = 0.0
+    extra_ll128: float = 0.0
 
 
 # NCCL's latency model (NVIDIA/nccl src/graph/tuning.cc, ``baseLat`` and ``hwLat`` as of 2.22-2.28;
@@ -74,6 +80,7 @@ class Phase:
 # its larger α.
 NCCL_BASE_LATENCY = {
     ("ring", "ll"): 6.6e-6,
+    ("ring", "ll128"): 14.0e-6,
     ("ring", "simple"): 8.4e-6,
     ("tree", "ll"): 6.8e-6,
     ("tree", "simple"): 8.4e-6,
@@ -85,6 +92,9 @@ NCCL_NET_STEP_LATENCY = {
     ("tree", "simple"): 14.0e-6,
     ("nvls_tree", "simple"): 14.0e-6,  # Simple only; no base latency of its own
 }
+# The same table's NVLink row (hwLat[NCCL_HW_NVLINK], 2.21-2.22): a ring step over NVLink under
+# LL and LL128. Only the difference matters here: the fabric's α is measured where LL runs.
+NCCL_NVLINK_STEP_LATENCY = {("ring", "ll"): 0.6e-6, ("ring", "ll128"): 1.9e-6}
 
 
 def _log2i(k: int) -> int:
@@ -100,6 +110,27 @@ def nccl_extra(algo: str, net_steps: float, net_alpha: float) -> tuple[float, fl
         + net_steps * max(0.0, NCCL_NET_STEP_LATENCY[(algo, p)] - net_alpha)
         for p in ("ll", "simple")
     )
+
+
+# NCCL's LL128 protocol (NVIDIA/nccl src/device/prims_ll128.h): 128-byte lines of 120 data
+# bytes and an 8-byte flag, written by whole warps, so the receiver forwards each line as it
+# lands (no chunk-sized store-and-forward, unlike Simple) at close to the full bandwidth ("LL128
+# can achieve 95% peak", sjeaugey, NVIDIA/nccl issue #281). NCCL enables it only where 128-byte
+# stores arrive in order, NVLink on Volta to Blackwell (the fabric profile's ``ll128``), and its
+# tuner rates a ring at 0.92 of the Simple bandwidth (tuning.cc, "model refinements", 2.22).
+# Offered inside a node only: the published 4- and 8-node H100 curves
+# (scenarios/validation/nccl/) show no LL128-like gain across nodes at 4-64 MiB, where NCCL's
+# own model would pick it, so rings and trees that span nodes keep LL and Simple.
+LL128_RING_FRACTION = 0.92
+
+
+def ll128_extra(steps: float) -> float:
+    """LL128's latency beyond the fabric's α for a ring of ``steps`` steps inside a node: the
+    α is measured where LL runs, so LL128 pays NCCL's LL128 latencies less its LL ones (base and
+    per NVLink step, tuning.cc ``baseLat`` and ``hwLat``)."""
+    base = NCCL_BASE_LATENCY[("ring", "ll128")] - NCCL_BASE_LATENCY[("ring", "ll")]
+    step = NCCL_NVLINK_STEP_LATENCY[("ring", "ll128")] - NCCL_NVLINK_STEP_LATENCY[("ring", "ll")]
+    return base + steps * step
 
 
 # NCCL's protocols (NVIDIA/nccl src/device/prims_ll.h, prims_simple.h; "NCCL protocols" in the
@@ -139,32 +170,37 @@ def tree_correction(size: float, protocol: str) -> float:
 
 
 def with_protocol(ph: Phase, bandwidth: float, tree_size: float | None = None) -> Phase:
-    """The phase under the faster of NCCL's LL and Simple protocols at ``bandwidth``; a tree
-    all-reduce of ``tree_size`` bytes reaches only NCCL's corrected share of that bandwidth."""
+    """The phase under the fastest of NCCL's LL, LL128 (where the phase offers it) and Simple
+    protocols at ``bandwidth``; a tree all-reduce of ``tree_size`` bytes reaches only NCCL's
+    corrected share of that bandwidth."""
     if ph.wire_bytes <= 0 or ph.steps <= 0:
         return ph
-    f_ll = f_simple = 1.0
-    if tree_size is not None:
-        f_ll, f_simple = tree_correction(tree_size, "ll"), tree_correction(tree_size, "simple")
-    ll_bytes = ph.wire_bytes / (LL_BANDWIDTH_FRACTION * f_ll)
-    ll = ph.latency + ph.extra_ll + ll_bytes / bandwidth
+
+    def share(protocol: str) -> float:
+        return 1.0 if tree_size is None else tree_correction(tree_size, protocol)
+
+    # (time, latency, wire bytes) per protocol; the chosen one's extra moves into the latency
+    # and the phase carries none left.
     fill = ph.steps * SIMPLE_STEP_BYTES * ph.share / bandwidth
-    simple = ph.latency + ph.extra_simple + fill + ph.wire_bytes / (f_simple * bandwidth)
-    # The chosen protocol's extra moves into the latency, and the phase carries none left.
-    if ph.ll and ll < simple:
-        return replace(
-            ph,
-            latency=ph.latency + ph.extra_ll,
-            wire_bytes=ll_bytes,
-            extra_ll=0.0,
-            extra_simple=0.0,
-        )
+    simple_bytes = ph.wire_bytes / share("simple")
+    lat = ph.latency + ph.extra_simple + fill
+    best = (lat + simple_bytes / bandwidth, lat, simple_bytes)
+    if ph.ll:
+        ll_bytes = ph.wire_bytes / (LL_BANDWIDTH_FRACTION * share("ll"))
+        lat = ph.latency + ph.extra_ll
+        best = min(best, (lat + ll_bytes / bandwidth, lat, ll_bytes))
+        if ph.ll128_fraction > 0:
+            b = ph.wire_bytes / ph.ll128_fraction
+            lat = ph.latency + ph.extra_ll128
+            best = min(best, (lat + b / bandwidth, lat, b))
     return replace(
         ph,
-        latency=ph.latency + ph.extra_simple + fill,
-        wire_bytes=ph.wire_bytes / f_simple,
+        latency=best[1],
+        wire_bytes=best[2],
         extra_ll=0.0,
         extra_simple=0.0,
+        ll128_fraction=0.0,
+        extra_ll128=0.0,
     )
 
 
@@ -274,7 +310,17 @@ def phases(
         assert network is not None
         return [_nvls_tree(shape, size, fabric, network)]
     if shape.nodes <= 1 or network is None:
-        return _flat(coll, algo, n, size, "fabric", fabric.alpha)
+        flat = _flat(coll, algo, n, size, "fabric", fabric.alpha)
+        if not fabric.ll128 or coll in ("p2p", "all_to_all"):
+            return flat
+        return [
+            replace(
+                p,
+                ll128_fraction=LL128_RING_FRACTION,
+                extra_ll128=ll128_extra(p.steps),
+            )
+            for p in flat
+        ]
     g = shape.per_node
     k = shape.nodes
     if (

@@ -165,7 +165,7 @@ class Topology:
         nvls = 0.0
         if f.switch_reduce_fraction is not None and bw > 0:
             nvls = f.switch_reduce_fraction.value * f.bandwidth_gbps.value * 1e9 / bw
-        return TierLink(bw, self.fabric_alpha, nvls)
+        return TierLink(bw, self.fabric_alpha, nvls, ll128=f.ll128 is not None and f.ll128.value)
 
     def network_tier(self, rank: int | None = None, kind: str | None = None) -> TierLink | None:
         """The NIC share of one rank; for a group (``rank``, ``kind``) that spans leaves, no more
