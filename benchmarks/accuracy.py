@@ -39,6 +39,8 @@ SETS = (
     "llmfoundry-h100-80gb",
     "llmfoundry-a100-80gb",
     "llmfoundry-a100-40gb",
+    "llmfoundry-h100-80gb-fp8",
+    "nemo-h100-fp8",
     "nccl-tests",
     "h100-eager-layers",
 )

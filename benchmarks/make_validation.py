@@ -274,8 +274,9 @@ LF_CLUSTER = {
 
 def llmfoundry() -> None:
     for r in csv.DictReader((ROOT / "llmfoundry_rows_raw.csv").open()):
-        if r["gpu"] not in LF_CLUSTER or r["model"] not in MPT or "fp8" in r["precision"]:
+        if r["gpu"] not in LF_CLUSTER or r["model"] not in MPT:
             continue
+        fp8 = "fp8" in r["precision"]  # the H100 FP8 table: its own set
         d, heads, layers = MPT[r["model"]]
         seq, gpus = int(r["seq_len"]), int(r["gpus"])
         cl = LF_CLUSTER[r["gpu"]]
@@ -284,7 +285,7 @@ def llmfoundry() -> None:
         name = f"mpt-{r['model']}-{r['gpu']}-s{seq}-g{gpus}-mb{r['micro_batch']}"
         strategy = "shard_grad_op" if r["sharding"] == "SHARD_GRAD_OP" else "full_shard"
         _write(
-            ROOT / f"llmfoundry-{r['gpu']}" / f"{name}.yaml",
+            ROOT / f"llmfoundry-{r['gpu']}{'-fp8' if fp8 else ''}" / f"{name}.yaml",
             {
                 "name": name,
                 "cluster": {
@@ -312,7 +313,7 @@ def llmfoundry() -> None:
                     "seq_len": seq,
                     "global_batch": int(r["global_batch"]),
                     "micro_batch": int(r["micro_batch"]),
-                    "precision": "bf16",
+                    "precision": "fp8" if fp8 else "bf16",
                     "flash_attention": True,
                     "param_gather_dtype": "bf16" if pure else "fp32",
                     "grad_reduce_dtype": "bf16",
@@ -329,7 +330,13 @@ def llmfoundry() -> None:
                     "assumes": cl["note"]
                     + f"; FSDP mixed precision {r['mp_mode']} (Composer: "
                     + ("bf16 gathers" if pure else "fp32 parameter gathers, bf16 reduction")
-                    + "); FlashAttention-2; the global batch need not divide evenly",
+                    + "); FlashAttention-2; the global batch need not divide evenly"
+                    + (
+                        "; fp8: TransformerEngine v0.10 linear layers (submit_benchmarks.py "
+                        "fc_type te), the LM head and attention in bf16"
+                        if fp8
+                        else ""
+                    ),
                 },
             },
         )

@@ -166,6 +166,18 @@ def calibrate(probe: dict[str, Any], file: str, name: str) -> Calibration:
             max(r["tflops"] for r in rs),
             peak_what.replace(train_dtype, d, 1) if d != train_dtype else peak_what,
         )
+    measured = [r["tflops"] / best for r in mm]
+    if eff_m > 1.0:
+        # The curve still rises at the largest size probed (or a noisy point sits low): its
+        # asymptote is above the best measured throughput. A profile's efficiency is at most 1
+        # of its peak, so the asymptote becomes the peak and the same curve is kept.
+        best *= eff_m
+        measured = [e / eff_m for e in measured]
+        peaks[train_dtype] = S(
+            best,
+            f"asymptote of the fitted matmul curve, {eff_m:.3f} × the " + peak_what,
+        )
+        eff_m = 1.0
     att = probe.get("attention") or {}
     att_eff = (att.get("tflops", 0) / best) if att else 0.5
     mem = probe["memory"]
@@ -330,9 +342,7 @@ def calibrate(probe: dict[str, Any], file: str, name: str) -> Calibration:
             "matmul_max": eff_m,
             "matmul_half_flops": eff_h,
             "r2": eff_r2,
-            **efficiency_quality(
-                [r["flops"] for r in mm], [r["tflops"] / best for r in mm], eff_m, eff_h, eff_r2
-            ),
+            **efficiency_quality([r["flops"] for r in mm], measured, eff_m, eff_h, eff_r2),
             "in_step_factor": step_fit[0] if step_fit else None,
             # one process per host, the host's others idle (for layouts that leave it so)
             "in_step_factor_alone": step_fit[2] if step_fit else None,

@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import importlib.util
 import sys
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -50,6 +51,35 @@ def test_large_square_gemm_reaches_best_efficiency() -> None:
     secs = t.gemm_time(1, n, n, n) - t.launch
     eff = 2.0 * n**3 / secs / t.gemm_peak
     assert eff == pytest.approx(t.mm_max, rel=0.01)
+
+
+def test_fp8_gemms_follow_their_own_curve_and_the_wide_ones_stay_16_bit() -> None:
+    gpu = _gpu(matmul_fp8_max=0.6, matmul_fp8_half_flops=5e9)
+    t8, t16 = OpTimer(gpu, "fp8"), OpTimer(gpu, "bf16")
+    n = 128 * 132
+    eff = 2.0 * n**3 / (t8.gemm_time(1, n, n, n) - t8.launch) / gpu.peak_flops("fp8")
+    assert eff == pytest.approx(0.6 * 2.0 * n**3 / (2.0 * n**3 + 5e9), rel=1e-6)
+    # A GEMM fp8 training keeps in 16-bit (the logits, the attention products) runs at the
+    # 16-bit rate and curve, as under bf16.
+    wide = Op("logits", "gemm", flops=2.0 * n**3, dims=(1, n, n, n), wide=True)
+    assert t8.time(wide) == pytest.approx(t16.time(wide))
+    assert t8.time(replace(wide, wide=False)) < t16.time(wide)
+
+
+def test_fp8_training_casts_every_fp8_gemm_input_and_output_gradient() -> None:
+    from simulator.workload.ops import FP8_CAST_BYTES, backward_ops
+
+    def ops(precision: str) -> list[Op]:
+        return layer_ops(resolve_dict(inline_scenario(precision=precision, tp=2)))
+
+    assert not [o for o in ops("bf16") if o.name == "fp8_casts"]
+    fwd = ops("fp8")
+    (cast,) = [o for o in fwd if o.name == "fp8_casts"]
+    gemms = [o.dims for o in fwd if o.kind == "gemm" and not o.wide and o.dims]
+    assert len(gemms) == 4  # qkv, out, up, down; the attention products are not cast
+    assert cast.bytes == FP8_CAST_BYTES * sum(b * m * k for b, m, _, k in gemms)
+    (back,) = [o for o in backward_ops(fwd) if o.name == "fp8_casts_bwd"]
+    assert back.bytes == FP8_CAST_BYTES * sum(b * m * n for b, m, n, _ in gemms)
 
 
 def test_wave_quantisation_costs_a_partial_wave() -> None:
@@ -362,6 +392,8 @@ BANDS = {
     "llmfoundry-a100-80gb": 0.08,
     "llmfoundry-a100-40gb": 0.14,
     "llmfoundry-h100-80gb": 0.08,
+    "llmfoundry-h100-80gb-fp8": 0.13,
+    "nemo-h100-fp8": 0.10,
     "nccl-tests": 0.21,
     "h100-eager-layers": 0.06,
 }

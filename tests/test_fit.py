@@ -242,3 +242,37 @@ def test_unresolved_bandwidth_is_a_lower_bound_not_a_huge_number() -> None:
     assert f.bandwidth_gbps < 1e3
     clear = fit_alpha_beta("all_reduce", 2, sizes, [1e-4 + s / 1e9 for s in sizes])
     assert clear.resolved and clear.bandwidth_gbps == pytest.approx(1.0, rel=0.05)
+
+
+def test_a_curve_still_rising_at_the_largest_size_keeps_a_valid_profile() -> None:
+    """A probe whose matmul throughput still climbs at its largest shape (or whose largest
+    point ran slow) fits an asymptote above the best measured: the asymptote becomes the peak
+    and the efficiency stays at most 1, the same curve in absolute terms."""
+    from pathlib import Path
+
+    from calibrate.fit import calibrate
+    from simulator.config.hardware import GPUProfile
+
+    file = Path(__file__).parents[1] / "benchmarks" / "results" / "probe-h100-2026-11-23.json"
+    probe = json.loads(file.read_text())
+    dtype = "fp32"  # the training dtype without a training job
+    rows = [r for r in probe["matmul"] if r["dtype"] == dtype]
+    big = max(r["flops"] for r in rows)
+    top = max(r["tflops"] for r in rows)
+    for r in rows:  # a rising curve, F/(F + 4·big), with the same best throughput at big
+        r["tflops"] = 5 * top * r["flops"] / (r["flops"] + 4 * big)
+    # the single-GPU device run timed no collectives: give it an all-reduce over NVLink
+    probe["collectives"] = [
+        {"op": "all_reduce", "group": "intra", "group_size": 2, "bytes": b,
+         "time_s": 5e-6 + b / 300e9, "busbw_gbps": b / (5e-6 + b / 300e9) / 1e9}
+        for b in (2**16, 2**20, 2**24)
+    ]  # fmt: skip
+    del probe["train"]  # no training job: the in-step factor is not what this tests
+    cal = calibrate(probe, str(file), "rising")
+    gpu = GPUProfile(**cal.gpu)  # validates: matmul_max within (0, 1]
+    m, h = gpu.efficiency.matmul_max.value, gpu.efficiency.matmul_half_flops.value
+    assert m == 1.0
+    peak = gpu.peak_flops(dtype) / 1e12
+    for r in rows:
+        assert peak * m * r["flops"] / (r["flops"] + h) == pytest.approx(r["tflops"], rel=0.01)
+    assert "asymptote" in gpu.peak_tflops[dtype].source

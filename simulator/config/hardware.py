@@ -98,6 +98,14 @@ class GPUEfficiency(BaseModel):
 
     matmul_max: Num = Field(description="fraction of dense peak reached by large GEMMs")
     matmul_half_flops: Num = Field(description="GEMM size (FLOPs) at which efficiency is half")
+    matmul_fp8_max: Num | None = Field(
+        default=None,
+        description="matmul_max for fp8 GEMMs, a fraction of the fp8 peak; unset: matmul_max",
+    )
+    matmul_fp8_half_flops: Num | None = Field(
+        default=None,
+        description="matmul_half_flops for fp8 GEMMs; unset: matmul_half_flops",
+    )
     attention_max: Num = Field(
         description="fraction of dense peak reached by the portable fused attention kernel "
         "(FlashAttention-2 class), forward and backward"

@@ -106,9 +106,17 @@ class OpTimer:
         e = gpu.efficiency
         self.host_s = host_us_per_kernel * 1e-6
         self.gemm_peak = gpu.peak_flops(precision)
+        wide = "bf16" if precision == "fp8" else precision
+        self.wide_peak = gpu.peak_flops(wide)  # GEMMs fp8 training keeps in 16-bit
         self.attn_peak = gpu.peak_flops("bf16" if precision == "fp8" else precision)
         self.mm_max = e.matmul_max.value
         self.mm_half = e.matmul_half_flops.value
+        # fp8 GEMMs follow their own curve where the profile measures one; the GEMMs fp8
+        # training keeps in 16-bit (``Op.wide``) follow the 16-bit one.
+        self.wide_max, self.wide_half = self.mm_max, self.mm_half
+        if precision == "fp8":
+            self.mm_max = (e.matmul_fp8_max or e.matmul_max).value
+            self.mm_half = (e.matmul_fp8_half_flops or e.matmul_half_flops).value
         flash3 = e.attention_flash3_max if flash_kernel == "flash3" else None
         self.attn_eff = (flash3 or e.attention_max).value
         self.mem_bw = gpu.memory_bandwidth_gbps.value * 1e9 * e.memory_bandwidth.value
@@ -118,8 +126,11 @@ class OpTimer:
         self.scale = e.in_step_factor.value if e.in_step_factor else 1.0
         self.sms = int(gpu.sm_count.value) if gpu.sm_count else 0
         self.el = 4 if precision == "fp32" else (1 if precision == "fp8" else 2)
+        self.wide_el = 4 if precision == "fp32" else 2
 
-    def gemm_efficiency(self, flops: float) -> float:
+    def gemm_efficiency(self, flops: float, wide: bool = False) -> float:
+        if wide:
+            return self.wide_max * flops / (flops + self.wide_half)
         return self.mm_max * flops / (flops + self.mm_half)
 
     def wave_efficiency(self, b: int, m: int, n: int) -> float:
@@ -134,25 +145,27 @@ class OpTimer:
             best = max(best, tiles / (waves * self.sms))
         return best
 
-    def gemm_time(self, b: int, m: int, n: int, k: int) -> float:
+    def gemm_time(self, b: int, m: int, n: int, k: int, wide: bool = False) -> float:
         """One (batched) GEMM: the slower of its tensor-core time (shape-dependent efficiency:
         size curve times wave quantisation) and its memory traffic (read both inputs, write the
-        output), plus the launch."""
+        output), plus the launch. ``wide``: at the 16-bit rate even in fp8 training."""
         if min(b, m, n, k) <= 0:
             return 0.0
         flops = 2.0 * b * m * n * k
-        eff = self.gemm_efficiency(flops) * self.wave_efficiency(b, m, n)
-        compute = flops / (self.gemm_peak * eff)
-        memory = self.el * b * (m * k + k * n + m * n) / self.mem_bw
+        eff = self.gemm_efficiency(flops, wide) * self.wave_efficiency(b, m, n)
+        compute = flops / ((self.wide_peak if wide else self.gemm_peak) * eff)
+        el = self.wide_el if wide else self.el
+        memory = el * b * (m * k + k * n + m * n) / self.mem_bw
         return max(compute, memory) + self.launch
 
     def time(self, op: Op) -> float:
         if op.kind == "gemm" and op.dims is not None:
             b, m, n, k = op.dims
+            w = op.wide
             if op.backward:  # dIn = dOut·W^T (m×k, reduce over n), dW = In^T·dOut (k×n, over m)
-                t = self.gemm_time(b, m, k, n) + self.gemm_time(b, k, n, m)
+                t = self.gemm_time(b, m, k, n, w) + self.gemm_time(b, k, n, m, w)
             else:
-                t = self.gemm_time(b, m, n, k)
+                t = self.gemm_time(b, m, n, k, w)
             return t * self.scale
         if op.kind == "gemm":
             if op.flops <= 0:

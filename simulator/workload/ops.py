@@ -39,6 +39,9 @@ class Op:
     dims: tuple[int, int, int, int] | None = None
     backward: bool = False
     backward_bytes: float | None = None  # memory traffic of its backward where not 2x forward
+    # A GEMM that fp8 training leaves at the 16-bit tensor rate (attention scores and values,
+    # the logits): fp8 recipes cast only the transformer blocks' linear layers.
+    wide: bool = False
 
 
 def tokens_per_rank(rs: ResolvedScenario) -> int:
@@ -58,8 +61,34 @@ def _tp_comm(rs: ResolvedScenario, name: str, nbytes: float, closing: bool) -> l
     return []
 
 
-def _gemm(name: str, b: int, m: int, n: int, k: int) -> Op:
-    return Op(name, "gemm", flops=2.0 * b * m * n * k, dims=(b, m, n, k))
+def _gemm(name: str, b: int, m: int, n: int, k: int, wide: bool = False) -> Op:
+    return Op(name, "gemm", flops=2.0 * b * m * n * k, dims=(b, m, n, k), wide=wide)
+
+
+# fp8 training casts each fp8 GEMM's 16-bit input to fp8 with its transpose (kept for the
+# weight gradient) in one pass, and the incoming gradient likewise in the backward pass:
+# TransformerEngine's Linear runs fp8_cast_transpose_fused on the input in forward and on
+# grad_output in backward (transformer_engine/pytorch/module/linear.py,
+# base.grad_output_preprocess): read 2 bytes, write 1 + 1 per element.
+FP8_CAST_BYTES = 4
+
+
+def _fp8_casts(rs: ResolvedScenario, gemms: list[Op]) -> list[Op]:
+    """One memory-bound pass over the inputs of the layer's fp8 GEMMs (forward) and over their
+    output gradients (backward); nothing outside fp8 training."""
+    if rs.training.precision != "fp8":
+        return []
+    fp8 = [o.dims for o in gemms if o.kind == "gemm" and not o.wide and o.dims is not None]
+    inputs = sum(b * m * k for b, m, _, k in fp8)
+    outputs = sum(b * m * n for b, m, n, _ in fp8)
+    return [
+        Op(
+            "fp8_casts",
+            "memory",
+            bytes=FP8_CAST_BYTES * inputs,
+            backward_bytes=FP8_CAST_BYTES * outputs,
+        )
+    ]
 
 
 def _softmax_ops(rs: ResolvedScenario, scores: float) -> list[Op]:
@@ -209,9 +238,9 @@ def layer_ops(rs: ResolvedScenario) -> list[Op]:
         scores = rs.training.micro_batch * heads * (s // rs.cp) * s * a
         bh = rs.training.micro_batch * heads
         sq, hd = s // rs.cp, m.head_dim
-        ops += [_gemm("attn_scores", bh, sq, s, hd)]
+        ops += [_gemm("attn_scores", bh, sq, s, hd, wide=True)]
         ops += _softmax_ops(rs, scores)
-        ops += [_gemm("attn_values", bh, sq, hd, s)]
+        ops += [_gemm("attn_values", bh, sq, hd, s, wide=True)]
     ops += [
         _gemm("out_proj", 1, T, h, h // t),
         *_tp_comm(rs, "tp_attn_out", act, closing=True),
@@ -224,7 +253,7 @@ def layer_ops(rs: ResolvedScenario) -> list[Op]:
         *_tp_comm(rs, "tp_mlp_out", act, closing=True),
         *_residual(rs, norm_tokens * h),
     ]
-    return ops
+    return _fp8_casts(rs, ops) + ops
 
 
 def attention_core(forward: list[Op]) -> list[Op]:
@@ -274,7 +303,7 @@ def head_ops(rs: ResolvedScenario) -> list[Op]:
     ops = [
         *_norm(rs, "final_norm", norm_tokens * m.hidden),
         *_tp_comm(rs, "tp_head_in", T * m.hidden * a, closing=False),
-        _gemm("logits", 1, T, m.vocab // t, m.hidden),
+        _gemm("logits", 1, T, m.vocab // t, m.hidden, wide=True),
         # fp32 softmax over the vocabulary shard: read logits, write probabilities, read back.
         Op("cross_entropy", "memory", bytes=T * m.vocab / t * (a + 4 + 4)),
     ]
@@ -309,6 +338,7 @@ def backward_op(op: Op) -> Op:
         bytes=2 * op.bytes if op.backward_bytes is None else op.backward_bytes,
         dims=op.dims,
         backward=True,
+        wide=op.wide,
     )
 
 
