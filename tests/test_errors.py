@@ -309,3 +309,24 @@ def test_broken_profile_file_in_profile_path(tmp_path: Path) -> None:
     assert_user_error(res, file=f, path=None)
     # The path is the profile's own field, not prefixed by the union tag ('gpu.').
     assert ": gpu." not in res.stderr
+
+
+def test_fp8_curve_and_ll128_overrides(tmp_path: Path) -> None:
+    """The fp8 GEMM curve is a fraction like matmul_max; a fabric's LL128 switch takes a bare
+    true/false as an inline override, and anything else is refused with its path."""
+
+    def fp8_max(d: dict[str, Any]) -> None:
+        d["cluster"]["gpu"]["efficiency"]["matmul_fp8_max"] = 1.7
+
+    f = _write(tmp_path, _mutated(fp8_max))
+    assert_user_error(
+        run_cli("check", str(f)), file=f, path="cluster.gpu", says=("matmul_fp8_max", "1.7")
+    )
+    data = _mutated(lambda d: d["cluster"]["fabric"].update(ll128=False))
+    assert resolve_dict(data).fabric.ll128.value is False  # type: ignore[union-attr]
+
+    def bad_ll128(d: dict[str, Any]) -> None:
+        d["cluster"]["fabric"]["ll128"] = 3
+
+    f = _write(tmp_path, _mutated(bad_ll128), "bad-ll128.yaml")
+    assert_user_error(run_cli("check", str(f)), file=f, path="cluster.fabric.ll128")

@@ -32,11 +32,13 @@ FIGURE_RANGES: dict[str, Range] = {
     "mtbf_hours": (1.0, 1e9, False, "hours"),
     "speed_cv": (0.0, 1.0, False, "coefficient of variation"),
     "matmul_max": _FRACTION,
+    "matmul_fp8_max": _FRACTION,
     "attention_max": _FRACTION,
     "attention_flash3_max": _FRACTION,
     "memory_bandwidth": _FRACTION,
     "optimizer_bandwidth": _FRACTION,
     "matmul_half_flops": (0.0, 1e16, False, "FLOPs"),
+    "matmul_fp8_half_flops": (0.0, 1e16, False, "FLOPs"),
     "kernel_launch_us": (0.0, 1e4, False, "microseconds"),
     "in_step_factor": (0.1, 100.0, False, "factor on compute time"),
     # fabric and network

@@ -55,6 +55,16 @@ class Flag(BaseModel):
     source: str = Field(min_length=3)
 
 
+def _coerce_flag(v: Any) -> Any:
+    if isinstance(v, bool):
+        return {"value": v, "source": INLINE_SOURCE}
+    return v
+
+
+SourcedFlag = Annotated[Flag, BeforeValidator(_coerce_flag)]
+"""A sourced yes/no; a bare true/false becomes an inline override."""
+
+
 class _Profile(BaseModel):
     model_config = ConfigDict(
         extra="forbid", frozen=True, allow_inf_nan=False, json_schema_extra=document_ranges
@@ -191,7 +201,7 @@ class FabricProfile(_Profile):
         description="PCIe: bandwidth of the shared root-complex / switch uplink that "
         "traffic between GPUs crosses, GB/s",
     )
-    ll128: Flag | None = Field(
+    ll128: SourcedFlag | None = Field(
         default=None,
         description="whether NCCL runs its LL128 protocol (128-byte lines, 120 of data) on this "
         "fabric and on the NICs of its nodes; unset: no (LL and Simple only)",
