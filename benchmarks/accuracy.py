@@ -41,6 +41,7 @@ SETS = (
     "llmfoundry-a100-40gb",
     "llmfoundry-h100-80gb-fp8",
     "nemo-h100-fp8",
+    "nemo-b200-fp8",
     "nccl-tests",
     "h100-eager-layers",
 )

@@ -394,6 +394,7 @@ BANDS = {
     "llmfoundry-h100-80gb": 0.08,
     "llmfoundry-h100-80gb-fp8": 0.13,
     "nemo-h100-fp8": 0.10,
+    "nemo-b200-fp8": 0.07,
     "nccl-tests": 0.21,
     "h100-eager-layers": 0.06,
 }
