@@ -1,9 +1,10 @@
 """The accuracy mechanisms against their analytical limits, and the scoreboard against its bands.
 
-Each effect added for accuracy (GEMM shape efficiency, memory-bound kernels, NCCL protocols and
-NVLS, software-stack overlap and fusion, blocking pipeline sends) is checked where its answer is
-known in closed form; then the published sets of ``benchmarks/accuracy.py`` are run and each
-set's mean error must stay inside its band, so that no later change loses accuracy unnoticed.
+Each effect added for accuracy (GEMM shape efficiency and the fp8 curve, fp8 casts,
+memory-bound kernels, software-stack overlap and fusion, blocking pipeline sends) is checked
+where its answer is known in closed form (NCCL's protocols and algorithms: test_nccl_model.py);
+then the published sets of ``benchmarks/accuracy.py`` are run and each set's mean error must
+stay inside its band, so that no later change loses accuracy unnoticed.
 """
 
 from __future__ import annotations
@@ -19,19 +20,6 @@ from conftest import REPO, fig, inline_scenario
 
 from simulator.config.loading import resolve_dict
 from simulator.engine.compute import OpTimer
-from simulator.network.collectives import (
-    SIMPLE_STEP_BYTES,
-    GroupShape,
-    Phase,
-    TierLink,
-    bus_factor,
-    choose,
-    nccl_extra,
-    phase_time,
-    phases,
-    tree_correction,
-    with_protocol,
-)
 from simulator.simulate import simulate
 from simulator.workload.ops import Op, layer_ops
 
@@ -122,184 +110,6 @@ def test_backward_gemm_is_its_two_products() -> None:
     assert t.time(bwd) == pytest.approx(
         t.gemm_time(1, 4096, 512, 1024) + t.gemm_time(1, 512, 1024, 4096)
     )
-
-
-FAB = TierLink(bandwidth=300e9 * 0.77, alpha=3.2e-6)
-
-
-def test_ring_all_reduce_busbw_tends_to_link_bandwidth() -> None:
-    shape = GroupShape(8, 1)
-    size = 64 * 2**30
-    algo, _, t = choose("all_reduce", shape, size, FAB)
-    assert algo == "ring"
-    busbw = size / t * bus_factor("all_reduce", 8)
-    assert busbw == pytest.approx(FAB.bandwidth, rel=0.01)
-    # ... and the analytical form: 2(n-1)α + 2(n-1)/n·S/B plus Simple's pipeline fill.
-    expect = 14 * FAB.alpha + 14 * SIMPLE_STEP_BYTES / FAB.bandwidth + 1.75 * size / FAB.bandwidth
-    assert t == pytest.approx(expect)
-
-
-def test_small_messages_take_the_low_latency_protocol() -> None:
-    ph = Phase("fabric", 14 * FAB.alpha, 1.75 * 2**16, 14)
-    ll = with_protocol(ph, FAB.bandwidth)
-    assert ll.wire_bytes == pytest.approx(2 * ph.wire_bytes)  # half the bandwidth
-    assert ll.latency == ph.latency  # no pipeline fill
-    big = with_protocol(Phase("fabric", 14 * FAB.alpha, 1.75 * 2**30, 14), FAB.bandwidth)
-    assert big.wire_bytes == 1.75 * 2**30 and big.latency > 14 * FAB.alpha
-
-
-def test_ll128_fills_the_middle_inside_an_nvlink_node_only() -> None:
-    # NCCL's LL128: 0.92 of the Simple bandwidth, no chunk-sized pipeline fill, and NCCL's
-    # LL128-over-LL latency (7.4 us base + 1.3 us per NVLink step) on top of the LL α.
-    nvl = TierLink(FAB.bandwidth, FAB.alpha, ll128=True)
-    shape, size = GroupShape(8, 1), 16 * 2**20
-    plain = choose("all_reduce", shape, size, FAB)[2]
-    algo, ph, t = choose("all_reduce", shape, size, nvl)
-    assert algo == "ring" and t < plain
-    wire = 1.75 * size
-    assert t == pytest.approx(14 * FAB.alpha + 7.4e-6 + 14 * 1.3e-6 + wire / (0.92 * FAB.bandwidth))
-    # Tiny messages keep LL, huge ones Simple: LL128 only takes the middle.
-    for s in (2**12, 64 * 2**30):
-        assert choose("all_reduce", shape, s, nvl)[2] == pytest.approx(
-            choose("all_reduce", shape, s, FAB)[2]
-        )
-    # Never across nodes, never for point-to-point or all-to-all, never for NVLS.
-    net = TierLink(bandwidth=46e9, alpha=2e-6)
-    for coll, sh in (("all_reduce", GroupShape(32, 4)), ("all_to_all", shape), ("p2p", shape)):
-        assert choose(coll, sh, size, nvl, net)[2] == choose(coll, sh, size, FAB, net)[2]
-    nvls = TierLink(FAB.bandwidth, FAB.alpha, switch_reduce=2.0)
-    nvls128 = TierLink(FAB.bandwidth, FAB.alpha, switch_reduce=2.0, ll128=True)
-    for ph in phases("all_reduce", "nvls", shape, size, nvls128, None):
-        assert ph.ll128_fraction == 0.0
-    assert choose("all_reduce", shape, 8 * 2**30, nvls128) == choose(
-        "all_reduce", shape, 8 * 2**30, nvls
-    )
-
-
-def test_no_tree_inside_one_node_and_nvls_when_the_switch_reduces() -> None:
-    shape = GroupShape(8, 1)
-    for size in (2**10, 2**20, 2**30):
-        assert choose("all_reduce", shape, size, FAB)[0] == "ring"
-    nvls = TierLink(FAB.bandwidth, FAB.alpha, switch_reduce=0.61 * 450e9 / FAB.bandwidth)
-    algo, _, t = choose("all_reduce", shape, 8 * 2**30, nvls)
-    assert algo == "nvls"
-    assert 8 * 2**30 / t == pytest.approx(0.61 * 450e9, rel=0.01)
-
-
-def test_rings_across_nodes_use_every_nic_of_the_node() -> None:
-    net = TierLink(bandwidth=50e9, alpha=5e-6)
-    fab = TierLink(bandwidth=369e9, alpha=2e-6)
-    size = 16 * 2**30
-    _, ph, t = choose("all_reduce", GroupShape(16, 2), size, fab, net)
-    busbw = size / t * bus_factor("all_reduce", 16)
-    # eight members per node share eight NICs: bounded by the fabric port, not one NIC
-    assert busbw > 4 * net.bandwidth
-    assert busbw <= fab.bandwidth * 1.001
-
-
-def test_nvls_tree_across_nodes_is_bound_by_the_slower_tier() -> None:
-    """NCCL's NVLSTree: in-switch reduction inside each node pipelined with a tree between
-    nodes, each GPU carrying 1/g of the buffer over its NIC, once each way between two nodes
-    and twice beyond; at large sizes the rate is NCCL's 5/6 of the slower tier's."""
-    net = TierLink(bandwidth=46e9, alpha=5e-6)
-    switch = 274e9  # in-switch all-reduce rate of one node (algbw)
-    fab = TierLink(bandwidth=369e9, alpha=2e-6, switch_reduce=switch / 369e9)
-    size = 64 * 2**30
-    for nodes, network_rate in ((2, 8 * 46e9), (4, 8 * 46e9 / 2), (8, 8 * 46e9 / 2)):
-        shape = GroupShape(8 * nodes, nodes)
-        ph = phases("all_reduce", "nvls_tree", shape, size, fab, net)
-        t = sum(phase_time(p, fab, net) for p in ph)
-        assert size / t == pytest.approx(5 / 6 * min(switch, network_rate), rel=0.01)
-    # two nodes: above what the rings of eight NICs reach, so NCCL's tuner (and ours) takes it
-    algo, _, t = choose("all_reduce", GroupShape(16, 2), size, fab, net)
-    assert algo == "nvls_tree"
-    # without an in-switch reduction, or inside one node, there is no NVLSTree
-    plain = TierLink(bandwidth=369e9, alpha=2e-6)
-    assert choose("all_reduce", GroupShape(16, 2), size, plain, net)[0] != "nvls_tree"
-    assert choose("all_reduce", GroupShape(8, 1), size, fab)[0] == "nvls"
-
-
-def test_tree_all_reduce_reaches_nccls_corrected_bandwidth() -> None:
-    # NCCL's own table: Simple reaches half the tree model's bandwidth at 128 KiB-1 MiB,
-    # 0.7 at 4 MiB, all of it past the table's 512 MiB end; the bytes stretch accordingly.
-    assert tree_correction(1 << 20, "simple") == 0.5
-    assert tree_correction(4 << 20, "simple") == 0.7
-    assert tree_correction(1 << 30, "simple") == 1.0
-    assert tree_correction(1 << 20, "ll") == 0.5
-    net = TierLink(bandwidth=50e9, alpha=5e-6)
-    fab = TierLink(bandwidth=369e9, alpha=2e-6)
-    shape = GroupShape(64, 8)
-    size = 4 << 20
-    (raw,) = phases("all_reduce", "tree", shape, size, fab, net)
-    q = with_protocol(raw, net.bandwidth, size)
-    plain = with_protocol(raw, net.bandwidth)
-    ratio = q.wire_bytes / plain.wire_bytes
-    assert ratio == pytest.approx(1 / 0.7)  # both protocols are corrected by 0.7 here
-    # A ring's bandwidth is not corrected.
-    (ring,) = phases("all_reduce", "ring", shape, size, fab, net)
-    assert with_protocol(ring, net.bandwidth).wire_bytes == pytest.approx(
-        with_protocol(ring, net.bandwidth, None).wire_bytes
-    )
-
-
-def test_a_cross_node_ring_fills_its_pipeline_per_nic() -> None:
-    # The channels of a ring spanning nodes are spread over the node's eight NICs, so each
-    # Simple-protocol step puts an eighth of the all-channel step on one NIC: a 200 MB
-    # all-gather over 16 ranks runs Simple at full bandwidth, not LL at half.
-    net = TierLink(bandwidth=46e9, alpha=2e-6)
-    fab = TierLink(bandwidth=369e9, alpha=2e-6)
-    size = 200e6
-    _, ph, t = choose("all_gather", GroupShape(16, 2), size, fab, net)
-    (p,) = ph
-    assert p.share == pytest.approx(1 / 8)
-    wire = 15 / 16 * size / 8
-    assert p.wire_bytes == pytest.approx(wire)  # Simple: the bytes themselves, not LL's double
-    fill = 15 * SIMPLE_STEP_BYTES / 8 / net.bandwidth
-    nccl = nccl_extra("ring", 1, net.alpha)[1]  # one crossing between the two nodes
-    assert t == pytest.approx(15 * net.alpha + nccl + fill + wire / net.bandwidth)
-
-
-def test_network_hops_cost_nccl_software_latency_per_protocol() -> None:
-    # NCCL's tuning.cc: a collective costs its base latency, and each network hop the proxy's
-    # hwLat (Simple 14 us, LL 2.7/5 us), whatever the wire's own latency below that.
-    net = TierLink(bandwidth=46e9, alpha=2e-6)
-    fab = TierLink(bandwidth=369e9, alpha=2e-6)
-    ll, simple = nccl_extra("tree", 6, net.alpha)
-    assert ll == pytest.approx(6.8e-6 + 6 * 3e-6)
-    assert simple == pytest.approx(8.4e-6 + 6 * 12e-6)
-    # A slower wire keeps its own α: no software latency is added on top of it.
-    assert nccl_extra("ring", 10, 50e-6) == pytest.approx((6.6e-6, 8.4e-6))
-    # A tiny tree all-reduce over 8 nodes pays the LL latency: base + 2*(7 NVLink steps +
-    # 3 levels) with NCCL's 5 us per network level.
-    _, ph, t = choose("all_reduce", GroupShape(64, 8), 1024.0, fab, net)
-    lat = sum(p.latency for p in ph)
-    assert lat == pytest.approx(6.8e-6 + 2 * (7 * fab.alpha + 3 * 5e-6))
-
-
-@pytest.mark.parametrize(
-    "coll", ["all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "p2p"]
-)
-def test_faster_or_lower_latency_links_never_slow_a_collective(coll: str) -> None:
-    # NCCL's per-hop software cost is a floor over the links' α, counted on no more hops than
-    # the phase charges α for: lowering either tier's α or raising its bandwidth never makes a
-    # collective slower, at any size and on any number of nodes.
-    fab = TierLink(bandwidth=369e9, alpha=2e-6, switch_reduce=1.0)
-    net = TierLink(bandwidth=46e9, alpha=2e-6)
-    variants = [
-        (fab, TierLink(46e9, 1e-6)),
-        (fab, TierLink(46e9, 0.0)),
-        (TierLink(369e9, 0.5e-6, 1.0), net),
-        (TierLink(369e9, 0.5e-6, 1.0), TierLink(46e9, 1e-6)),
-        (TierLink(369e9, 0.0, 1.0), TierLink(46e9, 0.0)),
-        (fab, TierLink(92e9, 2e-6)),
-        (TierLink(738e9, 2e-6, 1.0), net),
-    ]
-    for nodes in (2, 3, 5, 8, 12, 32):
-        shape = GroupShape(8 * nodes, nodes)
-        for size in (64.0, 2.0**14, 2.0**20, 2.0**24, 2.0**28, 2.0**33):
-            base = choose(coll, shape, size, fab, net)[2]  # type: ignore[arg-type]
-            for f, n in variants:
-                assert choose(coll, shape, size, f, n)[2] <= base * (1 + 1e-12), (nodes, size)
 
 
 def _step(data: dict[str, Any]) -> Any:

@@ -12,14 +12,12 @@ from simulator.config.loading import resolve_dict
 from simulator.network.collectives import (
     ALGOS,
     GroupShape,
-    Phase,
-    TierLink,
     bus_factor,
     choose,
     collective_time,
     phases,
-    with_protocol,
 )
+from simulator.network.nccl import Phase, TierLink, with_protocol
 from simulator.network.topology import Layout, Topology
 
 REL = 1e-12

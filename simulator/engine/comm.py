@@ -24,8 +24,9 @@ from typing import Any
 import simpy
 from simpy.events import Timeout
 
-from ..network.collectives import Phase, choose
+from ..network.collectives import choose
 from ..network.flows import FlowNetwork, Link
+from ..network.nccl import Phase
 from ..network.topology import Topology
 
 Label = str | Callable[[], str]

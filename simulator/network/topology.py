@@ -19,7 +19,8 @@ from dataclasses import dataclass
 
 from ..config.scenario import FatTree, RailOptimized, ResolvedScenario
 from ..workload.memory import shard_group
-from .collectives import GroupShape, TierLink
+from .collectives import GroupShape
+from .nccl import TierLink
 
 LinkKey = tuple
 

@@ -1,0 +1,182 @@
+"""NCCL's cost model as the collective algorithms use it: the per-rank view of one tier's link
+(:class:`TierLink`), one phase of a collective (:class:`Phase`), NCCL's latency tables (base
+latency per algorithm and protocol, per-hop latency by link) and its three protocols (LL,
+LL128, Simple), each with its bandwidth share and its latency. The algorithms that build the
+phases are :mod:`simulator.network.collectives`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Literal
+
+Tier = Literal["fabric", "network"]
+
+
+@dataclass(frozen=True)
+class TierLink:
+    """Per-rank view of one tier: effective bandwidth (bytes/s) and per-step latency (s)."""
+
+    bandwidth: float
+    alpha: float
+    # In-switch all-reduce (NVLink SHARP): its bandwidth per GPU relative to ``bandwidth`` when
+    # each GPU sends its buffer once and receives the result once; 0: the fabric has none.
+    switch_reduce: float = 0.0
+    # NCCL may run its LL128 protocol inside a node of this fabric (NVLink).
+    ll128: bool = False
+
+
+@dataclass(frozen=True)
+class Phase:
+    tier: Tier
+    latency: float  # seconds of α terms
+    wire_bytes: float  # bytes one rank sends on this tier's link
+    steps: float = 0.0  # sequential pipeline steps (ring hops, tree levels)
+    ll: bool = True  # the LL protocol may carry it (NVLS runs the Simple protocol only)
+    # Share of the collective's channels this rank's link carries: a ring or tree spanning
+    # nodes spreads its channels over the node's NICs, so each NIC moves that share of every
+    # pipeline step (as of the wire bytes).
+    share: float = 1.0
+    # NCCL's per-protocol latency beyond the links' own α (NCCL_BASE_LATENCY and
+    # NCCL_NET_STEP_LATENCY below): the base cost of a collective that spans nodes plus its
+    # network hops' software cost, under LL and under Simple (added once, by with_protocol).
+    extra_ll: float = 0.0
+    extra_simple: float = 0.0
+    # LL128 (inside a node whose fabric has it): the share of the Simple bandwidth it reaches
+    # (0: not offered) and its latency beyond the links' α (see ll128_extra()).
+    ll128_fraction: float = 0.0
+    extra_ll128: float = 0.0
+
+
+# NCCL's latency model (NVIDIA/nccl src/graph/tuning.cc, ``baseLat`` and ``hwLat`` as of 2.22-2.28;
+# 2.19-2.21 had no base latency for tree Simple and 28 us per tree hop): a collective costs a base
+# latency per algorithm and
+# protocol, plus per pipeline step a hardware latency by the link it crosses; a network step
+# goes through the proxy thread and the NIC, so it costs far more than the wire's own latency
+# (ring: LL 2.7 us, Simple 14 us; tree: LL 5 us, Simple 14 us, against InfiniBand's ~2 us).
+# Seconds, per (algorithm, protocol). The links' own α is a floor: a slower network (TCP) keeps
+# its larger α.
+NCCL_BASE_LATENCY = {
+    ("ring", "ll"): 6.6e-6,
+    ("ring", "ll128"): 14.0e-6,
+    ("ring", "simple"): 8.4e-6,
+    ("tree", "ll"): 6.8e-6,
+    ("tree", "simple"): 8.4e-6,
+}
+NCCL_NET_STEP_LATENCY = {
+    ("ring", "ll"): 2.7e-6,
+    ("ring", "simple"): 14.0e-6,
+    ("tree", "ll"): 5.0e-6,
+    ("tree", "simple"): 14.0e-6,
+    ("nvls_tree", "simple"): 14.0e-6,  # Simple only; no base latency of its own
+}
+# The same table's NVLink row (hwLat[NCCL_HW_NVLINK], 2.21-2.22): a ring step over NVLink under
+# LL and LL128. Only the difference matters here: the fabric's α is measured where LL runs.
+NCCL_NVLINK_STEP_LATENCY = {("ring", "ll"): 0.6e-6, ("ring", "ll128"): 1.9e-6}
+
+
+def log2i(k: int) -> int:
+    """NCCL's log2i: floor(log2 k) for k >= 1."""
+    return max(0, int(k).bit_length() - 1)
+
+
+def nccl_extra(algo: str, net_steps: float, net_alpha: float) -> tuple[float, float]:
+    """NCCL's latency beyond the links' α for ``algo`` with ``net_steps`` network hops, under
+    LL and under Simple (seconds)."""
+    return tuple(  # type: ignore[return-value]
+        NCCL_BASE_LATENCY[(algo, p)]
+        + net_steps * max(0.0, NCCL_NET_STEP_LATENCY[(algo, p)] - net_alpha)
+        for p in ("ll", "simple")
+    )
+
+
+# NCCL's LL128 protocol (NVIDIA/nccl src/device/prims_ll128.h): 128-byte lines of 120 data
+# bytes and an 8-byte flag, written by whole warps, so the receiver forwards each line as it
+# lands (no chunk-sized store-and-forward, unlike Simple) at close to the full bandwidth ("LL128
+# can achieve 95% peak", sjeaugey, NVIDIA/nccl issue #281). NCCL enables it only where 128-byte
+# stores arrive in order, NVLink on Volta to Blackwell (the fabric profile's ``ll128``), and its
+# tuner rates a ring at 0.92 of the Simple bandwidth (tuning.cc, "model refinements", 2.22).
+# Offered inside a node only: the published 4- and 8-node H100 curves
+# (scenarios/validation/nccl/) show no LL128-like gain across nodes at 4-64 MiB, where NCCL's
+# own model would pick it, so rings and trees that span nodes keep LL and Simple.
+LL128_RING_FRACTION = 0.92
+
+
+def ll128_extra(steps: float) -> float:
+    """LL128's latency beyond the fabric's α for a ring of ``steps`` steps inside a node: the
+    α is measured where LL runs, so LL128 pays NCCL's LL128 latencies less its LL ones (base and
+    per NVLink step, tuning.cc ``baseLat`` and ``hwLat``)."""
+    base = NCCL_BASE_LATENCY[("ring", "ll128")] - NCCL_BASE_LATENCY[("ring", "ll")]
+    step = NCCL_NVLINK_STEP_LATENCY[("ring", "ll128")] - NCCL_NVLINK_STEP_LATENCY[("ring", "ll")]
+    return base + steps * step
+
+
+# NCCL's protocols (NVIDIA/nccl src/device/prims_ll.h, prims_simple.h; "NCCL protocols" in the
+# NCCL docs' environment-variable page): LL moves 8-byte lines of 4 data bytes and 4 flag bytes,
+# so it reaches half the link bandwidth but needs no synchronisation per step; Simple reaches
+# the full bandwidth but each pipeline step waits for a whole chunk, so a ring of k steps pays
+# k chunk times before data flows end to end. NCCL picks the faster per size.
+LL_BANDWIDTH_FRACTION = 0.5
+# Bytes one Simple-protocol step moves across all channels before the next hop can start:
+# fitted to the nccl-tests all-reduce curve of 8 A100 over NVLink3 (Azure ND A100 v4,
+# scenarios/validation/published/nccl_allreduce_8xA100_nvlink.csv): the 1-8 GiB points give
+# t = 141 us + W / 232 GB/s, i.e. 14 steps of ~2.3 MB at the link rate; about 18 channels of
+# 128 KiB (NCCL's Simple slice on NVLink), so carried to other fabrics and networks as is.
+SIMPLE_STEP_BYTES = 2.3e6
+
+
+# NCCL's own correction of its tree model (NVIDIA/nccl src/graph/tuning.cc, later
+# src/tuning/cost_model.cc, treeCorrectionFactor: "Trees are not perfectly sticking to the model
+# for medium sizes"): the fraction of the modelled tree all-reduce bandwidth reached at each
+# power-of-two buffer size from 64 B (index log2(size / 64)); 1 beyond the table.
+TREE_CORRECTION = {
+    "ll": (1.0, 1.0, 1.0, 1.0, .9, .8, .7, .7, .7, .7, .6, .5, .4, .4, .5, .6, .7, .8, .9, 1.0,
+           1.0, 1.0, 1.0, 1.0),
+    "simple": (.9, .9, .9, .9, .9, .9, .9, .8, .7, .6, .6, .5, .5, .5, .5, .6, .7, .8, .7, .7,
+               .8, .9, .9, .9),
+}  # fmt: skip
+
+
+def tree_correction(size: float, protocol: str) -> float:
+    """NCCL's measured share of the tree model's bandwidth at buffer ``size`` (bytes)."""
+    i = int(size) >> 6
+    if i <= 0:
+        return TREE_CORRECTION[protocol][0]
+    i = i.bit_length() - 1
+    table = TREE_CORRECTION[protocol]
+    return table[i] if i < len(table) else 1.0
+
+
+def with_protocol(ph: Phase, bandwidth: float, tree_size: float | None = None) -> Phase:
+    """The phase under the fastest of NCCL's LL, LL128 (where the phase offers it) and Simple
+    protocols at ``bandwidth``; a tree all-reduce of ``tree_size`` bytes reaches only NCCL's
+    corrected share of that bandwidth."""
+    if ph.wire_bytes <= 0 or ph.steps <= 0:
+        return ph
+
+    def share(protocol: str) -> float:
+        return 1.0 if tree_size is None else tree_correction(tree_size, protocol)
+
+    # (time, latency, wire bytes) per protocol; the chosen one's extra moves into the latency
+    # and the phase carries none left.
+    fill = ph.steps * SIMPLE_STEP_BYTES * ph.share / bandwidth
+    simple_bytes = ph.wire_bytes / share("simple")
+    lat = ph.latency + ph.extra_simple + fill
+    best = (lat + simple_bytes / bandwidth, lat, simple_bytes)
+    if ph.ll:
+        ll_bytes = ph.wire_bytes / (LL_BANDWIDTH_FRACTION * share("ll"))
+        lat = ph.latency + ph.extra_ll
+        best = min(best, (lat + ll_bytes / bandwidth, lat, ll_bytes))
+        if ph.ll128_fraction > 0:
+            b = ph.wire_bytes / ph.ll128_fraction
+            lat = ph.latency + ph.extra_ll128
+            best = min(best, (lat + b / bandwidth, lat, b))
+    return replace(
+        ph,
+        latency=best[1],
+        wire_bytes=best[2],
+        extra_ll=0.0,
+        extra_simple=0.0,
+        ll128_fraction=0.0,
+        extra_ll128=0.0,
+    )
