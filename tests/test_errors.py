@@ -330,3 +330,18 @@ def test_fp8_curve_and_ll128_overrides(tmp_path: Path) -> None:
 
     f = _write(tmp_path, _mutated(bad_ll128), "bad-ll128.yaml")
     assert_user_error(run_cli("check", str(f)), file=f, path="cluster.fabric.ll128")
+
+
+def test_fp8_on_a_gpu_without_fp8_tensor_cores(tmp_path: Path) -> None:
+    def a100_fp8(d: dict[str, Any]) -> None:
+        d["cluster"]["gpu"] = "a100-sxm4-80gb"
+        d["training"]["precision"] = "fp8"
+
+    f = _write(tmp_path, _mutated(a100_fp8))
+    assert_user_error(
+        run_cli("check", str(f)),
+        file=f,
+        path="training.precision",
+        says=("a100-sxm4-80gb", "fp8"),
+        hint=("bf16",),
+    )

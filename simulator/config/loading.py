@@ -285,6 +285,14 @@ def resolve(
             hint="raise micro_batch or DP, or lower global_batch: the step time per sample "
             "does not change past a few hundred micro-batches",
         )
+    if tr.precision == "fp8" and "fp8" not in gpu.peak_tflops:
+        raise UserError(
+            f"GPU '{gpu.name}' has no fp8 tensor-core rate in its profile (fp8 training needs "
+            "Hopper, Ada, Blackwell or CDNA3 parts)",
+            file=file,
+            path="training.precision",
+            hint="use bf16 on this GPU, or give its profile a peak_tflops.fp8 figure",
+        )
     if price is not None and price.gpu != gpu.name:
         raise UserError(
             f"pricing profile '{price.name}' is for GPU '{price.gpu}' but the cluster uses "
