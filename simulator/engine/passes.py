@@ -143,7 +143,21 @@ class PassRunner(SimulationBase):
         # analytic layer is one timeout here, not a nested generator per layer.
         analytic = prog.analytic
         dur = prog.duration
+        ready_from = getattr(hook_before, "ready_from", None)
+        dp = self.dp_streams.get(rank)
         for i in range(layers):
+            if (
+                analytic
+                and ready_from is not None
+                and hook_after is None
+                and (dp is None or not dp.busy)
+                and ready_from(i)
+            ):
+                # The rest of the pass waits for nothing and launches nothing, and the DP
+                # stream is idle (only this rank submits to it): nothing can slow or interrupt
+                # the remaining layers, so they run as one span, as without hooks.
+                yield from self.run_items(rank, prog, layers - i, name)
+                return
             if hook_before is not None:
                 ev = hook_before(i)
                 if ev is not None:

@@ -230,7 +230,7 @@ class Simulation(PassRunner):
 
     def _wait_hook(self, jobs: list[Job]) -> Any:
         """Before each layer: the event its prefetched parameters arrive by (or None)."""
-        return lambda i: jobs[i].event(self.env)
+        return _Prefetched(jobs, self.env)
 
     def _optimizer_time(self, shard_params: float, params: float) -> float:
         """The optimizer step over the rank's shard, and the passes over its whole buffer."""
@@ -304,6 +304,24 @@ class Simulation(PassRunner):
             self.trace if self.tracing else None,
             self.loader_done,
         )
+
+
+class _Prefetched:
+    """The hook before each layer of a pass whose parameters were gathered ahead (ZeRO-1/2):
+    the event layer ``i``'s bucket arrives by, or None once it has."""
+
+    __slots__ = ("jobs", "env")
+
+    def __init__(self, jobs: list[Job], env: simpy.Environment) -> None:
+        self.jobs = jobs
+        self.env = env
+
+    def __call__(self, i: int) -> simpy.Event | None:
+        return self.jobs[i].event(self.env)
+
+    def ready_from(self, i: int) -> bool:
+        """Whether the parameters of layer ``i`` and of every layer after it have arrived."""
+        return all(job.done for job in self.jobs[i:])
 
 
 def run_engine(rs: ResolvedScenario, full: bool = False, trace: bool = False) -> EngineResult:
