@@ -233,11 +233,12 @@ def calibrate(probe: dict[str, Any], file: str, name: str) -> Calibration:
                 f"{train_dtype} matmul throughputs (R²={eff_r2:.3f})",
             ),
             "attention_max": S(
-                max(att_eff, 1e-4),
+                min(1.0, max(att_eff, 1e-4)),
                 "scaled_dot_product_attention (causal) "
                 "forward+backward on the training job's shape: "
                 f"{att.get('tflops', 0):.4g} "
-                "TFLOP/s in the simulator's FLOP convention, over the peak",
+                "TFLOP/s in the simulator's FLOP convention, over the peak"
+                + (" (faster than the peak: held at 1)" if att_eff > 1.0 else ""),
             ),
             "memory_bandwidth": S(max(mem_eff, 1e-3), mem_what),
             "kernel_launch_us": S(*launch_fit(probe, ovh)),

@@ -276,3 +276,7 @@ def test_a_curve_still_rising_at_the_largest_size_keeps_a_valid_profile() -> Non
     for r in rows:
         assert peak * m * r["flops"] / (r["flops"] + h) == pytest.approx(r["tflops"], rel=0.01)
     assert "asymptote" in gpu.peak_tflops[dtype].source
+    # An attention kernel timed faster than the matmul peak is held at the peak.
+    probe["attention"] = dict(probe.get("attention") or {}, tflops=1e6)
+    fast = GPUProfile(**calibrate(probe, str(file), "fast-attention").gpu)
+    assert fast.efficiency.attention_max.value == 1.0
