@@ -204,7 +204,8 @@ class FabricProfile(_Profile):
     ll128: SourcedFlag | None = Field(
         default=None,
         description="whether NCCL runs its LL128 protocol (128-byte lines, 120 of data) on this "
-        "fabric and on the NICs of its nodes; unset: no (LL and Simple only)",
+        "fabric; the model offers it to collectives inside one node; unset: no (LL and "
+        "Simple only)",
     )
 
 

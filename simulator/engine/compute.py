@@ -106,9 +106,9 @@ class OpTimer:
         e = gpu.efficiency
         self.host_s = host_us_per_kernel * 1e-6
         self.gemm_peak = gpu.peak_flops(precision)
-        wide = "bf16" if precision == "fp8" else precision
-        self.wide_peak = gpu.peak_flops(wide)  # GEMMs fp8 training keeps in 16-bit
-        self.attn_peak = gpu.peak_flops("bf16" if precision == "fp8" else precision)
+        # The GEMMs fp8 training keeps in 16-bit, and attention, run at the 16-bit rate.
+        self.wide_peak = gpu.peak_flops("bf16" if precision == "fp8" else precision)
+        self.attn_peak = self.wide_peak
         self.mm_max = e.matmul_max.value
         self.mm_half = e.matmul_half_flops.value
         # fp8 GEMMs follow their own curve where the profile measures one; the GEMMs fp8
