@@ -125,6 +125,7 @@ def calibrate(
     data = load_probe(probe_file)
     cal = fit(data, probe_file, name)
     files = write(cal, out_dir)
+    hint = _searchable(out_dir)
     check = in_sample(name, cal.sidecar)
     if fmt == Fmt.json:
         _json(
@@ -133,6 +134,7 @@ def calibrate(
                 "fits": [f.as_dict() for f in cal.fits],
                 "compute_fit": cal.sidecar["compute_fit"],
                 "in_sample": check,
+                "profile_path_hint": hint,
             }
         )
         return
@@ -175,6 +177,29 @@ def calibrate(
         )
     for path in files:
         out.print(f"wrote {safe(str(path))}")
+    if hint:
+        out.print(safe(hint))
+
+
+def _searchable(out_dir: str) -> str | None:
+    """Profiles written outside the folders clustersim searches (the bundled profiles,
+    ./hardware_profiles, $CLUSTERSIM_PROFILE_PATH) are found for the rest of this command (its
+    in-sample check) by adding the folder to the search path; returns how to use them later."""
+    import os
+    from pathlib import Path
+
+    from .catalog import profile_dirs
+
+    target = Path(out_dir).resolve()
+    if any(target == d or d in target.parents for d in profile_dirs()):
+        return None
+    old = os.environ.get("CLUSTERSIM_PROFILE_PATH", "")
+    os.environ["CLUSTERSIM_PROFILE_PATH"] = os.pathsep.join(p for p in (str(target), old) if p)
+    return (
+        f"{target} is not a folder clustersim searches for profiles: set "
+        f"CLUSTERSIM_PROFILE_PATH={target} (or write under ./hardware_profiles) before "
+        "simulate or validate name these profiles"
+    )
 
 
 @app.command()

@@ -97,6 +97,21 @@ def test_probe_calibrate_simulate(tmp_path: Path) -> None:
     old_yaml = yaml.safe_load((cal / "t-old.yaml").read_text())
     assert "speed_cv" not in old_yaml and "in_step_factor" not in old_yaml["efficiency"]
 
+    # --out-dir outside the folders clustersim searches: the in-sample check still finds the
+    # new profiles, and the report says how to make later commands find them.
+    elsewhere = tmp_path / "elsewhere" / "profiles"
+    r = clustersim(
+        "calibrate", str(out), "--name", "t-away", "--out-dir", str(elsewhere),
+        "--format", "json", cwd=tmp_path,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    rep = json.loads(r.stdout)
+    assert rep["in_sample"]["predicted_s"] > 0
+    assert f"CLUSTERSIM_PROFILE_PATH={elsewhere.resolve()}" in rep["profile_path_hint"]
+    assert (elsewhere / "t-away.yaml").is_file()
+    r = clustersim("calibrate", str(out), "--name", "t-here", cwd=tmp_path)
+    assert r.returncode == 0 and "CLUSTERSIM_PROFILE_PATH" not in r.stdout
+
     # Scenarios find the calibrated profiles by name (relative to the working directory).
     from calibrate.model import ProbeTransformer, model_spec
     from calibrate.scenario import job_scenario
