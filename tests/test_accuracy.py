@@ -78,6 +78,20 @@ def test_wave_quantisation_costs_a_partial_wave() -> None:
     assert t.wave_efficiency(1, 128 * 132, 128) == 1.0
 
 
+def test_small_output_is_split_along_k_not_run_as_a_partial_wave() -> None:
+    from simulator.engine.compute import SPLIT_K_COST
+
+    t = OpTimer(_gpu(), "bf16")
+    # 1024×512 output: 32 tiles of 128×128 on 132 SMs. One wave would leave 100 SMs idle
+    # (0.24); split-K fills them and pays for the partial sums.
+    fill = 32 / 132
+    assert t.wave_efficiency(1, 1024, 512) == pytest.approx(1 / (1 + SPLIT_K_COST * (1 - fill)))
+    # Never worse than waves, and a full wave is unaffected.
+    for m, n in [(128, 128), (256, 4096), (2048, 1024), (128 * 132, 128)]:
+        tiles = -(-m // 128) * -(-n // 128)
+        assert t.wave_efficiency(1, m, n) >= min(1.0, tiles / 132) - 1e-12
+
+
 def test_thin_batched_gemm_is_memory_bound() -> None:
     t = OpTimer(_gpu(), "bf16")
     b, s, d = 64, 2048, 8  # QK^T with a tiny head: the s×s output dominates

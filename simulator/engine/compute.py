@@ -93,6 +93,16 @@ def twin_suffixes(flow: Program, twin: Program) -> list[Program] | None:
 # Thread-block tiles cuBLAS/CUTLASS pick among for large 16-bit GEMMs on A100 and H100
 # (CUTLASS default GemmShape<128, 256, 64> and its transposes, and 128×128).
 GEMM_TILES = ((128, 256), (256, 128), (128, 128))
+# An output of fewer 128×128 tiles than the GPU has SMs is split along K (cuBLAS split-K and
+# stream-K kernels) so that every SM works, at the cost of writing and reducing partial sums:
+# the share ``1 - fill`` of SMs a one-wave launch would leave idle costs SPLIT_K_COST of that
+# share in time. Device run 2026-11-23 on one H100 SXM (benchmarks/results/
+# h100-kernels-2026-11-23.json): outputs of 32-64 tiles with K = 8192-16384 (1024x512x16384
+# 468 TFLOP/s, 1024x1024x16384 570, 2048x512x16384 556, 1024x1024x8192 569, 2048x512x8192
+# 506, 256x4096x8192 506) run at 0.67-0.81 of the ~700 TFLOP/s large outputs of the same K
+# reach, i.e. 1 / (1 + c (1 - fill)) with c = 0.45-0.75 (mean 0.55); a one-wave launch of
+# those tiles would run at 0.24-0.48.
+SPLIT_K_COST = 0.55
 
 
 class OpTimer:
@@ -135,7 +145,8 @@ class OpTimer:
 
     def wave_efficiency(self, b: int, m: int, n: int) -> float:
         """Share of the SMs' time doing useful work when the output's tiles run in waves: the
-        best of the usual CUTLASS/cuBLAS thread-block tiles (128×256, 256×128, 128×128)."""
+        best of the usual CUTLASS/cuBLAS thread-block tiles (128×256, 256×128, 128×128), or,
+        for an output too small to fill one wave, of splitting K over the idle SMs."""
         if self.sms <= 0:
             return 1.0
         best = 0.0
@@ -143,6 +154,9 @@ class OpTimer:
             tiles = b * -(-m // tm) * -(-n // tn)
             waves = -(-tiles // self.sms)
             best = max(best, tiles / (waves * self.sms))
+        small = b * -(-m // 128) * -(-n // 128)
+        if small < self.sms:
+            best = max(best, 1.0 / (1.0 + SPLIT_K_COST * (1.0 - small / self.sms)))
         return best
 
     def gemm_time(self, b: int, m: int, n: int, k: int, wide: bool = False) -> float:
