@@ -66,6 +66,10 @@ def sweep(
             workers,
             address,
             on_point=lambda done, total: update(done),
+            on_stale=lambda n: err.print(
+                f"{safe(out_file)}: {n} row(s) came from another base scenario or other sweep "
+                "settings; their points are evaluated again and the rows replaced"
+            ),
         )
     ok = [r for r in rows if r.get("status") == "ok"]
     failed: dict[str, int] = {}

@@ -131,6 +131,32 @@ def test_interrupted_then_resumed_sweep_gives_the_same_file(tmp_path: Path) -> N
     assert part.read_text() == whole.read_text()
 
 
+def test_resume_reuses_no_row_of_another_base_or_settings(tmp_path: Path) -> None:
+    base = tmp_path / "base.yaml"
+    base.write_text(BASE.read_text())
+    spec = _spec(tmp_path, base=str(base), axes=[{"cluster.gpus_per_node": [4, 8]}])
+    out = tmp_path / "r.csv"
+    first = _run(spec, out)
+    # The base scenario changes: every point is evaluated again, nothing stale is kept.
+    data = read_yaml(base)
+    data["training"]["global_batch"] *= 2
+    base.write_text(yaml.safe_dump(data))
+    stale: list[int] = []
+    s, b, _ = load_spec(spec)
+    second = run_sweep(s, b, points(s), out, executor="serial", on_stale=stale.append)
+    assert stale == [len(first)]
+    assert {r["point_key"] for r in first}.isdisjoint(r["point_key"] for r in second)
+    assert [r["step_time_s"] for r in second] != [r["step_time_s"] for r in first]
+    fresh = tmp_path / "fresh.csv"
+    _run(spec, fresh)
+    assert out.read_text() == fresh.read_text()
+    # Keeping every plan instead of the fastest is another setting too.
+    stale.clear()
+    s_all = s.model_copy(update={"keep": "all"})
+    rows = run_sweep(s_all, b, points(s_all), out, executor="serial", on_stale=stale.append)
+    assert stale and len(rows) > len(second)
+
+
 @pytest.mark.parametrize("suffix", [".jsonl", ".parquet"])
 def test_other_formats_hold_the_same_rows(tmp_path: Path, suffix: str) -> None:
     spec = _spec(tmp_path)

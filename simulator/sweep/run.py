@@ -173,6 +173,19 @@ def _ray(
         yield ray.get(done[0])
 
 
+def run_fingerprint(spec: SweepSpec, base: dict[str, Any]) -> str:
+    """What, besides a point's own axis values, decides its rows: the base scenario and the
+    sweep's name and plan settings."""
+    return json.dumps(
+        {
+            "base": base,
+            "sweep": spec.model_dump(mode="json", exclude={"axes", "base", "description"}),
+        },
+        sort_keys=True,
+        default=str,
+    )
+
+
 def run_sweep(
     spec: SweepSpec,
     base: dict[str, Any],
@@ -182,12 +195,21 @@ def run_sweep(
     workers: int | None = None,
     address: str | None = None,
     on_point: Callable[[int, int], None] | None = None,
+    on_stale: Callable[[int], None] | None = None,
 ) -> Rows:
-    """Evaluate every point not already in ``out``; return all rows (sorted) and write them."""
+    """Evaluate every point not already in ``out``; return all rows (sorted) and write them.
+    A finished point is reused only if it came from the same base scenario and sweep settings
+    (its key covers them); ``on_stale`` is told how many rows of ``out`` were not."""
     cols = columns(spec)
     out.parent.mkdir(parents=True, exist_ok=True)
-    have = complete_points(read_rows(out))
+    salt = run_fingerprint(spec, base)
+    pts = [p.model_copy(update={"salt": salt}) for p in pts]
+    old = read_rows(out)
+    have = complete_points(old)
     keys = {p.key for p in pts}
+    stale = sum(1 for r in old if str(r.get("point_key")) not in keys)
+    if stale and on_stale:
+        on_stale(stale)
     rows: Rows = [r for k, v in have.items() if k in keys for r in v]
     todo = [p for p in pts if p.key not in have]
     # The journal holds exactly the complete points kept, before new ones are appended.
@@ -215,4 +237,4 @@ def run_sweep(
     return finish(out, cols, rows)
 
 
-__all__ = ["columns", "complete_points", "finish", "read_rows", "run_sweep"]
+__all__ = ["columns", "complete_points", "finish", "read_rows", "run_fingerprint", "run_sweep"]

@@ -108,10 +108,13 @@ class Point(BaseModel):
     index: int
     labels: dict[str, str]
     sets: list[str]
+    # What else decides the point's rows (the base scenario, the sweep's settings): a resumed
+    # sweep reuses a finished point only when this matches too.
+    salt: str = ""
 
     @property
     def key(self) -> str:
-        return hashlib.sha1("\n".join(self.sets).encode()).hexdigest()[:12]
+        return hashlib.sha1("\n".join([self.salt, *self.sets]).encode()).hexdigest()[:12]
 
 
 def load_spec(path: str | Path) -> tuple[SweepSpec, dict[str, Any], Path]:
