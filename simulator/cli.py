@@ -12,7 +12,18 @@ from typing import Annotated, Any
 
 import typer
 
-from .cli_common import Fmt, _csv, _flatten, _json, _kept, app, err, out, profiles_app
+from .cli_common import (
+    Fmt,
+    _csv,
+    _csv_rows,
+    _flatten,
+    _json,
+    _kept,
+    app,
+    err,
+    out,
+    profiles_app,
+)
 from .errors import UserError
 from .report.text import safe
 
@@ -71,6 +82,21 @@ def profiles_list(
         )
         return
     rows = [(p.kind, p.name, p.display_name, _key_figures(p)) for p in items]  # type: ignore[attr-defined]
+    if fmt == Fmt.csv:
+        _csv_rows(
+            ["kind", "name", "display_name", "key_figures", "file"],
+            [
+                {
+                    "kind": k,
+                    "name": n,
+                    "display_name": d,
+                    "key_figures": f,
+                    "file": str(cat.files[n]),
+                }
+                for k, n, d, f in rows
+            ],
+        )
+        return
     out.print(profiles_table(rows))
 
 
@@ -87,6 +113,18 @@ def profiles_show(
     prof = cat.get(name)
     if fmt == Fmt.json:
         _json(prof.model_dump(mode="json"))
+        return
+    if fmt == Fmt.csv:
+        # One row per figure: a sourced figure's value and source side by side.
+        flat = _flatten(prof.model_dump(mode="json"))
+        fields: dict[str, dict[str, Any]] = {}
+        for key, value in flat.items():
+            head, _, last = key.rpartition(".")
+            if last in ("value", "source") and head:
+                fields.setdefault(head, {"field": head})[last] = value
+            else:
+                fields.setdefault(key, {"field": key})["value"] = value
+        _csv_rows(["field", "value", "source"], list(fields.values()))
         return
     out.print(profile_table(prof, str(cat.files[name])))
 

@@ -138,6 +138,11 @@ def calibrate(
             }
         )
         return
+    if fmt == Fmt.csv:
+        keys = ["op", "group", "group_size", "alpha_us", "bandwidth_gbps", "r2", "rms_rel_err"]
+        keys += ["points", "note"]
+        _csv_rows(keys, [f.as_dict() for f in cal.fits])
+        return
     t = Table(title=f"alpha-beta fits ({probe_file})")
     for col in ("collective", "group", "n", "α (µs)", "1/β (GB/s)", "R²", "rms rel err", "points"):
         t.add_column(col, justify="right" if col not in ("collective", "group") else "left")

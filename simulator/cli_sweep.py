@@ -157,7 +157,8 @@ def compare(
 ) -> None:
     """Scenarios side by side: differences highlighted, one verdict per metric."""
     from .catalog import find_scenario
-    from .compare import compare_results, print_compare
+    from .cli_common import _csv_rows
+    from .compare import compare_csv_rows, compare_results, print_compare
     from .config.loading import load_scenario
     from .simulate import simulate
 
@@ -169,5 +170,7 @@ def compare(
     rep = compare_results(results)
     if fmt == Fmt.json:
         _json(rep)
+    elif fmt == Fmt.csv:
+        _csv_rows(*compare_csv_rows(rep))
     else:
         print_compare(rep, out)

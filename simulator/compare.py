@@ -60,14 +60,36 @@ def _why(a: dict[str, Any], b: dict[str, Any]) -> str:
 
 
 def compare_results(results: list[dict[str, Any]]) -> dict[str, Any]:
-    """Per metric: every scenario's value, the best one, and a one-line verdict."""
+    """Per metric: every scenario's value, the best one, and a one-line verdict. A scenario
+    whose plan does not fit in GPU memory cannot run as simulated, so it is never named best
+    (its figures are shown, and listed under ``not_fitting``)."""
     names = [r["scenario"] for r in results]
     vals = [_values(r) for r in results]
+    fits = [bool(r.get("fits", True)) for r in results]
+    not_fitting = [n for n, f in zip(names, fits, strict=True) if not f]
     rows = []
     for key, label, better, fmt in METRICS:
         column = [v[key] for v in vals]
         present = [(i, x) for i, x in enumerate(column) if x is not None]
+        if key != "memory_gb_per_gpu":
+            present = [(i, x) for i, x in present if fits[i]]
         if len(present) < 2:
+            if key != "memory_gb_per_gpu" and len([x for x in column if x is not None]) >= 2:
+                rows.append(
+                    {
+                        "metric": key,
+                        "label": label,
+                        "values": column,
+                        "formatted": [None if x is None else fmt.format(x) for x in column],
+                        "best": names[present[0][0]] if present else None,
+                        "verdict": (
+                            f"{label}: {names[present[0][0]]} is the only one that fits in GPU "
+                            "memory"
+                            if present
+                            else f"{label}: no verdict, none of the scenarios fits in GPU memory"
+                        ),
+                    }
+                )
             continue
         pick = min if better == "low" else max
         bi, bx = pick(present, key=lambda p: p[1])
@@ -79,9 +101,10 @@ def compare_results(results: list[dict[str, Any]]) -> dict[str, Any]:
             word = "lower" if better == "low" else "higher"
             verdict = (
                 f"{label}: {names[bi]} is best, {fmt.format(bx)} against {fmt.format(wx)} "
-                f"for {names[wi]} ({ratio:.2f}× {word} is better); "
-                f"why: {_why(results[bi], results[wi])}"
+                f"for {names[wi]} ({ratio:.2f}× {word} is better)"
             )
+            if key != "memory_gb_per_gpu":
+                verdict += f"; why: {_why(results[bi], results[wi])}"
         rows.append(
             {
                 "metric": key,
@@ -92,7 +115,22 @@ def compare_results(results: list[dict[str, Any]]) -> dict[str, Any]:
                 "verdict": verdict,
             }
         )
-    return {"scenarios": names, "metrics": rows}
+    return {"scenarios": names, "fits": fits, "not_fitting": not_fitting, "metrics": rows}
+
+
+def compare_csv_rows(rep: dict[str, Any]) -> tuple[list[str], list[dict[str, Any]]]:
+    """The comparison as CSV: one row per metric, a column per scenario, the best one."""
+    keys = ["metric", *rep["scenarios"], "best"]
+    rows = [{"metric": "fits", **dict(zip(rep["scenarios"], rep["fits"], strict=True))}]
+    for m in rep["metrics"]:
+        rows.append(
+            {
+                "metric": m["metric"],
+                **dict(zip(rep["scenarios"], m["values"], strict=True)),
+                "best": m["best"] or "",
+            }
+        )
+    return keys, rows
 
 
 def print_compare(rep: dict[str, Any], console: Console) -> None:
@@ -106,9 +144,16 @@ def print_compare(rep: dict[str, Any], console: Console) -> None:
             text = safe(f if f is not None else "-")
             cells.append(f"[bold green]{text}[/bold green]" if n == m["best"] else text)
         t.add_row(safe(m["label"]), *cells)
+    t.add_row("fits in GPU memory", *("yes" if f else "[red]no[/red]" for f in rep["fits"]))
     console.print(t)
+    for n in rep["not_fitting"]:
+        console.print(
+            f"• {safe(n)} does not fit in GPU memory: it cannot run as simulated, so it is "
+            "named best for nothing (clustersim check says what to change)",
+            highlight=False,
+        )
     for m in rep["metrics"]:
         console.print("• " + safe(m["verdict"]), highlight=False)
 
 
-__all__ = ["compare_results", "print_compare"]
+__all__ = ["compare_csv_rows", "compare_results", "print_compare"]

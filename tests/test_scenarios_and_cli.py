@@ -194,6 +194,22 @@ def test_check_csv() -> None:
     assert len(values.split(",")) == len(cols)
 
 
+def test_profiles_list_and_show_csv() -> None:
+    import csv
+    import io
+
+    res = run_cli("profiles", "list", "--kind", "gpu", "--format", "csv")
+    assert res.returncode == 0, res.stderr
+    rows = list(csv.DictReader(io.StringIO(res.stdout)))
+    assert {r["name"] for r in rows} >= {"h100-sxm-80gb", "a100-sxm4-80gb"}
+    assert all(r["kind"] == "gpu" and r["file"].endswith(".yaml") for r in rows)
+    res = run_cli("profiles", "show", "h100-sxm-80gb", "--format", "csv")
+    assert res.returncode == 0, res.stderr
+    rows = list(csv.DictReader(io.StringIO(res.stdout)))
+    peak = {r["field"]: r for r in rows}["peak_tflops.bf16"]
+    assert float(peak["value"]) > 900 and peak["source"]
+
+
 def test_gpt3_scenario_reproduces_sc21_layout() -> None:
     rs = load_scenario(REPO / "scenarios" / "gpt3-175b-megatron-1024xa100.yaml")
     assert (rs.dp, rs.tp, rs.pp) == (16, 8, 8)

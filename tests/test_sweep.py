@@ -235,6 +235,37 @@ def test_compare_gives_a_verdict_per_metric() -> None:
     res = run_cli("compare", str(a), str(b))
     assert res.returncode == 0, res.stderr
     assert "step time" in res.stdout and "why:" in res.stdout
+    res = run_cli("compare", str(a), str(b), "--format", "csv")
+    assert res.returncode == 0, res.stderr
+    lines = res.stdout.splitlines()
+    names = [yaml.safe_load(p.read_text())["name"] for p in (a, b)]
+    assert lines[0] == f"metric,{names[0]},{names[1]},best"
+    assert lines[1].startswith("fits,") and any(ln.startswith("step_time_s,") for ln in lines)
+
+
+def test_compare_never_names_a_plan_that_does_not_fit_best(tmp_path: Path) -> None:
+    from simulator.compare import compare_results
+
+    a = REPO / "scenarios" / "llama3-70b-64xh100.yaml"
+    data = read_yaml(a)
+    data["name"] = "no-fit"
+    data["parallelism"]["recompute"] = "none"
+    data["training"]["micro_batch"] = 4
+    b = tmp_path / "nofit.yaml"
+    b.write_text(yaml.safe_dump(data))
+    from simulator.config.loading import load_scenario
+    from simulator.simulate import simulate
+
+    results = [simulate(load_scenario(p)).as_dict() for p in (a, b)]
+    assert results[0]["fits"] and not results[1]["fits"]
+    # Without recomputation it is faster, but it cannot run.
+    assert results[1]["step_time_s"] < results[0]["step_time_s"]
+    rep = compare_results(results)
+    assert rep["not_fitting"] == ["no-fit"]
+    for m in rep["metrics"]:
+        assert m["best"] == results[0]["scenario"], m
+    res = run_cli("compare", str(a), str(b))
+    assert res.returncode == 0 and "does not fit in GPU memory" in res.stdout
 
 
 def test_bundled_sweeps_load() -> None:
