@@ -173,8 +173,12 @@ def simulate(
     """Simulate one training step: time, throughput, MFU, idle breakdown, cost."""
     from .catalog import find_scenario
     from .config.loading import load_scenario
+    from .report.files import output_path
     from .report.tables import print_simulation
     from .report.trace import write_trace
+
+    if trace is not None:
+        output_path(trace, "--trace")
     from .simulate import simulate as run_sim
 
     rs = load_scenario(find_scenario(scenario), set_ or [])
@@ -236,6 +240,14 @@ def main() -> None:
     except (typer.Abort, KeyboardInterrupt):
         err.print(f"interrupted: {safe(_kept[0])}", highlight=False)
         sys.exit(130)
+    except OSError as exc:  # the file system refused something a check did not foresee
+        where = f" ({exc.filename})" if exc.filename else ""
+        err.print(
+            f"[red]error:[/red] {safe(exc.strerror or str(exc))}{safe(where)}\n"
+            "  what to do: check the paths given and that they are writable",
+            highlight=False,
+        )
+        sys.exit(2)
     except Exception as exc:  # click usage errors arrive here in non-standalone mode
         # Recent typer vendors click (typer._click), so match ClickException by name, not by
         # `click.ClickException`, which is another class there.

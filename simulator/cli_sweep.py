@@ -21,15 +21,19 @@ def sweep(
     ),
     plot: Annotated[str | None, typer.Option(help="folder for PNG plots")] = None,
     best: Annotated[str | None, typer.Option(help="time | cost | usd-per-token")] = None,
-    deadline_days: Annotated[float | None, typer.Option(help="at most this many days")] = None,
-    budget_usd: Annotated[float | None, typer.Option(help="at most this many US$")] = None,
-    max_gpus: Annotated[int | None, typer.Option(help="at most this many GPUs")] = None,
+    deadline_days: Annotated[
+        float | None, typer.Option(help="at most this many days", min=0.0)
+    ] = None,
+    budget_usd: Annotated[float | None, typer.Option(help="at most this many US$", min=0.0)] = None,
+    max_gpus: Annotated[int | None, typer.Option(help="at most this many GPUs", min=1)] = None,
     own: Annotated[
         bool | None, typer.Option("--own/--rent", help="only owned, or only rented, clusters")
     ] = None,
     all_plans: Annotated[bool, typer.Option("--all", help="keep every valid plan")] = False,
     executor: Annotated[str, typer.Option(help="local | serial | ray")] = "local",
-    workers: Annotated[int | None, typer.Option(help="local processes (default: cores)")] = None,
+    workers: Annotated[
+        int | None, typer.Option(help="local processes (default: cores)", min=1)
+    ] = None,
     address: Annotated[str | None, typer.Option(help="Ray cluster address (ray)")] = None,
 ) -> None:
     """Evaluate every point of a sweep spec; write one row per point (resumable), print the
@@ -50,6 +54,11 @@ def sweep(
         raise UserError(
             f"unknown objective '{best}'", path="--best", hint="time | cost | usd-per-token"
         )
+    from .report.files import output_path
+
+    output_path(out_file, "--out")
+    if plot:
+        output_path(plot, "--plot", folder=True)
     spec, base, _ = load_spec(spec_file)
     if all_plans:
         spec = spec.model_copy(update={"keep": "all"})

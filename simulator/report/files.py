@@ -16,8 +16,41 @@ from typing import Any
 from ..errors import UserError
 
 
+def output_path(path: str | Path, option: str, folder: bool = False) -> Path:
+    """Check, before any work, that ``path`` can be written as a file (or, with ``folder``,
+    used as a folder): not empty, not the wrong kind of thing, its folder creatable and
+    writable. One clear error naming the option otherwise."""
+    raw = str(path)
+    p = Path(raw)
+    if not raw.strip():
+        raise UserError("an empty path was given", path=option, hint="give a file path")
+    if folder:
+        if p.exists() and not p.is_dir():
+            raise UserError(
+                f"{raw} is a file, not a folder", path=option, hint="give a folder for the plots"
+            )
+        target = p
+    else:
+        if p.is_dir() or raw.endswith(("/", os.sep)):
+            raise UserError(f"{raw} is a folder", path=option, hint="give a file name inside it")
+        target = p.parent
+    try:
+        target.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UserError(
+            f"cannot create the folder {target}: {exc.strerror}",
+            path=option,
+            hint="pick a writable path",
+        ) from None
+    if not os.access(target, os.W_OK | os.X_OK):
+        raise UserError(f"the folder {target} is not writable", path=option, hint="pick another")
+    return p
+
+
 def write_atomic(path: str | Path, text: str) -> Path:
     p = Path(path)
+    if p.is_dir() or not str(path).strip():
+        raise UserError("cannot write: the path is a folder", file=str(p), hint="give a file name")
     try:
         p.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", dir=p.parent)
@@ -32,6 +65,11 @@ def write_atomic(path: str | Path, text: str) -> Path:
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, p)
+    except OSError as exc:
+        Path(tmp).unlink(missing_ok=True)
+        raise UserError(
+            f"cannot write: {exc.strerror}", file=str(p), hint="pick a writable path"
+        ) from None
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise

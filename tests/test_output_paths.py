@@ -1,0 +1,57 @@
+"""Output paths a command cannot use (a folder, an empty path, a folder it cannot create, a
+plot folder that is a file) and out-of-range numeric options: one message, exit 2, and nothing
+run or written first."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from conftest import REPO, run_cli
+from test_errors import assert_user_error
+
+SCENARIO = str(REPO / "scenarios" / "llama3-8b-8xh100.yaml")
+SWEEP = str(REPO / "scenarios" / "sweeps" / "gpu-generations.yaml")
+
+
+def test_trace_into_a_folder_or_nowhere(tmp_path: Path) -> None:
+    folder = tmp_path / "traces"
+    folder.mkdir()
+    res = run_cli("simulate", SCENARIO, "--trace", str(folder))
+    assert_user_error(res, file=None, path="--trace", says=("is a folder",), hint=("file",))
+    res = run_cli("simulate", SCENARIO, "--trace", "")
+    assert_user_error(res, file=None, path="--trace", says=("empty path",))
+
+
+@pytest.mark.parametrize(
+    "extra, option, says",
+    [
+        (["--out", "{folder}"], "--out", "is a folder"),
+        (["--out", "{file}/sub/r.csv"], "--out", "cannot create the folder"),
+        (["--out", "{tmp}/r.csv", "--plot", "{file}"], "--plot", "not a folder"),
+    ],
+    ids=["out-is-a-folder", "out-under-a-file", "plot-is-a-file"],
+)
+def test_sweep_refuses_unusable_outputs_before_running(
+    tmp_path: Path, extra: list[str], option: str, says: str
+) -> None:
+    folder = tmp_path / "results"
+    folder.mkdir()
+    file = tmp_path / "taken.txt"
+    file.write_text("mine\n")
+    args = [a.format(folder=folder, file=file, tmp=tmp_path) for a in extra]
+    res = run_cli("sweep", SWEEP, *args)
+    assert_user_error(res, file=None, path=option, says=(says,))
+    assert file.read_text() == "mine\n"  # nothing the user had is touched
+    assert not (tmp_path / "r.csv").exists()
+
+
+@pytest.mark.parametrize(
+    "option, value",
+    [("--workers", "-3"), ("--workers", "0"), ("--deadline-days", "-5"), ("--max-gpus", "0")],
+)
+def test_sweep_numeric_options_out_of_range(tmp_path: Path, option: str, value: str) -> None:
+    res = run_cli("sweep", SWEEP, "--out", str(tmp_path / "r.csv"), option, value)
+    assert res.returncode == 2, (res.stdout, res.stderr)
+    assert "Traceback" not in res.stderr and option in res.stderr
+    assert not (tmp_path / "r.csv").exists()
