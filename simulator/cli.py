@@ -230,6 +230,8 @@ def main() -> None:
     """Console-script entry point: user errors exit 2 with one message, no traceback."""
     try:
         rc = app(standalone_mode=False)
+        if rc == 130:  # click turns Ctrl-C into this return value outside standalone mode
+            raise KeyboardInterrupt
         if isinstance(rc, int) and rc:
             sys.exit(rc)
     except UserError as exc:
