@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import CliResult, inline_scenario, run_cli, run_cli_process, write_yaml
+from conftest import REPO, CliResult, inline_scenario, run_cli, run_cli_process, write_yaml
 
 from simulator.config.loading import resolve_dict
 from simulator.errors import UserError
@@ -345,3 +345,22 @@ def test_fp8_on_a_gpu_without_fp8_tensor_cores(tmp_path: Path) -> None:
         says=("a100-sxm4-80gb", "fp8"),
         hint=("bf16",),
     )
+
+
+def test_duplicate_key_is_refused_not_silently_overwritten(tmp_path: Path) -> None:
+    text = (REPO / "scenarios" / "llama3-8b-8xh100.yaml").read_text()
+    f = tmp_path / "dup.yaml"
+    f.write_text(text.replace("training:\n", "training:\n  global_batch: 64\n", 1))
+    assert_user_error(
+        run_cli("check", str(f)), file=f, path=None, says=("'global_batch' is given twice",)
+    )
+    res = run_cli("check", "llama3-8b-8xh100", "--set", "training={micro_batch: 1, micro_batch: 2}")
+    assert_user_error(res, file=None, path=None, says=("'micro_batch' is given twice",))
+
+
+def test_oversized_yaml_message_reads_well(tmp_path: Path) -> None:
+    f = tmp_path / "big.yaml"
+    f.write_text("name: x\n" + "# padding\n" * 120_000)
+    res = run_cli("check", str(f))
+    assert_user_error(res, file=f, path=None, says=("the YAML is larger than",))
+    assert "is is" not in res.stderr

@@ -13,7 +13,15 @@ from typing import Any
 import yaml
 
 from ..errors import UserError
-from .yamlio import MAX_BYTES, MAX_DEPTH, MAX_NODES, YamlLimit, check_text, load_text
+from .yamlio import (
+    MAX_BYTES,
+    MAX_DEPTH,
+    MAX_NODES,
+    YamlDuplicateKey,
+    YamlLimit,
+    check_text,
+    load_text,
+)
 
 
 def read_yaml(path: Path) -> dict[str, Any]:
@@ -51,9 +59,11 @@ def parse_yaml(text: str, file: str | None) -> Any:
         raise UserError(
             f"not valid YAML{where}: {problem}", file=file, hint="fix the YAML syntax"
         ) from None
+    except YamlDuplicateKey as exc:
+        raise UserError(f"not valid YAML: {exc}", file=file, hint="keep one of the two") from None
     except YamlLimit as exc:
         raise UserError(
-            f"refused: the YAML is {exc}",
+            f"refused: the YAML {exc}",
             file=file,
             hint=f"a scenario is a few kB with a few levels of nesting; remove the anchors "
             f"and aliases that repeat content, or split the file (limits: {MAX_BYTES // 1000} "
@@ -81,6 +91,8 @@ def apply_sets(data: dict[str, Any], sets: list[str], file: str | None) -> dict[
             raise UserError(f"--set '{item}' has an empty path", hint="e.g. --set cluster.nodes=4")
         try:
             value = load_text(raw)
+        except YamlDuplicateKey as exc:
+            raise UserError(f"--set '{path}': {exc}", hint="give each key once") from None
         except (yaml.YAMLError, YamlLimit):
             value = raw
         except ValueError:  # e.g. an impossible date

@@ -14,7 +14,7 @@ from typing import Any
 
 import yaml
 from yaml.events import AliasEvent
-from yaml.nodes import MappingNode, Node, SequenceNode
+from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 MAX_BYTES = 1_000_000
 MAX_DEPTH = 64
@@ -23,6 +23,11 @@ MAX_NODES = 200_000
 
 class YamlLimit(ValueError):
     """The document is larger, deeper or expands further than a scenario reasonably does."""
+
+
+class YamlDuplicateKey(ValueError):
+    """A mapping gives the same key twice; YAML says keys are unique, and PyYAML would keep the
+    last one silently."""
 
 
 _FLOAT_12 = re.compile(
@@ -77,7 +82,16 @@ def _expanded_size(root: Node) -> int:
             for child in node.value:
                 total += size(child, depth + 1)
         elif isinstance(node, MappingNode):
+            seen: dict[str, int] = {}
             for k, v in node.value:
+                if isinstance(k, ScalarNode) and k.tag != "tag:yaml.org,2002:merge":
+                    line = k.start_mark.line + 1
+                    if k.value in seen:
+                        raise YamlDuplicateKey(
+                            f"the key '{k.value}' is given twice in one mapping (lines "
+                            f"{seen[k.value]} and {line})"
+                        )
+                    seen[k.value] = line
                 total += size(k, depth + 1) + size(v, depth + 1)
         total = min(total, MAX_NODES + 1)
         memo[key] = total
@@ -87,8 +101,8 @@ def _expanded_size(root: Node) -> int:
 
 
 def load_text(text: str) -> Any:
-    """Parse one YAML document within the bounds; raises :class:`YamlLimit` or
-    ``yaml.YAMLError``."""
+    """Parse one YAML document within the bounds; raises :class:`YamlLimit`,
+    :class:`YamlDuplicateKey` or ``yaml.YAMLError``."""
     if len(text.encode("utf-8", "surrogatepass")) > MAX_BYTES:
         raise YamlLimit(f"is larger than {MAX_BYTES // 1000} kB")
     loader = BoundedLoader(text)
