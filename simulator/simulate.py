@@ -108,6 +108,7 @@ def reference_layout(rs: ResolvedScenario) -> ResolvedScenario | None:
         candidates = [rs.run.scaling_reference.nodes]
     else:
         candidates = _reference_candidates(rs)
+    why: UserError | None = None
     for nodes in candidates:
         data = {**base, "cluster": {**base["cluster"], "nodes": nodes}}
         if nodes > 1 and not data["cluster"].get("network") and rs.network is not None:
@@ -115,10 +116,22 @@ def reference_layout(rs: ResolvedScenario) -> ResolvedScenario | None:
         for sets in ([], _weak_batch(rs, nodes)):
             try:
                 ref = resolve_dict(data, sets, rs.source_file)
-            except UserError:
+            except UserError as exc:
+                why = why or exc
                 continue
             if memory_report(ref).fits or rs.run.scaling_reference is not None:
                 return ref
+    if rs.run.scaling_reference is not None:
+        # The user asked for this reference: say why it cannot be laid out, not nothing.
+        reason = why.message if why is not None else "it cannot be laid out"
+        raise UserError(
+            f"the scaling reference on {rs.run.scaling_reference.nodes} node(s) is not a valid "
+            f"layout of this plan: {reason}",
+            file=rs.source_file,
+            path="run.scaling_reference.nodes",
+            hint="pick a node count whose GPUs hold whole TP x PP x CP groups "
+            f"({rs.tp * rs.pp * rs.cp} GPUs each), or remove run.scaling_reference",
+        )
     return None
 
 

@@ -364,3 +364,16 @@ def test_oversized_yaml_message_reads_well(tmp_path: Path) -> None:
     res = run_cli("check", str(f))
     assert_user_error(res, file=f, path=None, says=("the YAML is larger than",))
     assert "is is" not in res.stderr
+
+
+def test_impossible_scaling_reference_is_an_error_not_a_missing_figure() -> None:
+    res = run_cli(
+        "simulate", "llama3-70b-64xh100", "--set", "run.scaling_reference.nodes=2"
+    )  # fmt: skip
+    assert_user_error(
+        res,
+        file=None,
+        path="run.scaling_reference.nodes",
+        says=("not a valid layout", "16 GPUs"),
+        hint=("32 GPUs",),
+    )
