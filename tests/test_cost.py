@@ -148,8 +148,9 @@ def test_tier_chosen_with_set_override() -> None:
 
 
 def test_missing_tier_is_a_user_error_naming_the_tiers() -> None:
-    rs = priced(CLOUD, tier="reserved", reserved_usd_per_gpu_hour=None)
+    # Refused when the scenario is resolved, before anything is simulated.
     with pytest.raises(UserError) as exc:
+        rs = priced(CLOUD, tier="reserved", reserved_usd_per_gpu_hour=None)
         compute_cost(rs, 10.0, 0.2)
     err = exc.value
     assert err.path == "cluster.pricing.tier"

@@ -293,6 +293,21 @@ def resolve(
             path="training.precision",
             hint="use bf16 on this GPU, or give its profile a peak_tflops.fp8 figure",
         )
+    if isinstance(price, CloudPrice):
+        rates = {
+            "on_demand": price.on_demand_usd_per_gpu_hour,
+            "reserved": price.reserved_usd_per_gpu_hour,
+            "spot": price.spot_usd_per_gpu_hour,
+        }
+        if rates[tier] is None:
+            have = ", ".join(t for t, r in rates.items() if r is not None)
+            raise UserError(
+                f"pricing profile '{price.name}' has no {tier} price",
+                file=file,
+                path="cluster.pricing.tier",
+                hint=f"use a tier the profile has ({have}), or add {tier}_usd_per_gpu_hour to "
+                "the profile",
+            )
     if price is not None and price.gpu != gpu.name:
         raise UserError(
             f"pricing profile '{price.name}' is for GPU '{price.gpu}' but the cluster uses "

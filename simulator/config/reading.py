@@ -114,5 +114,9 @@ def apply_sets(data: dict[str, Any], sets: list[str], file: str | None) -> dict[
             node = nxt
         if not isinstance(node, dict):
             raise UserError(f"--set '{item}': '{path}' is not inside a mapping", file=file)
+        if keys[-1] == "kind" and len(keys) > 1 and node.get("kind") not in (None, value):
+            # Another kind of thing (ZeRO instead of FSDP, a fat tree instead of rails): the
+            # old kind's fields do not carry over; later --set items fill the new one.
+            node.clear()
         node[keys[-1]] = value
     return out

@@ -105,6 +105,12 @@ class ClusterSpec(BaseModel):
     storage: Ref = "lustre"
     pricing: PricingSpec | None = None
 
+    @field_validator("pricing", mode="before")
+    @classmethod
+    def _pricing_by_name(cls, v: Any) -> Any:
+        # `pricing: NAME` names a price profile, as `gpu: NAME` names a GPU profile.
+        return {"profile": v} if isinstance(v, str) else v
+
 
 class ModelPresetRef(BaseModel):
     """A model preset by name, with any architecture field overridden."""

@@ -36,8 +36,15 @@ def _clean_loc(loc: tuple[Any, ...]) -> tuple[Any, ...]:
     }
     out = []
     for item in loc:
-        if isinstance(item, str) and (
-            item in tags or item.startswith("function-") or item.startswith("literal[")
+        if (
+            isinstance(item, str)
+            and (
+                item in tags
+                or item.startswith("function-")
+                or item.startswith("literal[")
+                # a union member's class name (AutoPlan, PricingSpec...): fields are lower-case
+                or (item[:1].isupper() and item.isidentifier())
+            )
         ):
             continue
         out.append(item)
@@ -84,6 +91,14 @@ def validation_error(
         msg = f"unknown field '{loc[-1] if loc else ''}'"
     elif err["type"] == "missing":
         msg = "required field is missing"
+    elif err["type"] in ("model_type", "dict_type") and not isinstance(err.get("input"), dict):
+        got = repr(err.get("input"))
+        got = got if len(got) <= 80 else got[:77] + "..."
+        expected = {
+            "Sourced": "a number, or {value: NUMBER, source: TEXT}",
+            "Flag": "true or false, or {value: BOOL, source: TEXT}",
+        }.get((err.get("ctx") or {}).get("class_name", ""), "a mapping of fields")
+        msg = f"expected {expected} here (got {got})"
     elif (
         "input" in err
         and err["type"] not in ("model_type", "dict_type")
