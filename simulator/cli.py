@@ -242,6 +242,11 @@ def main() -> None:
     except (typer.Abort, KeyboardInterrupt):
         err.print(f"interrupted: {safe(_kept[0])}", highlight=False)
         sys.exit(130)
+    except BrokenPipeError:  # `clustersim ... | head`: the reader has what it wanted
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(0)
     except OSError as exc:  # the file system refused something a check did not foresee
         where = f" ({exc.filename})" if exc.filename else ""
         err.print(

@@ -21,8 +21,20 @@ app = typer.Typer(
 profiles_app = typer.Typer(help="The hardware catalogue.", no_args_is_help=True)
 app.add_typer(profiles_app, name="profiles")
 
-out = Console(soft_wrap=False)
-err = Console(stderr=True, soft_wrap=True)
+
+class _Console(Console):
+    def on_broken_pipe(self) -> None:
+        """`clustersim ... | head`: the reader has what it wanted. Stop writing and exit 0, as
+        the JSON and CSV outputs do (rich's default exits 1)."""
+        import os
+
+        self.quiet = True
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        raise SystemExit(0)
+
+
+out = _Console(soft_wrap=False)
+err = _Console(stderr=True, soft_wrap=True)
 
 
 class Fmt(StrEnum):

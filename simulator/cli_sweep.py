@@ -56,6 +56,16 @@ def sweep(
         )
     from .report.files import output_path
 
+    if not Path(out_file).is_dir() and Path(out_file).suffix.lower() not in (
+        ".csv",
+        ".jsonl",
+        ".parquet",
+    ):
+        raise UserError(
+            f"cannot tell the format of '{out_file}'",
+            path="--out",
+            hint="end the file name in .csv, .jsonl or .parquet",
+        )
     output_path(out_file, "--out")
     if plot:
         output_path(plot, "--plot", folder=True)
@@ -87,8 +97,8 @@ def sweep(
             failed[str(r["status"])] = failed.get(str(r["status"]), 0) + 1
     dropped_mem = sum(int(r.get("plans_dropped_memory") or 0) for r in rows if r.get("point_rows"))
     out.print(
-        f"{len(pts)} points, {len(ok)} rows written to {safe(out_file)}; plans dropped as not "
-        f"fitting in memory: {dropped_mem}"
+        f"{len(pts)} points, {len(rows)} rows written to {safe(out_file)} ({len(ok)} with a "
+        f"valid plan); plans dropped as not fitting in memory: {dropped_mem}"
     )
     if pts and not ok:
         # Nothing to answer with: a typo in an axis, a profile that does not exist, or a model

@@ -82,3 +82,31 @@ def test_ctrl_c_says_what_was_kept() -> None:
         pytest.skip("the simulation finished before the interrupt arrived")
     assert p.returncode == 130, (out, err)
     assert err.strip().startswith("interrupted:") and "Traceback" not in err, err
+
+
+def test_sweep_output_needs_a_known_format(tmp_path: Path) -> None:
+    res = run_cli("sweep", SWEEP, "--out", str(tmp_path / "r.txt"))
+    assert_user_error(res, file=None, path="--out", says=("format",), hint=(".csv",))
+
+
+def test_table_output_into_a_closed_pipe_exits_0() -> None:
+    """`clustersim simulate ... | head -1`: the reader stops early; no error, exit 0."""
+    import os
+    import shutil
+    import subprocess
+
+    exe = shutil.which("clustersim")
+    assert exe
+    for fmt in ("table", "json"):
+        p = subprocess.Popen(
+            [exe, "simulate", "llama3-70b-64xh100", "--format", fmt],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env={**os.environ, "COLUMNS": "200"},
+        )
+        assert p.stdout is not None and p.stderr is not None
+        p.stdout.read(10)
+        p.stdout.close()
+        err = p.stderr.read().decode()
+        assert p.wait(timeout=60) == 0, (fmt, err)
+        assert "Traceback" not in err
