@@ -1,0 +1,199 @@
+"""The hardware catalogue: every expected profile is there and validates, every figure cites a
+real source, prices name existing GPUs, and `profiles list|show` print every profile and
+number (table, JSON and CSV)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from conftest import run_cli
+
+from simulator.catalog import bundled_profiles_dir, load_catalog, load_profile_file
+from simulator.config.hardware import Sourced
+from simulator.config.profiles import PROFILE_KINDS
+
+EXPECTED_PROFILES = {
+    "gpu": [
+        "a100-sxm4-40gb",
+        "a100-sxm4-80gb",
+        "h100-sxm-80gb",
+        "h100-pcie-80gb",
+        "h200-sxm-141gb",
+        "b200",
+        "l40s",
+        "mi300x",
+    ],
+    "fabric": [
+        "nvlink3-nvswitch",
+        "nvlink4-nvswitch",
+        "nvlink5-nvswitch",
+        "pcie4-host",
+        "pcie4-switch",
+        "pcie5-host",
+        "pcie5-switch",
+        "infinity-fabric-mi300x",
+    ],
+    "network": [
+        "ib-hdr-200",
+        "ib-ndr-400",
+        "ib-xdr-800",
+        "roce-100",
+        "roce-200",
+        "roce-400",
+        "tcp-25gbe",
+        "tcp-100gbe",
+    ],
+    "storage": ["local-nvme", "lustre", "nfs", "object-store"],
+    "price": ["aws-p5-h100", "aws-p4de-a100-80gb", "own-dgx-h100"],
+}
+
+FOLDER_KINDS = {
+    "gpus": {"gpu"},
+    "fabrics": {"fabric"},
+    "networks": {"network"},
+    "storage": {"storage"},
+    "prices": {"cloud_price", "ownership_price"},
+    "software": {"software"},
+    "calibrated": set(PROFILE_KINDS),
+}
+
+
+def _profile_files() -> list[Path]:
+    """The shipped catalogue: not the (git-ignored) output of `clustersim calibrate` under
+    calibrated/, except its tracked examples."""
+    return sorted(
+        p
+        for p in bundled_profiles_dir().rglob("*.yaml")
+        if p.parent.name != "calibrated" or p.name.startswith("example-")
+    )
+
+
+def _sourced(value: Any, prefix: str = "") -> list[tuple[str, Sourced]]:
+    """Every sourced figure in a profile, with its field path."""
+    if isinstance(value, Sourced):
+        return [(prefix, value)]
+    if isinstance(value, dict):
+        out: list[tuple[str, Sourced]] = []
+        for k, v in value.items():
+            out += _sourced(v, f"{prefix}.{k}")
+        return out
+    if hasattr(type(value), "model_fields"):
+        out = []
+        for k in type(value).model_fields:
+            out += _sourced(getattr(value, k), f"{prefix}.{k}" if prefix else k)
+        return out
+    return []
+
+
+# --------------------------------------------------------------------------------------------
+# The catalogue
+# --------------------------------------------------------------------------------------------
+
+
+def test_catalogue_has_the_expected_profiles() -> None:
+    cat = load_catalog()
+    for kind, names in EXPECTED_PROFILES.items():
+        kinds = ("cloud_price", "ownership_price") if kind == "price" else (kind,)
+        for name in names:
+            assert name in cat.by_kind(*kinds), f"missing {kind} profile {name}"
+
+
+@pytest.mark.parametrize("path", _profile_files(), ids=lambda p: p.stem)
+def test_profile_file_validates(path: Path) -> None:
+    prof = load_profile_file(path)
+    assert prof.name == path.stem
+    folder = path.parent.name
+    assert folder in FOLDER_KINDS, f"unexpected folder {folder}"
+    assert prof.kind in FOLDER_KINDS[folder]  # type: ignore[attr-defined]
+    raw = yaml.safe_load(path.read_text())
+    assert raw["kind"] in PROFILE_KINDS
+
+
+@pytest.mark.parametrize("path", _profile_files(), ids=lambda p: p.stem)
+def test_every_figure_has_a_real_source(path: Path) -> None:
+    prof = load_profile_file(path)
+    figures = _sourced(prof)
+    assert figures
+    for field, fig in figures:
+        assert "todo" not in fig.source.lower(), f"{path.name}: {field} source is TODO"
+        assert "tbd" not in fig.source.lower(), f"{path.name}: {field}"
+        assert "inline override" not in fig.source, f"{path.name}: {field} has a bare number"
+        assert len(fig.source.strip()) >= 10, f"{path.name}: {field}: '{fig.source}'"
+    assert "TODO" not in path.read_text()
+
+
+def test_prices_name_existing_gpus() -> None:
+    cat = load_catalog()
+    gpus = cat.by_kind("gpu")
+    for name, prof in cat.by_kind("cloud_price", "ownership_price").items():
+        assert prof.gpu in gpus, f"{name} prices unknown GPU {prof.gpu}"  # type: ignore[attr-defined]
+
+
+def test_gpu_profiles_are_plausible() -> None:
+    for name, g in load_catalog().by_kind("gpu").items():
+        eff = g.efficiency  # type: ignore[attr-defined]
+        assert 0 < eff.matmul_max.value <= 1, name
+        assert 0 < eff.attention_max.value <= 1, name
+        assert 0 < eff.memory_bandwidth.value <= 1, name
+        peak = g.peak_tflops  # type: ignore[attr-defined]
+        assert "bf16" in peak or "fp16" in peak, name
+        if "fp8" in peak and "bf16" in peak:
+            assert peak["fp8"].value >= peak["bf16"].value, name
+
+
+def test_profiles_list_shows_every_profile() -> None:
+    res = run_cli("profiles", "list")
+    assert res.returncode == 0, res.stderr
+    cat = load_catalog()
+    for name in cat.profiles:
+        assert name in res.stdout, name
+    js = run_cli("profiles", "list", "--format", "json")
+    listed = {p["name"] for p in json.loads(js.stdout)}
+    assert listed == set(cat.profiles)
+    assert {p.stem for p in _profile_files()} <= listed
+
+
+def test_profiles_list_by_kind() -> None:
+    res = run_cli("profiles", "list", "--kind", "network", "--format", "json")
+    assert res.returncode == 0, res.stderr
+    items = json.loads(res.stdout)
+    assert items and all(p["kind"] == "network" for p in items)
+
+
+def test_profiles_show_prints_every_number_with_its_source() -> None:
+    res = run_cli("profiles", "show", "h100-sxm-80gb")
+    assert res.returncode == 0, res.stderr
+    out = res.stdout
+    prof = load_catalog().get("h100-sxm-80gb")
+    assert prof.display_name in out
+    assert "source" in out
+    assert "TODO" not in out
+    for field, fig in _sourced(prof):
+        line = next((ln for ln in out.splitlines() if f" {field} " in ln), None)
+        assert line is not None, field
+        # The value's row carries a source (first words of it, before any folding).
+        assert fig.source.split()[0] in line, (field, line)
+    js = json.loads(run_cli("profiles", "show", "h100-sxm-80gb", "--format", "json").stdout)
+    assert js["name"] == "h100-sxm-80gb"
+    assert js["memory_gb"]["value"] == prof.memory_gb.value  # type: ignore[attr-defined]
+    assert js["memory_gb"]["source"]
+
+
+def test_profiles_list_and_show_csv() -> None:
+    import csv
+    import io
+
+    res = run_cli("profiles", "list", "--kind", "gpu", "--format", "csv")
+    assert res.returncode == 0, res.stderr
+    rows = list(csv.DictReader(io.StringIO(res.stdout)))
+    assert {r["name"] for r in rows} >= {"h100-sxm-80gb", "a100-sxm4-80gb"}
+    assert all(r["kind"] == "gpu" and r["file"].endswith(".yaml") for r in rows)
+    res = run_cli("profiles", "show", "h100-sxm-80gb", "--format", "csv")
+    assert res.returncode == 0, res.stderr
+    rows = list(csv.DictReader(io.StringIO(res.stdout)))
+    peak = {r["field"]: r for r in rows}["peak_tflops.bf16"]
+    assert float(peak["value"]) > 900 and peak["source"]
