@@ -154,6 +154,8 @@ def fit_efficiency(flops: Any, eff: Any) -> tuple[float, float, float]:
 
     sol = least_squares(resid, [max(e.max(), 1e-3), 1.0], bounds=([1e-6, 0.0], [10.0, 1e6]))
     m, h = float(sol.x[0]), float(sol.x[1] * scale)
+    if h < 1.0:  # the optimiser's stand-in for "no ramp at all": below one FLOP means none
+        h = 0.0
     return m, h, _r2(e, m * F / (F + h))
 
 
