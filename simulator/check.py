@@ -73,11 +73,11 @@ def _candidate_changes(rs: ResolvedScenario) -> list[str]:
         out.append("parallelism.recompute=selective")
     if par.recompute != "full":
         out.append("parallelism.recompute=full")
-    if rs.dp > 1 and par.dp_bucket_copy and par.zero_stage == 0:
+    if rs.dp_cp > 1 and par.dp_bucket_copy and par.zero_stage == 0:
         # gradient_as_bucket_view=True drops DDP's second gradient buffer; a ZeRO lever needs
         # it too (the copy is plain DP's only), so ZeRO comes paired with this change.
         out.append("parallelism.dp_bucket_copy=false")
-    if rs.dp > 1:
+    if rs.dp_cp > 1:
         for stage in range(par.zero_stage + 1, 4):
             out.append(f"parallelism.sharding={{kind: zero, stage: {stage}}}")
     if rs.training.micro_batch > 1:

@@ -185,23 +185,27 @@ def test_megatron_rank_order_tp_fastest_then_cp_dp_pp() -> None:
 
 @pytest.mark.parametrize("kind", ["tp", "cp", "dp", "pp"])
 def test_groups_partition_the_world(kind: str) -> None:
-    size = {"tp": LAY.tp, "cp": LAY.cp, "dp": LAY.dp, "pp": LAY.pp}[kind]
+    # The "dp" group is the gradient-reduction group: every replica's CP ranks hold the same
+    # parameters too, so it spans the CP and DP coordinates (Megatron-Core's data-parallel
+    # group with context parallel).
+    size = {"tp": LAY.tp, "cp": LAY.cp, "dp": LAY.dp * LAY.cp, "pp": LAY.pp}[kind]
+    varies = {"tp": {0}, "cp": {1}, "dp": {1, 2}, "pp": {3}}[kind]
     groups = {tuple(LAY.group(r, kind)) for r in range(LAY.world)}
     assert all(len(g) == size for g in groups)
     assert sorted(r for g in groups for r in g) == list(range(LAY.world))
     for r in range(LAY.world):
         assert r in LAY.group(r, kind)
-        # Members differ from r only in this kind's coordinate.
-        idx = ("tp", "cp", "dp", "pp").index(kind)
+        # Members differ from r only in this kind's coordinates.
         for m in LAY.group(r, kind):
             a, b = LAY.coords(r), LAY.coords(m)
-            assert all(a[i] == b[i] for i in range(4) if i != idx)
+            assert all(a[i] == b[i] for i in range(4) if i not in varies)
 
 
 def test_group_members() -> None:
     assert LAY.group(5, "tp") == [4, 5]
     assert LAY.group(5, "cp") == [5, 7]
-    assert LAY.group(5, "dp") == [1, 5, 9]
+    # rank 5 = (t1, c0, d1): the gradient group is every rank with t1 on its stage
+    assert LAY.group(5, "dp") == [1, 3, 5, 7, 9, 11]
     assert LAY.group(5, "pp") == [5, 17]
     assert list(LAY.stage_members(1)) == list(range(12, 24))
 

@@ -249,6 +249,14 @@ class ResolvedScenario(BaseModel):
         return (25.0 if mb is None else mb) * 1e6
 
     @property
+    def dp_cp(self) -> int:
+        """Ranks that hold the same parameters: the data-parallel replicas and, within each,
+        the context-parallel ranks (each computes gradients on its slice of the sequences).
+        Gradients are reduced, and ZeRO/FSDP state sharded, over all of them, as Megatron-Core
+        does (its data-parallel group "with context parallel")."""
+        return self.dp * self.cp
+
+    @property
     def micro_batches(self) -> int:
         """Micro-batches per step per pipeline (gradient-accumulation steps)."""
         return self.training.global_batch // (self.dp * self.training.micro_batch)

@@ -104,9 +104,9 @@ def may_walk(rs: ResolvedScenario) -> bool:
     par = rs.parallelism
     if rs.pp <= 1 or par.overlap.pp_p2p or rs.run.stragglers != "off":
         return False
-    if rs.dp > 1:
+    if rs.dp_cp > 1:
         z = par.zero_stage
-        if z >= 3 or par.overlap.dp_grad or shard_group(rs) < rs.dp:
+        if z >= 3 or par.overlap.dp_grad or shard_group(rs) < rs.dp_cp:
             return False
         if z in (1, 2) and par.overlap.param_gather:
             return False
@@ -121,8 +121,8 @@ def _in_domain(sim: Simulation) -> bool:
         return False  # sends on their own streams run beside compute and beside each other
     if any(_effective(sim, getattr(sim, name)) is None for name in PROGRAMS):
         return False
-    if rs.dp > 1:
-        if sim.z >= 3 or sim.ov.dp_grad or sim.shard_n < rs.dp:
+    if rs.dp_cp > 1:
+        if sim.z >= 3 or sim.ov.dp_grad or sim.shard_n < rs.dp_cp:
             return False
         if sim.z in (1, 2) and sim.ov.param_gather:
             return False
@@ -307,8 +307,8 @@ class _Walk:
         sim, rs = self.sim, self.sim.rs
         acc = res.acc
         params = sim._stage_params(s)
-        gather_kind = "dp_shard" if sim.shard_n < rs.dp else "dp"
-        if rs.dp > 1:
+        gather_kind = "dp_shard" if sim.shard_n < rs.dp_cp else "dp"
+        if rs.dp_cp > 1:
             total, n = sim._grad_buckets(s)
             coll = "all_reduce" if sim.z == 0 else "reduce_scatter"
             t0 = t
@@ -322,7 +322,7 @@ class _Walk:
         dt = sim._optimizer_time(shard, params)
         t += dt
         acc["optimizer"] += dt
-        if rs.dp > 1 and sim.z in (1, 2) and not sim.ov.param_gather:
+        if rs.dp_cp > 1 and sim.z in (1, 2) and not sim.ov.param_gather:
             t0 = t
             t = self._collective(
                 rank, gather_kind, "all_gather", params * gather_bytes_per_param(rs), t

@@ -121,7 +121,7 @@ class SimulationBase(LinkSharing):
             for s in range(rs.pp)
         }
         # DDP with gradient_as_bucket_view=False copies gradients into its buckets and back.
-        self.bucket_copy = rs.parallelism.dp_bucket_copy and rs.dp > 1 and self.z == 0
+        self.bucket_copy = rs.parallelism.dp_bucket_copy and rs.dp_cp > 1 and self.z == 0
         progs = self._build_programs(self._analytic)
         self.__dict__.update(progs)
         # The programs' twins with TP timed analytically, for passes that run while nothing
@@ -183,7 +183,7 @@ class SimulationBase(LinkSharing):
             return prog([Op(name, "memory", bytes=nbytes)])
 
         sw = rs.software
-        sharded = rs.dp > 1 and self.z >= 3 and self.layer_params > 0  # gathers per layer
+        sharded = rs.dp_cp > 1 and self.z >= 3 and self.layer_params > 0  # gathers per layer
         if on(sw.gather_copy_out) and sharded:
             # Each pass's gather of the layer, copied out of the all-gather buffer.
             nbytes = 2 * gather_bytes_per_param(rs) * self.layer_params

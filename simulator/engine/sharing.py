@@ -83,7 +83,7 @@ class LinkSharing:
                 self.lay.node(r) == self.lay.node(r + len(self.lay.stage_members(0)))
                 for r in (self.lay.stage_members(s)[0] for s in range(self.p - 1))
             )
-        size = {"tp": self.rs.tp, "cp": self.rs.cp, "dp": self.rs.dp}[kind]
+        size = {"tp": self.rs.tp, "cp": self.rs.cp, "dp": self.rs.dp_cp}[kind]
         return size > 1 and self.topo.shape(rep, kind).per_node > 1
 
     def _analytic_groups(self) -> set[str]:
@@ -94,7 +94,7 @@ class LinkSharing:
             for k, n in (
                 ("tp", self.rs.tp),
                 ("cp", self.rs.cp),
-                ("dp", self.rs.dp),
+                ("dp", self.rs.dp_cp),
                 ("pp", self.rs.pp),
             )
             if n > 1
@@ -124,7 +124,7 @@ class LinkSharing:
         if rs.cp > 1 and self._uses_fabric("cp"):
             return None
         comm = self.comm
-        dp_kinds = ["dp"] + (["dp_shard", "dp_rep"] if shard_group(rs) < rs.dp else [])
+        dp_kinds = ["dp"] + (["dp_shard", "dp_rep"] if shard_group(rs) < rs.dp_cp else [])
 
         def links(rank: int, kind: str, tiers: tuple[str, ...]) -> set[int]:
             ep = comm.endpoint(rank, kind)

@@ -43,7 +43,7 @@ class Simulation(PassRunner):
         order = schedule(rs.parallelism.pp_schedule.kind, stage, self.p, self.m, self.v)
         block = len(self.lay.stage_members(0))
         msg = pp_message_bytes(rs)
-        dp_on = rs.dp > 1
+        dp_on = rs.dp_cp > 1
         grad_b = grad_bytes_per_param(rs)
         bucket_target = rs.dp_bucket_bytes
         pending_grads = 0.0
@@ -55,7 +55,7 @@ class Simulation(PassRunner):
         first_f_done: set[int] = set()
         grads_every_mb = self.z >= 3
         # ZeRO/FSDP collectives run over the shard group (hybrid sharding: part of DP).
-        gather_kind = "dp_shard" if self.shard_n < rs.dp else "dp"
+        gather_kind = "dp_shard" if self.shard_n < rs.dp_cp else "dp"
 
         def mark(cat: str, t0: float) -> None:
             acc[cat] += env.now - t0
@@ -181,7 +181,7 @@ class Simulation(PassRunner):
                 # ZeRO-3/FSDP reduce-scatter every micro-batch's gradients.
                 for _ in range(n * (self.m if self.z >= 3 else 1)):
                     launch_dp(total / n)
-            if self.shard_n < rs.dp and self.z >= 1:
+            if self.shard_n < rs.dp_cp and self.z >= 1:
                 total = params * grad_b / self.shard_n
                 rep_ep = self.comm.endpoint(rank, "dp_rep")
                 job = collective(rep_ep, "all_reduce", total, "replica all_reduce")

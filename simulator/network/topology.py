@@ -57,16 +57,19 @@ class Layout:
             return [self.rank(i, c, d, p) for i in range(self.tp)]
         if kind == "cp":
             return [self.rank(t, i, d, p) for i in range(self.cp)]
-        if kind == "dp":
-            return [self.rank(t, c, i, p) for i in range(self.dp)]
-        if kind in ("dp_shard", "dp_rep"):
-            # Hybrid sharding: consecutive DP ranks form a shard group; the replica group links
-            # the ranks holding the same shard in each group.
-            g = self.shard or self.dp
-            same = (
-                (lambda i: i // g == d // g) if kind == "dp_shard" else (lambda i: i % g == d % g)
-            )
-            return [self.rank(t, c, i, p) for i in range(self.dp) if same(i)]
+        if kind in ("dp", "dp_shard", "dp_rep"):
+            # The ranks holding the same parameters: every DP replica's CP ranks (index
+            # j = c + cp·d). Hybrid sharding: consecutive ones form a shard group; the replica
+            # group links the ranks holding the same shard in each group.
+            n = self.cp * self.dp
+            g = self.shard or n
+            me = c + self.cp * d
+            keep = {
+                "dp": lambda j: True,
+                "dp_shard": lambda j: j // g == me // g,
+                "dp_rep": lambda j: j % g == me % g,
+            }[kind]
+            return [self.rank(t, j % self.cp, j // self.cp, p) for j in range(n) if keep(j)]
         if kind == "pp":
             return [self.rank(t, c, d, i) for i in range(self.pp)]
         raise ValueError(f"unknown group kind {kind!r}")

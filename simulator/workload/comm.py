@@ -49,7 +49,8 @@ def pp_message_bytes(rs: ResolvedScenario) -> float:
 
 
 def dp_buckets(rs: ResolvedScenario, stage: int = 0) -> list[float]:
-    """Gradient bucket sizes (bytes) of one rank's DP reduction, in backward order."""
+    """Gradient bucket sizes (bytes) of one rank's DP reduction (over DP×CP), in backward
+    order."""
     total = stage_params(rs, stage) * grad_bytes_per_param(rs)
     bucket = rs.dp_bucket_bytes
     n = max(1, math.ceil(total / bucket))
@@ -102,21 +103,21 @@ def step_comm(rs: ResolvedScenario, stage: int = 0) -> list[CommItem]:
         sends = m * v * (2 if 0 < stage < rs.pp - 1 or v > 1 else 1)
         items.append(CommItem("pp", "p2p", pp_message_bytes(rs), sends, 2, "forward+backward"))
 
-    if rs.dp > 1:
+    if rs.dp_cp > 1:
         z = rs.parallelism.zero_stage
         g = grad_bytes_per_param(rs)
         params = stage_params(rs, stage)
         n = shard_group(rs)
         if z == 0:
             for b in dp_buckets(rs, stage):
-                items.append(CommItem("dp", "all_reduce", b, 1, rs.dp, "backward"))
+                items.append(CommItem("dp", "all_reduce", b, 1, rs.dp_cp, "backward"))
         else:
             for b in dp_buckets(rs, stage):
                 # ZeRO-3/FSDP keep no full gradient: every micro-batch's is reduce-scattered.
                 items.append(CommItem("dp", "reduce_scatter", b, 1 if z < 3 else m, n, "backward"))
-            if n < rs.dp:  # hybrid sharding: then all-reduce the shard across replicas
+            if n < rs.dp_cp:  # hybrid sharding: then all-reduce the shard across replicas
                 items.append(
-                    CommItem("dp", "all_reduce", params * g / n, 1, rs.dp // n, "backward")
+                    CommItem("dp", "all_reduce", params * g / n, 1, rs.dp_cp // n, "backward")
                 )
             gathers = 1.0 if z < 3 else 2.0 * m  # ZeRO-3: before forward and before backward
             items.append(

@@ -147,13 +147,14 @@ def buffer_bytes_per_param(rs: ResolvedScenario) -> float:
 
 
 def shard_group(rs: ResolvedScenario) -> int:
-    """DP ranks over which ZeRO/FSDP shards state (hybrid sharding: within a node's worth)."""
+    """Ranks over which ZeRO/FSDP shards state: the DP replicas with their CP ranks (hybrid
+    sharding: within a node's worth)."""
     sh = rs.parallelism.sharding
     if getattr(sh, "strategy", None) == "hybrid_shard":
         assert isinstance(sh, FSDPSharding)
         group = sh.shard_group or max(1, rs.gpus_per_node // (rs.tp * rs.cp))
-        return max(1, min(rs.dp, group))
-    return rs.dp
+        return max(1, min(rs.dp_cp, group))
+    return rs.dp_cp
 
 
 def activation_bytes_per_layer(rs: ResolvedScenario) -> float:
@@ -225,7 +226,7 @@ def stage_memory(rs: ResolvedScenario, stage: int) -> StageMemory:
     weights = params * w_b / (n if z >= 3 else 1)
     grads = params * g_b / (n if z >= 2 else 1)
     # DDP's flat buckets hold a copy of every gradient (only plain DP with more than one rank).
-    copy_buckets = rs.parallelism.dp_bucket_copy and rs.dp > 1 and z == 0
+    copy_buckets = rs.parallelism.dp_bucket_copy and rs.dp_cp > 1 and z == 0
     buckets = params * g_b if copy_buckets else 0.0
     optim = params * o_b / (n if z >= 1 else 1)
     gathered = 0.0
