@@ -116,7 +116,11 @@ def find_levers(rs: ResolvedScenario, limit: int = 5) -> list[Lever]:
                 continue
             rep = memory_report(alt)
             if rep.fits:
-                found.append(Lever(list(combo), rep.peak.total_gb))
+                # A scenario with an explicit DP needs it re-derived when a model-parallel
+                # degree changes: the lever says so, so that applying it as printed works.
+                degrees = ("parallelism.tp", "parallelism.pp", "parallelism.cp")
+                needs = extra if any(k in degrees for k in keys) else []
+                found.append(Lever(list(combo) + needs, rep.peak.total_gb))
         if found:
             break
     return found[:limit]

@@ -237,6 +237,22 @@ def test_levers_make_the_plan_fit(tmp_path: Path) -> None:
     assert "--set 'parallelism.sharding={kind: zero, stage: 3}'" in table
 
 
+def test_levers_apply_as_printed_when_dp_is_explicit(tmp_path: Path) -> None:
+    data = yaml.safe_load(_nofit(tmp_path, "llama3-8b").read_text())
+    data["parallelism"]["dp"] = 8
+    f = write_yaml(tmp_path / "explicit-dp.yaml", data)
+    d = json.loads(run_cli("check", str(f), "--format", "json").stdout)
+    assert d["fits"] is False and d["levers"]
+    assert any(s.startswith("parallelism.tp=") for lv in d["levers"] for s in lv["set"])
+    for lv in d["levers"]:
+        args: list[str] = []
+        for s in lv["set"]:
+            args += ["--set", s]
+        res = run_cli("check", str(f), "--format", "json", *args)
+        assert res.returncode == 0, (lv["set"], res.stderr)
+        assert json.loads(res.stdout)["fits"] is True, lv["set"]
+
+
 # --------------------------------------------------------------------------------------------
 # schema, help
 # --------------------------------------------------------------------------------------------
