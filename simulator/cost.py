@@ -200,37 +200,41 @@ def _cloud(rs: ResolvedScenario, price: CloudPrice) -> _Parts:
         )
     goodput = 1.0
     if tier == "spot":
-        goodput = _spot_goodput(price, assumptions)
+        goodput = _spot_goodput(price, rs.nodes, assumptions)
     return f"cloud:{tier}", usd_per_hour, goodput, {"gpu_rental": usd_per_hour}, assumptions
 
 
-def _spot_goodput(price: CloudPrice, assumptions: list[str]) -> float:
+def _spot_goodput(price: CloudPrice, nodes: int, assumptions: list[str]) -> float:
     """Fraction of wall time that makes progress on spot, and the lines that explain it.
 
     Each preemption loses half a checkpoint interval of work (on average) plus a restart. The
-    preemption rate is per wall-clock day, so the lost share of wall time is
-    ``rate · loss / 24 h`` and the run takes ``1 / (1 - that)`` times as long as without
-    preemptions.
+    profile's rate is per spot instance (node) and wall-clock day; a synchronous job stops
+    whenever any of its nodes is reclaimed, so independent reclaims strike the job ``nodes``
+    times as often (reclaims that take several nodes at once would make it less). The lost
+    share of wall time is ``rate · nodes · loss / 24 h`` and the run takes
+    ``1 / (1 - that)`` times as long as without preemptions.
     """
-    per_day = price.spot_preemptions_per_day
-    if per_day is None:
+    per_node = price.spot_preemptions_per_day
+    if per_node is None:
         assumptions.append(
             "spot: the profile gives no preemption rate, so preemptions are not modelled "
             "(time and cost are a lower bound)"
         )
         return 1.0
+    per_day = per_node.value * nodes
     loss_h = (SPOT_CHECKPOINT_INTERVAL_MIN / 2.0 + SPOT_RESTART_MIN) / 60.0
-    lost = per_day.value * loss_h / 24.0
+    lost = per_day * loss_h / 24.0
     if lost >= 1.0:
         raise UserError(
-            f"{per_day.value:g} spot preemptions a day, each losing {loss_h * 60:.0f} minutes, "
-            "leave no time to make progress",
-            path="cluster.pricing.profile.spot_preemptions_per_day",
-            hint="check the preemption rate, or use the on_demand or reserved tier",
+            f"{per_day:g} spot preemptions a day ({per_node.value:g} per node × {nodes} "
+            f"nodes), each losing {loss_h * 60:.0f} minutes, leave no time to make progress",
+            path="cluster.pricing.tier",
+            hint="use the on_demand or reserved tier, or fewer nodes",
         )
     goodput = 1.0 - lost
     assumptions.append(
-        f"spot: {per_day.value:g} preemptions per day; each loses on average half a "
+        f"spot: {per_day:g} preemptions per day ({per_node.value:g} per node × {nodes} "
+        "nodes); each loses on average half a "
         f"{SPOT_CHECKPOINT_INTERVAL_MIN:g}-minute checkpoint interval of work plus a "
         f"{SPOT_RESTART_MIN:g}-minute restart ({loss_h * 60:.0f} min), so {lost:.1%} of wall "
         f"time is lost and time to train and $ per useful step are {1.0 / goodput:.3f}× the "

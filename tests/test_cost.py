@@ -184,7 +184,26 @@ def test_spot_preempted_too_often_to_progress_is_a_user_error() -> None:
     rs = priced(CLOUD, tier="spot", spot_preemptions_per_day=fig(100))  # 100 × 25 min > 1 day
     with pytest.raises(UserError) as exc:
         compute_cost(rs, 10.0, 0.2)
-    assert exc.value.path == "cluster.pricing.profile.spot_preemptions_per_day"
+    assert exc.value.path == "cluster.pricing.tier"
+
+
+def test_spot_preemptions_strike_a_job_once_per_node() -> None:
+    """A synchronous job stops when any of its nodes is reclaimed: 4 nodes at 1 a day each are
+    preempted 4 times a day (4 × 25 min of 1440 lost)."""
+    one = cost(priced(CLOUD, tier="spot", spot_preemptions_per_day=fig(1)))
+    four = cost(
+        priced(CLOUD, tier="spot", nodes=4, global_batch=992, spot_preemptions_per_day=fig(1))
+    )
+    calm1 = cost(priced(CLOUD, tier="spot"))
+    calm4 = cost(priced(CLOUD, tier="spot", nodes=4, global_batch=992))
+    assert one.time_to_train_days == pytest.approx(calm1.time_to_train_days * 1440 / 1415)  # type: ignore[operator]
+    assert four.time_to_train_days == pytest.approx(calm4.time_to_train_days * 1440 / 1340)  # type: ignore[operator]
+    assert any("× 4 nodes" in line for line in four.assumptions)
+    with pytest.raises(UserError) as exc:  # 64 nodes × 1 a day × 25 min > a day
+        cost(
+            priced(CLOUD, tier="spot", nodes=64, global_batch=1024, spot_preemptions_per_day=fig(1))
+        )
+    assert exc.value.path == "cluster.pricing.tier" and "64 nodes" in exc.value.message
 
 
 # --- ownership -------------------------------------------------------------------------------

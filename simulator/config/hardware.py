@@ -251,7 +251,11 @@ class CloudPrice(_Profile):
     reserved_usd_per_gpu_hour: Num | None = None
     reserved_term_years: float | None = Field(default=None, strict=True, gt=0, le=100)
     spot_usd_per_gpu_hour: Num | None = None
-    spot_preemptions_per_day: Num | None = None
+    spot_preemptions_per_day: Num | None = Field(
+        default=None,
+        description="preemptions per day of one spot instance (node); a synchronous job is "
+        "interrupted when any of its nodes is",
+    )
 
 
 class OwnershipPrice(_Profile):
