@@ -43,6 +43,26 @@ class Metrics:
         return sum(self.idle_s.values()) / self.step_time_s if self.step_time_s else 0.0
 
 
+def _split_stage_waits(rs: ResolvedScenario, per_class: dict[str, dict[str, float]]) -> None:
+    """Split each stage's pipeline wait into the pipeline's own bubble and waiting on slower
+    stages. A stage of per-micro-batch time t in a balanced pipeline idles (p-1)/v · t while
+    the pipeline fills and drains ((p-1)/(m+p-1) of a 1F1B step; v virtual stages divide it);
+    what a lighter stage waits beyond that is the heavier stages' extra work, each micro-batch
+    (``imbalance``, "waiting on other stages"). Balanced stages keep their whole wait as
+    bubble; busy + idle is unchanged."""
+    m = rs.micro_batches
+    if rs.pp < 2 or m < 1:
+        return
+    fill = (rs.pp - 1) / rs.parallelism.virtual_stages
+    for acc in per_class.values():
+        wait = acc.get("pp_bubble", 0.0)
+        per_mb = sum(acc.get(k, 0.0) for k in ("compute", "comm_tp", "comm_cp")) / m
+        extra = wait - fill * per_mb
+        if extra > 1e-12 * max(wait, 1.0):
+            acc["pp_bubble"] = wait - extra
+            acc["imbalance"] = acc.get("imbalance", 0.0) + extra
+
+
 def compute_metrics(rs: ResolvedScenario, res: EngineResult) -> Metrics:
     step = res.step_time
     tokens = rs.training.tokens_per_step
@@ -51,12 +71,14 @@ def compute_metrics(rs: ResolvedScenario, res: EngineResult) -> Metrics:
     mflops = model_flops_per_token(rs.model, s) * tokens
     hflops = hardware_flops_per_token(rs.model, s, rs.parallelism.recompute) * tokens
     peak = rs.gpu.peak_flops(rs.training.precision)
-    per_class: dict[str, dict[str, float]] = {}
+    per_class: dict[str, dict[str, float]] = {
+        f"stage{stage}": dict(rr.acc) for stage, rr in res.classes.items()
+    }
+    _split_stage_waits(rs, per_class)
     mean = dict.fromkeys(CATEGORIES, 0.0)
-    for stage, rr in res.classes.items():
-        per_class[f"stage{stage}"] = dict(rr.acc)
-        for k, v in rr.acc.items():
-            mean[k] += v / len(res.classes)
+    for acc in per_class.values():
+        for k, v in acc.items():
+            mean[k] += v / len(per_class)
     busy = sum(mean[k] for k in BUSY)
     idle = {k: v for k, v in mean.items() if k not in BUSY}
     mem = memory_report(rs)
