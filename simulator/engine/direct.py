@@ -312,7 +312,8 @@ class _Walk:
             total, n = sim._grad_buckets(s)
             coll = "all_reduce" if sim.z == 0 else "reduce_scatter"
             t0 = t
-            t = self._collective(rank, gather_kind, coll, total / n, t, repeat=n)
+            reps = n * (sim.m if sim.z >= 2 else 1)  # ZeRO-2: every micro-batch's gradients
+            t = self._collective(rank, gather_kind, coll, total / n, t, repeat=reps)
             acc["comm_dp"] += t - t0
         if sim.bucket_copy:
             dt = sim.timer.memory_time(2.0 * params * grad_bytes_per_param(rs))

@@ -53,7 +53,10 @@ class Simulation(PassRunner):
             if kind == "B":
                 last_b[ch] = mb  # type: ignore[assignment]
         first_f_done: set[int] = set()
-        grads_every_mb = self.z >= 3
+        # ZeRO-2/3 and FSDP keep only their shard of the gradients, so every micro-batch's are
+        # reduce-scattered (DeepSpeed stage 2 reduces at every micro-step); ZeRO-1 and plain DP
+        # accumulate whole gradients and reduce once.
+        grads_every_mb = self.z >= 2
         # ZeRO/FSDP collectives run over the shard group (hybrid sharding: part of DP).
         gather_kind = "dp_shard" if self.shard_n < rs.dp_cp else "dp"
 
@@ -178,8 +181,8 @@ class Simulation(PassRunner):
                     launch_dp(pending_grads)
             else:
                 total, n = self._grad_buckets(stage)
-                # ZeRO-3/FSDP reduce-scatter every micro-batch's gradients.
-                for _ in range(n * (self.m if self.z >= 3 else 1)):
+                # ZeRO-2/3 and FSDP reduce-scatter every micro-batch's gradients.
+                for _ in range(n * (self.m if grads_every_mb else 1)):
                     launch_dp(total / n)
             if self.shard_n < rs.dp_cp and self.z >= 1:
                 total = params * grad_b / self.shard_n

@@ -1,6 +1,7 @@
-"""Context parallelism: the CP ranks of a replica hold the same parameters, so gradients are
+"""Gradient groups. The CP ranks of a replica hold the same parameters, so gradients are
 reduced, and ZeRO/FSDP state sharded, over DP×CP (Megatron-Core's data-parallel group "with
-context parallel"); trading DP for CP on the same GPUs keeps the state shards the same size."""
+context parallel"); trading DP for CP on the same GPUs keeps the state shards the same size.
+ZeRO-2 reduces every micro-batch's gradients, ZeRO-1 once a step."""
 
 from __future__ import annotations
 
@@ -42,3 +43,23 @@ def test_cp_only_layout_still_reduces_gradients() -> None:
     b = res.metrics.breakdown_s
     assert b.get("comm_dp", 0.0) + b.get("overlap", 0.0) > 0.0
     assert res.metrics.fits
+
+
+def test_zero2_reduces_every_micro_batch_zero1_once() -> None:
+    """ZeRO-2 keeps only its shard of the gradients, so each micro-batch's are reduce-scattered
+    (DeepSpeed stage 2 reduces at every micro-step); ZeRO-1 accumulates whole gradients and
+    reduces once a step. Their DP traffic differs by the micro-batch count."""
+    base = REPO / "scenarios" / "llama3-8b-8xh100.yaml"
+    sets = ["training.global_batch=64", "training.micro_batch=1"]
+
+    def dp_bytes(stage: int) -> tuple[float, int]:
+        rs = load_scenario(base, [*sets, f"parallelism.sharding={{kind: zero, stage: {stage}}}"])
+        rs_items = [it for it in step_comm(rs) if it.group == "dp" and it.op == "reduce_scatter"]
+        return sum(it.total_bytes for it in rs_items), rs.micro_batches
+
+    one, m = dp_bytes(1)
+    two, _ = dp_bytes(2)
+    assert m == 8 and two == pytest.approx(m * one)
+    s1 = simulate(load_scenario(base, [*sets, "parallelism.sharding={kind: zero, stage: 1}"]))
+    s2 = simulate(load_scenario(base, [*sets, "parallelism.sharding={kind: zero, stage: 2}"]))
+    assert s2.metrics.step_time_s > s1.metrics.step_time_s
