@@ -237,19 +237,23 @@ def resolve(
             path="training.global_batch",
             hint=f"use a global batch that is a multiple of {dp * tr.micro_batch}",
         )
-    if tr.seq_len % par.cp:
+    if par.cp > 1 and tr.seq_len % (2 * par.cp):  # Megatron/TE: 2·CP load-balanced chunks
         raise UserError(
-            f"CP={par.cp} does not divide the sequence length {tr.seq_len}",
+            f"CP={par.cp} splits each sequence into 2·CP = {2 * par.cp} chunks, which do not "
+            f"divide the sequence length {tr.seq_len}",
             file=file,
             path="parallelism.cp",
-            hint="pick a CP that divides seq_len",
+            hint=f"make seq_len a multiple of {2 * par.cp}, or pick another CP",
         )
-    if par.sequence_parallel and par.tp == 1:
+    if par.sequence_parallel and (par.tp == 1 or (tr.seq_len // par.cp) % par.tp):
         raise UserError(
-            "sequence_parallel needs TP > 1",
+            "sequence_parallel needs TP > 1"
+            if par.tp == 1
+            else f"sequence_parallel splits the {tr.seq_len // par.cp} tokens of a sequence "
+            f"(per CP rank) over TP={par.tp}, which does not divide them",
             file=file,
             path="parallelism.sequence_parallel",
-            hint="set tp above 1 or sequence_parallel: false",
+            hint="set tp above 1, a seq_len that TP divides, or sequence_parallel: false",
         )
     if par.dp_bucket_copy and par.zero_stage >= 1:
         raise UserError(

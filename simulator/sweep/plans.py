@@ -118,7 +118,11 @@ def plan_variants(data: dict[str, Any], auto: list[str]) -> list[dict[str, Any]]
         pp = p.get("pp", 1)
         kind = (p.get("pp_schedule") or {}).get("kind")
         if pp == 1 and kind == "interleaved":
-            continue  # the same plan as 1f1b without a pipeline
+            if "schedule" in choices:
+                continue  # the same plan as 1f1b without a pipeline
+            # The base scenario's interleaved schedule, with PP enumerated: a single stage has
+            # no pipeline to interleave, so the PP=1 plan runs as plain 1F1B.
+            p["pp_schedule"] = {"kind": "1f1b"}
         p["dp"] = "auto"
         p["sequence_parallel"] = int(p.get("tp", 1)) > 1
         d["parallelism"] = p

@@ -10,7 +10,7 @@ import math
 from dataclasses import dataclass
 
 from ..config.scenario import ResolvedScenario
-from .memory import shard_group, stage_params
+from .memory import gather_bytes_per_param, shard_group, stage_params
 from .ops import act_bytes, embedding_ops, head_ops, layer_ops, tokens_per_rank
 
 
@@ -31,12 +31,6 @@ class CommItem:
 def grad_bytes_per_param(rs: ResolvedScenario) -> float:
     """Bytes per gradient element as reduced over DP (fp32 training has fp32 gradients)."""
     fp32 = rs.training.grad_reduce_dtype == "fp32" or rs.training.precision == "fp32"
-    return 4.0 if fp32 else 2.0
-
-
-def gather_bytes_per_param(rs: ResolvedScenario) -> float:
-    """Bytes per parameter element moved by ZeRO/FSDP parameter all-gathers."""
-    fp32 = rs.training.param_gather_dtype == "fp32" or rs.training.precision == "fp32"
     return 4.0 if fp32 else 2.0
 
 

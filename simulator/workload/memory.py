@@ -146,6 +146,13 @@ def buffer_bytes_per_param(rs: ResolvedScenario) -> float:
     return bytes_per_param(rs)[1]
 
 
+def gather_bytes_per_param(rs: ResolvedScenario) -> float:
+    """Bytes per parameter element ZeRO-3/FSDP gathers (and holds while a layer computes):
+    fp32 where FSDP gathers fp32 parameters (Composer's 'DEFAULT') or training is fp32."""
+    fp32 = rs.training.param_gather_dtype == "fp32" or rs.training.precision == "fp32"
+    return 4.0 if fp32 else 2.0
+
+
 def shard_group(rs: ResolvedScenario) -> int:
     """Ranks over which ZeRO/FSDP shards state: the DP replicas with their CP ranks (hybrid
     sharding: within a node's worth)."""
@@ -211,11 +218,17 @@ def inflight_microbatches(rs: ResolvedScenario, stage: int) -> float:
         return 1.0
     if kind == "gpipe":
         return float(m)
-    held = float(min(p - stage, m))
     if kind == "interleaved":
+        # Megatron's interleaved schedule (schedules.py,
+        # forward_backward_pipelining_with_interleaving) runs 2(p-r-1) + (v-1)p warm-up chunk
+        # forwards on rank r before its first backward, so it holds that many chunks plus the
+        # one in flight, each 1/v of the stage's layers: p(1 + (p-1)/(pv)) micro-batches on
+        # stage 0 (Korthikanti et al. 2022, §4.2.3), fewer on later stages, never more than
+        # the m·v chunks there are.
         v = rs.parallelism.virtual_stages
-        held *= 1 + (p - 1) / (p * v)
-    return held
+        chunks = min(2 * (p - stage - 1) + (v - 1) * p + 1, m * v)
+        return chunks / v
+    return float(min(p - stage, m))
 
 
 def stage_memory(rs: ResolvedScenario, stage: int) -> StageMemory:
@@ -235,7 +248,7 @@ def stage_memory(rs: ResolvedScenario, stage: int) -> StageMemory:
         # Two layers' full TP shard live at once: the one computing and the one prefetched.
         pb = param_breakdown(rs.model, rs.training.seq_len)
         per_layer = (pb.attention_per_layer + pb.mlp_per_layer) / rs.tp + pb.norms_per_layer
-        gathered = min(2, layers) * per_layer * w_b
+        gathered = min(2, layers) * per_layer * gather_bytes_per_param(rs)
     rc = rs.parallelism.recompute
     per_layer_act = activation_bytes_per_layer(rs)
     inflight = inflight_microbatches(rs, stage)

@@ -1,0 +1,58 @@
+"""Memory by pipeline schedule and sharding detail: the interleaved schedule's in-flight chunks
+per stage (Megatron's warm-up), FSDP's gathered-layer buffers at the gather width; layouts
+Megatron refuses; a PP sweep over an interleaved base keeps the PP=1 plan."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import REPO, run_cli
+from test_errors import assert_user_error
+
+from simulator.config.loading import load_scenario
+from simulator.config.reading import read_yaml
+from simulator.sweep.plans import plan_variants
+from simulator.workload.memory import inflight_microbatches, memory_report
+
+BASE = REPO / "scenarios" / "llama3-70b-64xh100.yaml"  # PP4, interleaved v5
+
+
+def test_interleaved_in_flight_follows_megatrons_warm_up() -> None:
+    rs = load_scenario(BASE)
+    p, v = rs.pp, rs.parallelism.virtual_stages
+    got = [inflight_microbatches(rs, s) for s in range(p)]
+    # Rank r runs 2(p-r-1) + (v-1)p warm-up chunks and holds one more, 1/v of a micro-batch
+    # each; stage 0 is Korthikanti et al.'s p(1 + (p-1)/(pv)).
+    assert got == pytest.approx([(2 * (p - r - 1) + (v - 1) * p + 1) / v for r in range(p)])
+    assert got[0] == pytest.approx(p * (1 + (p - 1) / (p * v)))
+    assert got == sorted(got, reverse=True)
+
+
+def test_fsdp_gathered_layers_at_the_gather_width() -> None:
+    sets = ["parallelism.sharding={kind: fsdp, strategy: full_shard}", "software=pytorch-fsdp"]
+    half = memory_report(load_scenario(BASE, [*sets, "training.param_gather_dtype=bf16"]))
+    full = memory_report(load_scenario(BASE, [*sets, "training.param_gather_dtype=fp32"]))
+    assert half.stages[0].gathered_params_gb > 0
+    assert full.stages[0].gathered_params_gb == pytest.approx(2 * half.stages[0].gathered_params_gb)
+
+
+def test_pp_sweep_over_an_interleaved_base_keeps_pp1_as_1f1b() -> None:
+    plans = plan_variants(read_yaml(BASE), ["pp"])
+    one = [d["parallelism"] for d in plans if d["parallelism"]["pp"] == 1]
+    assert one and one[0]["pp_schedule"] == {"kind": "1f1b"}
+    # With the schedule enumerated too, PP=1 appears once (as 1F1B), not twice.
+    both = plan_variants(read_yaml(BASE), ["pp", "schedule"])
+    assert sum(d["parallelism"]["pp"] == 1 for d in both) == 1
+
+
+@pytest.mark.parametrize(
+    "sets, path, says",
+    [
+        (["training.seq_len=8190"], "parallelism.sequence_parallel", "does not divide"),
+        (["parallelism.cp=2", "training.seq_len=8194"], "parallelism.cp", "2·CP = 4 chunks"),
+    ],
+    ids=["sp-needs-tp-to-divide-the-sequence", "cp-needs-2cp-chunks"],
+)
+def test_layouts_megatron_refuses(sets: list[str], path: str, says: str) -> None:
+    args = [a for s in sets for a in ("--set", s)]
+    res = run_cli("check", str(BASE), *args)
+    assert_user_error(res, file=BASE, path=path, says=(says,))
