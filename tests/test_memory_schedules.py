@@ -5,7 +5,7 @@ Megatron refuses; a PP sweep over an interleaved base keeps the PP=1 plan."""
 from __future__ import annotations
 
 import pytest
-from conftest import REPO, run_cli
+from conftest import REPO, inline_scenario, run_cli
 from test_errors import assert_user_error
 
 from simulator.config.loading import load_scenario
@@ -56,3 +56,27 @@ def test_layouts_megatron_refuses(sets: list[str], path: str, says: str) -> None
     args = [a for s in sets for a in ("--set", s)]
     res = run_cli("check", str(BASE), *args)
     assert_user_error(res, file=BASE, path=path, says=(says,))
+
+
+def test_tp_beyond_the_kv_heads_replicates_k_and_v() -> None:
+    """Llama-3-70B has 8 KV heads: at TP16 each rank holds one whole KV head (Megatron
+    replicates K and V), not half of one."""
+    from simulator.config.loading import resolve_dict
+    from simulator.workload.memory import stage_params
+    from simulator.workload.ops import kv_per_rank, layer_ops
+
+    def rs(tp: int):  # type: ignore[no-untyped-def]
+        return resolve_dict(inline_scenario("llama3-70b", nodes=2, tp=tp, pp=1))
+
+    r8, r16 = rs(8), rs(16)
+    m = r8.model
+    assert kv_per_rank(r8) == m.kv_dim / 8 == m.head_dim  # one head each: exact split
+    assert kv_per_rank(r16) == m.head_dim  # still one head each
+    from simulator.workload.model import param_breakdown
+
+    pb = param_breakdown(m)
+    kv = m.layers * 2 * m.kv_dim * m.hidden / 8  # one KV head's K and V per layer, per rank
+    same = kv + m.layers * pb.norms_per_layer + pb.final_norm  # not split further by TP16
+    assert stage_params(r16, 0) == pytest.approx((stage_params(r8, 0) - same) / 2 + same)
+    (qkv,) = [o for o in layer_ops(r16) if o.name == "qkv_proj"]
+    assert qkv.dims is not None and qkv.dims[2] == m.hidden // 16 + 2 * m.head_dim

@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass
 from ..config.parallelism import FSDPSharding
 from ..config.scenario import ResolvedScenario
 from .model import param_breakdown
-from .ops import act_bytes
+from .ops import act_bytes, kv_per_rank
 
 GB = 1e9
 
@@ -75,8 +75,12 @@ def stage_params(rs: ResolvedScenario, stage: int) -> float:
     pb = param_breakdown(m, rs.training.seq_len)
     t = rs.tp
     layers = rs.stage_layers()[stage]
-    # Norm weights (and row-parallel biases) are replicated across TP ranks.
-    p = layers * ((pb.attention_per_layer + pb.mlp_per_layer) / t + pb.norms_per_layer)
+    # Norm weights (and row-parallel biases) are replicated across TP ranks. K and V
+    # projections: this rank's share of the KV heads (one whole head where TP exceeds them).
+    kv_w = 2 * m.kv_dim * (m.hidden + (1 if m.linear_bias else 0))
+    kv_rank = kv_w * kv_per_rank(rs) / m.kv_dim
+    per_layer = (pb.attention_per_layer - kv_w + pb.mlp_per_layer) / t + kv_rank
+    p = layers * (per_layer + pb.norms_per_layer)
     if stage == 0:
         p += pb.embedding / t + pb.positions
     if stage == rs.pp - 1:
@@ -171,7 +175,7 @@ def activation_bytes_per_layer(rs: ResolvedScenario) -> float:
     sp = rs.parallelism.sequence_parallel
     b = rs.training.micro_batch
     s = rs.training.seq_len // cp
-    h, kv, f = m.hidden, m.kv_dim, m.ffn
+    h, f = m.hidden, m.ffn
     sbh = s * b * h
     a = act_bytes(rs)  # 2 bytes per element in Korthikanti et al.'s 16-bit accounting
     # Tensors outside the TP regions: norm inputs and the matmul inputs they feed (a bytes each),
@@ -179,8 +183,10 @@ def activation_bytes_per_layer(rs: ResolvedScenario) -> float:
     outside = float(4 * a * sbh + (2 * sbh if m.dropout else 0))
     if sp:
         outside /= t
-    # Inside the attention region: Q (h) and K, V (kv each), the output-projection input (h).
-    inside = a * s * b * (2 * h + 2 * kv)
+    # Inside the attention region: Q (h) and the output-projection input (h), split over TP;
+    # K and V at this rank's width (a whole head each where TP exceeds the KV heads).
+    inside = a * s * b * 2 * h
+    kv_held = a * s * b * 2 * kv_per_rank(rs)
     if rs.training.flash_attention:
         inside += 4 * b * m.heads * s  # fp32 log-sum-exp per head and query
     else:
@@ -188,7 +194,7 @@ def activation_bytes_per_layer(rs: ResolvedScenario) -> float:
         inside += scores * (a + a + (1 if m.dropout else 0))  # softmax out, dropout out, mask
     # Inside the MLP region: activation inputs and the down-projection input.
     inside += a * s * b * (3 * f if m.mlp == "swiglu" else 2 * f)
-    return outside + inside / t
+    return outside + inside / t + kv_held
 
 
 def _full_recompute_bytes_per_layer(rs: ResolvedScenario) -> float:

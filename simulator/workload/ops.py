@@ -44,6 +44,13 @@ class Op:
     wide: bool = False
 
 
+def kv_per_rank(rs: ResolvedScenario) -> float:
+    """Width of the keys (or the values) one TP rank holds: its share of the KV heads, or,
+    with more TP ranks than KV heads, one whole head (Megatron replicates K and V then)."""
+    m = rs.model
+    return m.kv_dim / rs.tp if rs.tp <= m.n_kv_heads else float(m.head_dim)
+
+
 def tokens_per_rank(rs: ResolvedScenario) -> int:
     """Tokens of one micro-batch held by one rank before TP sharding (CP splits the sequence)."""
     return rs.training.micro_batch * rs.training.seq_len // rs.cp
@@ -206,7 +213,7 @@ def layer_ops(rs: ResolvedScenario) -> list[Op]:
     sp = rs.parallelism.sequence_parallel
     T = tokens_per_rank(rs)
     s = rs.training.seq_len
-    h, kv, f = m.hidden, m.kv_dim, m.ffn
+    h, f = m.hidden, m.ffn
     a = act_bytes(rs)
     act = T * h * a  # one hidden-state tensor of the micro-batch
     norm_tokens = T // t if sp else T  # SP shards the norm/dropout regions over the sequence
@@ -215,10 +222,10 @@ def layer_ops(rs: ResolvedScenario) -> list[Op]:
     ops += [
         *_norm(rs, "attn_norm", norm_tokens * h),
         *_tp_comm(rs, "tp_attn_in", act, closing=False),
-        _gemm("qkv_proj", 1, T, (h + 2 * kv) // t, h),
+        _gemm("qkv_proj", 1, T, int(h // t + 2 * kv_per_rank(rs)), h),
     ]
     if rs.cp > 1:
-        kv_bytes = 2 * T * kv * a / t
+        kv_bytes = 2 * T * kv_per_rank(rs) * a
         ops.append(
             Op(
                 "cp_kv_gather",
@@ -229,10 +236,10 @@ def layer_ops(rs: ResolvedScenario) -> list[Op]:
             )
         )
     core = attention_core_flops_per_token(m, s) * T / t
-    qkvo_bytes = T * (2 * h + 2 * kv) * a / t
+    qkvo_bytes = T * (2 * h / t + 2 * kv_per_rank(rs)) * a
     if rs.training.flash_attention:
         ops.append(Op("attention", "attention", flops=core, bytes=qkvo_bytes))
-        ops += _repack(rs, T * h * a / t, T * kv * a / t)
+        ops += _repack(rs, T * h * a / t, T * kv_per_rank(rs) * a)
     else:
         heads = m.heads // t
         scores = rs.training.micro_batch * heads * (s // rs.cp) * s * a
