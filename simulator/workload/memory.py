@@ -212,7 +212,8 @@ def _selective_saving_per_layer(rs: ResolvedScenario) -> float:
     m = rs.model
     s = rs.training.seq_len // rs.cp
     scores = rs.training.micro_batch * m.heads * s * rs.training.seq_len
-    return scores * (2 + 2 + (1 if m.dropout else 0)) / rs.tp
+    a = act_bytes(rs)  # the softmax and dropout outputs at the activations' width
+    return scores * (a + a + (1 if m.dropout else 0)) / rs.tp
 
 
 def inflight_microbatches(rs: ResolvedScenario, stage: int) -> float:
