@@ -59,8 +59,8 @@ class AlphaBeta:
             )
         return (
             f"R²={self.r2:.2f}: timings scatter {self.rms_rel_err:.0%} rms about the fit "
-            "(a busy or shared machine); re-probe on a quiet one, or with more iterations "
-            "(--max-iters)"
+            "(a busy or shared machine); re-probe on a quiet one, or with a longer "
+            "--time-budget (more iterations per size)"
         )
 
     def as_dict(self) -> dict[str, Any]:

@@ -171,7 +171,12 @@ def launch(
 def _mark_failed(
     out: Path, message: str, rank: int | None, phase: str | None, world: int, nodes: int
 ) -> None:
-    """Keep what rank 0 wrote (valid JSON, written atomically) and record the fault."""
+    """Keep what rank 0 wrote (valid JSON, written atomically) and record the fault; a complete
+    probe already at ``out`` stays, and the unfinished one is beside it."""
+    from .probe_base import is_complete_probe, partial_path
+
+    if is_complete_probe(out):
+        out = partial_path(out)
     data: dict = {}
     try:
         data = json.loads(out.read_text())

@@ -55,6 +55,53 @@ def check_name(name: str) -> None:
         )
 
 
+def check_free(name: str, out_dir: str | Path) -> None:
+    """The calibration writes NAME (a GPU), NAME-fabric, NAME-network and NAME-storage into
+    ``out_dir``. Refuse names that another profile already has: a bundled one, or one in any
+    folder clustersim searches, unless it is this calibration's own earlier file of the same
+    kind in ``out_dir`` (re-calibrating under a name replaces it). A later lookup by name
+    would otherwise find one or the other."""
+    from simulator.catalog import load_catalog
+
+    cat = load_catalog()
+    target = Path(out_dir).resolve()
+    kinds = {name: "gpu", f"{name}-fabric": "fabric", f"{name}-network": "network"}
+    kinds[f"{name}-storage"] = "storage"
+    for n, kind in kinds.items():
+        prof = cat.profiles.get(n)
+        here = target / f"{n}.yaml"
+        if prof is None and here.is_file():  # a folder clustersim does not search
+            try:
+                prof = cat.profiles.get(n) or _kind_only(here)
+            except OSError:
+                prof = None
+            if prof is not None:
+                cat.files[n] = here
+        if prof is None:
+            continue
+        path = cat.files[n].resolve()
+        if path.parent == target and getattr(prof, "kind", None) == kind:
+            continue
+        raise UserError(
+            f"a {getattr(prof, 'kind', 'hardware')} profile named '{n}' already exists ({path})",
+            path="--name",
+            hint="pick another name for the calibration",
+        )
+
+
+def _kind_only(path: Path) -> Any:
+    """The ``kind`` of a profile file, as an object with that attribute (None if unreadable)."""
+    from types import SimpleNamespace
+
+    from simulator.config.yamlio import load_text
+
+    try:
+        data = load_text(path.read_text())
+    except ValueError:
+        return None
+    return SimpleNamespace(kind=data.get("kind")) if isinstance(data, dict) else None
+
+
 def in_sample(name: str, sidecar: dict[str, Any]) -> dict[str, Any] | None:
     """Simulate the probe's own training job with the new profiles (same layout as the probe
     ran) and compare with the step time the probe measured."""

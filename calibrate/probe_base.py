@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import os
 import statistics
 import sys
@@ -33,6 +34,20 @@ DEFAULT_MODEL = {"layers": 2, "hidden": 256, "heads": 4, "vocab": 4096, "seq": 1
 def default_threads(procs_on_host: int) -> int:
     """Threads per process so that processes × threads ≤ cores."""
     return max(1, (os.cpu_count() or 1) // max(1, procs_on_host))
+
+
+def partial_path(out: Path) -> Path:
+    """Where an unfinished probe writes when ``out`` already holds a complete probe: beside it,
+    so that an interrupted re-run never replaces a complete file with an unfinished one."""
+    return out.with_name(f"{out.stem}.partial{out.suffix or '.json'}")
+
+
+def is_complete_probe(path: Path) -> bool:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(data, dict) and data.get("complete") is True
 
 
 def atomic_write_json(path: Path, data: Any) -> None:
@@ -74,6 +89,8 @@ class ProbeBase:
         self.node = self.rank // self.local_world
         self.nodes = max(1, self.world // self.local_world)
         self.out = Path(args.out)
+        # Until this probe completes, a complete probe already at --out is kept as it is.
+        self.save_to = partial_path(self.out) if is_complete_probe(self.out) else self.out
         self.hb = heartbeat_dir(self.out)
         self.progress = 0
         self.phase = "start"
@@ -173,7 +190,9 @@ class ProbeBase:
             return
         self.result["complete"] = complete
         self.result["phases_done"] = list(self.result.get("phases_done", []))
-        atomic_write_json(self.out, self.result)
+        atomic_write_json(self.out if complete else self.save_to, self.result)
+        if complete and self.save_to != self.out:
+            self.save_to.unlink(missing_ok=True)
 
     def sync(self) -> None:
         if self.world > 1:

@@ -71,7 +71,35 @@ def load_probe(path: str | Path) -> dict[str, Any]:
             file=file,
             hint="re-run `clustersim probe --nproc 2` (or more) to completion",
         )
+    _check_timings(data, file)
     return data
+
+
+def _check_timings(data: dict[str, Any], file: str) -> None:
+    """Every timing a fit uses is a positive, finite number of seconds (a hand-edited or
+    damaged file would otherwise reach the least-squares fits)."""
+    import math
+
+    for section in ("collectives", "matmul", "memory", "attention"):
+        rows = data.get(section) or []
+        if not isinstance(rows, list):
+            continue
+        for i, row in enumerate(rows):
+            t = row.get("time_s") if isinstance(row, dict) else None
+            if t is None and isinstance(row, dict) and "time_s" not in row:
+                continue
+            if (
+                not isinstance(t, int | float)
+                or isinstance(t, bool)
+                or not math.isfinite(t)
+                or t <= 0
+            ):
+                raise UserError(
+                    f"timing {t!r} is not a positive number of seconds",
+                    file=file,
+                    path=f"{section}[{i}].time_s",
+                    hint="re-run `clustersim probe`; a probe file is not meant to be edited",
+                )
 
 
 # -- profiles ----------------------------------------------------------------------------------

@@ -64,8 +64,19 @@ def probe(
             "--fail-mode",
             fail_mode,
         ]
+    from calibrate.probe_base import is_complete_probe, partial_path
+
+    # A complete probe already there stays until this one completes; meanwhile it goes beside.
+    pending = partial_path(Path(out_file)) if is_complete_probe(Path(out_file)) else None
+    kept = str(pending) if pending else out_file
+    if storage_path:
+        from .report.files import output_path
+
+        output_path(Path(storage_path) / "probe-file", "--storage-path")  # creates the folder
     err.print(f"probe: {nproc} process(es), budget {time_budget:g} s, writing {safe(out_file)}")
-    _kept[0] = f"the measurements finished so far are kept in {out_file} (complete: false)"
+    _kept[0] = f"the measurements finished so far are kept in {kept} (complete: false)" + (
+        f"; the complete probe in {out_file} is unchanged" if pending else ""
+    )
     from calibrate.probe import PHASES
 
     from .report.progress import progress_bar
@@ -88,8 +99,8 @@ def probe(
     except ProbeFailed as exc:
         err.print(
             f"[red]probe failed:[/red] {safe(str(exc))}\n"
-            f"  measurements completed before are kept in {safe(out_file)} "
-            "(complete: false)",
+            f"  measurements completed before are kept in {safe(kept)} (complete: false)"
+            + (f"; the complete probe in {safe(out_file)} is unchanged" if pending else ""),
             highlight=False,
         )
         sys.exit(3)  # (typer.Exit codes are swallowed by main()'s non-standalone mode)
@@ -120,8 +131,10 @@ def calibrate(
 
     from calibrate.fit import calibrate as fit
     from calibrate.fit import check_name, in_sample, load_probe, write
+    from calibrate.output import check_free
 
     check_name(name)
+    check_free(name, out_dir)
     data = load_probe(probe_file)
     cal = fit(data, probe_file, name)
     files = write(cal, out_dir)

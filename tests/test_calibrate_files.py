@@ -1,0 +1,70 @@
+"""The calibration's files: a damaged timing is one clear error; a calibration never takes a
+name another profile has; an unfinished probe never replaces a complete probe file."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from calibrate.output import check_free
+from calibrate.probe_file import load_probe
+from simulator.errors import UserError
+
+PROBE = {
+    "format": "clustersim-probe",
+    "version": 1,
+    "complete": True,
+    "host": "h",
+    "date": "2025-01-01",
+    "world_size": 2,
+    "collectives": [
+        {"op": "all_reduce", "group": "intra", "bytes": b, "time_s": 1e-4 + b / 1e9}
+        for b in (1024, 1 << 20)
+    ],
+    "matmul": [{"m": 64, "n": 64, "k": 64, "flops": 5.2e5, "time_s": 1e-5}],
+    "memory": [{"kind": "copy", "bytes": 1 << 20, "time_s": 1e-4}],
+    "train": {"step_time_median_s": 0.1},
+}
+
+
+@pytest.mark.parametrize("bad", [None, 0, -1e-3, float("inf")])
+def test_a_damaged_timing_is_a_user_error(tmp_path: Path, bad: object) -> None:
+    data = json.loads(json.dumps(PROBE))
+    data["collectives"][0]["time_s"] = bad
+    f = tmp_path / "p.json"
+    f.write_text(json.dumps(data))
+    with pytest.raises(UserError) as exc:
+        load_probe(f)
+    assert exc.value.path == "collectives[0].time_s"
+
+
+def test_a_calibration_never_takes_another_profiles_name(tmp_path: Path) -> None:
+    with pytest.raises(UserError) as exc:
+        check_free("h100-sxm-80gb", tmp_path)  # a bundled GPU
+    assert exc.value.path == "--name" and "gpu profile" in exc.value.message
+    # In the output folder: a calibration 'mine' wrote mine-fabric.yaml (a fabric). Calibrating
+    # 'mine' again replaces its own files; a calibration named 'mine-fabric' would overwrite
+    # that fabric with a GPU profile.
+    (tmp_path / "mine-fabric.yaml").write_text("kind: fabric\nname: mine-fabric\n")
+    check_free("mine", tmp_path)
+    with pytest.raises(UserError) as exc:
+        check_free("mine-fabric", tmp_path)
+    assert "fabric profile named 'mine-fabric'" in exc.value.message
+
+
+def test_an_unfinished_probe_never_replaces_a_complete_one(tmp_path: Path) -> None:
+    from calibrate.launch import _mark_failed
+    from calibrate.probe_base import partial_path
+
+    out = tmp_path / "probe.json"
+    out.write_text(json.dumps(PROBE))
+    _mark_failed(out, "rank 1 died", 1, "storage", 2, 1)
+    assert json.loads(out.read_text()) == PROBE  # the complete probe is untouched
+    beside = json.loads(partial_path(out).read_text())
+    assert beside["complete"] is False and beside["error"]["message"] == "rank 1 died"
+    # Without a complete probe there, the fault is recorded in the file itself.
+    other = tmp_path / "new.json"
+    _mark_failed(other, "rank 0 died", 0, "compute", 2, 1)
+    assert json.loads(other.read_text())["complete"] is False
