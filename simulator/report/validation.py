@@ -34,7 +34,10 @@ def print_validation(out: Console, rep: dict[str, Any]) -> None:
         "verdict",
     )
     for c in cols:
-        t.add_column(c, justify="left" if c in ("workload", "verdict") else "right")
+        # A narrow terminal or a pipe (80 columns) wraps cells instead of cutting them to "…".
+        t.add_column(
+            c, justify="left" if c in ("workload", "verdict") else "right", overflow="fold"
+        )
     notes: list[str] = []
     for r in rep["rows"]:
         name = r["workload"] + (" (in-sample)" if r["in_sample"] else "")
