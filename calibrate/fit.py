@@ -65,6 +65,11 @@ def launch_fit(probe: dict[str, Any], bare_s: float) -> tuple[float, str]:
     return bare_s * 1e6, "time of a one-element in-place add (per-op dispatch overhead)"
 
 
+# How far the end-of-probe drift reference may differ from the same work timed earlier in the
+# probe before calibrate says the machine was not steady (a quiet 2-core VM stays within ~10%).
+DRIFT_BASELINE_TOL = 0.15
+
+
 def calibrate(probe: dict[str, Any], file: str, name: str) -> Calibration:
     def S(v: float, what: str, note: str | None = None) -> dict[str, Any]:
         d: dict[str, Any] = {"value": float(v), "source": _src(probe, file, what)}
@@ -285,6 +290,14 @@ def calibrate(probe: dict[str, Any], file: str, name: str) -> Calibration:
         if chk.get("alone_block_times_s"):
             speed["check_alone_unit_s"] = unit_seconds(
                 [chk["alone_block_times_s"]], int(chk["reps"])
+            )
+        unit, check = speed.get("unit_s"), speed["check_unit_s"]
+        if unit and check and abs(check / unit - 1.0) > DRIFT_BASELINE_TOL:
+            speed["note"] = (
+                f"the probe's drift reference ran {100 * (check / unit - 1):+.0f}% against the "
+                "same work earlier in the probe: the machine's speed moved during the probe, so "
+                "validate's drift correction may over- or under-correct; re-probe on a quieter "
+                "machine"
             )
     comm = comm_in_step_fit(gpu, fabric, probe)
     if comm is not None:

@@ -187,6 +187,9 @@ def calibrate(
     )
     if cf.get("note"):
         out.print(safe(f"compute: {cf['note']}"))
+    speed = cal.sidecar.get("speed_variation") or {}
+    if speed.get("note"):
+        out.print(safe(f"drift reference: {speed['note']}"))
     if check:
         out.print(
             f"in-sample check (the probe's own training step, world size "
