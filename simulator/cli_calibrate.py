@@ -274,24 +274,9 @@ def validate(
         _json(rep)
         return
     if fmt == Fmt.csv:
-        keys = [
-            "workload",
-            "in_sample",
-            "nodes",
-            "nproc_per_node",
-            "world_size",
-            "measured_s",
-            "predicted_s",
-            "error_pct",
-            "drift_pct",
-            "corrected_predicted_s",
-            "corrected_error_pct",
-            "verdict",
-            "measured_scaling",
-            "predicted_scaling",
-            "skipped",
-        ]
-        _csv_rows(keys, rep["rows"])
+        from .report.validation import validation_csv_rows
+
+        _csv_rows(*validation_csv_rows(rep))
         return
     from .report.validation import print_validation
 

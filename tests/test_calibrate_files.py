@@ -102,3 +102,27 @@ def test_calibrate_says_when_the_drift_reference_moved(factor: float, noted: boo
     assert (note is not None) is noted
     if noted:
         assert "+30%" in note
+
+
+def test_validate_csv_keeps_the_intervals_and_the_note() -> None:
+    from simulator.report.validation import validation_csv_rows
+
+    rep = {
+        "rows": [
+            {
+                "workload": "wide",
+                "measured_s": 0.2,
+                "measured_interval_s": [0.19, 0.21],
+                "predicted_s": 0.22,
+                "predicted_interval_s": [0.2, 0.24],
+                "verdict": "pass",
+                "note": "intervals overlap",
+            },
+            {"workload": "comm-heavy", "skipped": "needs 2 processes"},
+        ]
+    }
+    keys, rows = validation_csv_rows(rep)
+    assert {"measured_low_s", "measured_high_s", "predicted_low_s", "predicted_high_s"} <= set(keys)
+    assert rows[0]["measured_low_s"] == 0.19 and rows[0]["predicted_high_s"] == 0.24
+    assert rows[0]["note"] == "intervals overlap" and "note" in keys
+    assert rows[1]["measured_low_s"] == "" and rows[1]["skipped"]

@@ -88,3 +88,39 @@ def print_validation(out: Console, rep: dict[str, Any]) -> None:
             f"overlap. Scaling is {rep['scaling']}."
         )
     )
+
+
+CSV_KEYS = [
+    "workload",
+    "in_sample",
+    "nodes",
+    "nproc_per_node",
+    "world_size",
+    "measured_s",
+    "measured_low_s",
+    "measured_high_s",
+    "predicted_s",
+    "predicted_low_s",
+    "predicted_high_s",
+    "error_pct",
+    "drift_pct",
+    "corrected_predicted_s",
+    "corrected_error_pct",
+    "verdict",
+    "measured_scaling",
+    "predicted_scaling",
+    "note",
+    "skipped",
+]
+
+
+def validation_csv_rows(rep: dict[str, Any]) -> tuple[list[str], list[dict[str, Any]]]:
+    """validate's rows as CSV: the intervals as low/high columns, and the row's note."""
+    rows = []
+    for r in rep["rows"]:
+        row = dict(r)
+        for name in ("measured", "predicted"):
+            lo, hi = r.get(f"{name}_interval_s") or ("", "")
+            row[f"{name}_low_s"], row[f"{name}_high_s"] = lo, hi
+        rows.append(row)
+    return CSV_KEYS, rows
