@@ -307,3 +307,26 @@ def test_inline_profiles_need_no_catalogue(tmp_path: Path) -> None:
     res = run_cli("check", str(f), "--format", "json")
     assert res.returncode == 0, res.stderr
     assert json.loads(res.stdout)["layout"]["tp"] == 2
+
+
+def test_stack_switches_take_a_bare_true_or_false() -> None:
+    # "any field can be overridden inline": a stack's sourced switch takes a bare bool.
+    rs = load_scenario(
+        REPO / "scenarios" / "llama3-8b-8xh100.yaml",
+        [
+            "software=pytorch-fsdp",
+            "software.fusion.rms_norm=true",
+            "software.overlap.dp_grad=false",
+        ],
+    )
+    assert rs.software.fusion.rms_norm is not None and rs.software.fusion.rms_norm.value is True
+    assert rs.software.overlap.dp_grad.value is False
+
+
+def test_a_2021_stack_has_no_flash_attention_unless_told() -> None:
+    base = REPO / "scenarios" / "llama3-8b-8xh100.yaml"
+    old = load_scenario(base, ["software=megatron-lm-2021"])
+    assert old.training.flash_attention is None and old.flash_attention is False
+    assert load_scenario(base).flash_attention is True  # megatron-core: fused attention
+    told = load_scenario(base, ["software=megatron-lm-2021", "training.flash_attention=true"])
+    assert told.flash_attention is True

@@ -249,6 +249,15 @@ class ResolvedScenario(BaseModel):
         return (25.0 if mb is None else mb) * 1e6
 
     @property
+    def flash_attention(self) -> bool:
+        """Fused attention: the scenario's training.flash_attention, else the software stack's
+        (a 2021 stack has none), else on."""
+        if self.training.flash_attention is not None:
+            return self.training.flash_attention
+        flag = self.software.flash_attention
+        return True if flag is None else flag.value
+
+    @property
     def dp_cp(self) -> int:
         """Ranks that hold the same parameters: the data-parallel replicas and, within each,
         the context-parallel ranks (each computes gradients on its slice of the sequences).

@@ -13,7 +13,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from .hardware import Flag, Num, _Profile
+from .hardware import Flag, Num, SourcedFlag, _Profile
 
 
 def on(flag: Flag | None) -> bool:
@@ -32,18 +32,18 @@ class Fusion(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    bias_gelu: Flag = Field(description="linear bias + GELU in one kernel")
-    bias_dropout_add: Flag = Field(description="bias + dropout + residual add in one kernel")
-    scale_mask_softmax: Flag = Field(
+    bias_gelu: SourcedFlag = Field(description="linear bias + GELU in one kernel")
+    bias_dropout_add: SourcedFlag = Field(description="bias + dropout + residual add in one kernel")
+    scale_mask_softmax: SourcedFlag = Field(
         description="unfused attention: scale, causal mask and softmax of the scores in one kernel"
     )
-    rms_norm: Flag | None = Field(
+    rms_norm: SourcedFlag | None = Field(
         default=None,
         description="RMSNorm as one kernel (a fused kernel or a compiler's); off: the eager "
         "composite (upcast, square, mean, rsqrt scale, downcast, weight), a pass each; unset: "
         "one kernel",
     )
-    swiglu: Flag | None = Field(
+    swiglu: SourcedFlag | None = Field(
         default=None,
         description="SwiGLU's SiLU of the gate times the up projection in one kernel; off: a SiLU "
         "kernel and a multiply; unset: one kernel",
@@ -55,10 +55,12 @@ class StackOverlap(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    dp_grad: Flag = Field(description="gradient reduction overlaps the backward pass")
-    param_gather: Flag = Field(description="ZeRO-3/FSDP parameter all-gathers are prefetched")
-    tp_comm: Flag = Field(description="tensor-parallel collectives overlap GEMMs")
-    pp_p2p: Flag = Field(
+    dp_grad: SourcedFlag = Field(description="gradient reduction overlaps the backward pass")
+    param_gather: SourcedFlag = Field(
+        description="ZeRO-3/FSDP parameter all-gathers are prefetched"
+    )
+    tp_comm: SourcedFlag = Field(description="tensor-parallel collectives overlap GEMMs")
+    pp_p2p: SourcedFlag = Field(
         description="pipeline sends and receives run on their own stream (false: they block "
         "the compute stream until the transfer completes)"
     )
@@ -71,20 +73,22 @@ class OptimizerPasses(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    grad_copy: Flag = Field(
+    grad_copy: SourcedFlag = Field(
         description="16-bit gradients copied into separate fp32 main gradients before the "
         "update (read 16-bit, write fp32; the update then reads fp32)"
     )
-    unscale: Flag = Field(
+    unscale: SourcedFlag = Field(
         description="with fp16 loss scaling, a separate pass unscales the main gradients and "
         "checks them for inf/nan (read and write)"
     )
-    grad_norm: Flag = Field(description="gradient norm for clipping: read the main gradients")
-    weight_copy: Flag = Field(
+    grad_norm: SourcedFlag = Field(
+        description="gradient norm for clipping: read the main gradients"
+    )
+    weight_copy: SourcedFlag = Field(
         description="master weights copied to the working weights in a pass of their own "
         "(the fp32 master read again)"
     )
-    zero_grads: Flag = Field(description="the gradient buffer zeroed each step (one write)")
+    zero_grads: SourcedFlag = Field(description="the gradient buffer zeroed each step (one write)")
 
 
 class SoftwareProfile(_Profile):
@@ -97,24 +101,24 @@ class SoftwareProfile(_Profile):
         "GPU profile with attention_flash3_max; elsewhere the flash2-class figure is used)",
     )
     overlap: StackOverlap
-    attention_repack: Flag | None = Field(
+    attention_repack: SourcedFlag | None = Field(
         default=None,
         description="flash attention through its variable-length entry point: Q, K and V "
         "gathered into packed tensors and the output scattered back, each way (none: no)",
     )
-    grad_accumulate_add: Flag | None = Field(
+    grad_accumulate_add: SourcedFlag | None = Field(
         default=None,
         description="every backward pass adds the fresh weight gradients into the persistent "
         "gradient buffer in a kernel of its own (read both, write the buffer) instead of "
         "inside the weight-gradient GEMM (none: no)",
     )
-    grad_flatten_copy: Flag | None = Field(
+    grad_flatten_copy: SourcedFlag | None = Field(
         default=None,
         description="with ZeRO-3/FSDP sharding, every backward copies a layer's unsharded "
         "weight gradients into one flat buffer for its reduce-scatter (read and write; none: "
         "no copy)",
     )
-    gather_copy_out: Flag | None = Field(
+    gather_copy_out: SourcedFlag | None = Field(
         default=None,
         description="with ZeRO-3/FSDP sharding, each layer's all-gathered parameters are "
         "copied out of the collective's buffer into the per-parameter tensors on the compute "
@@ -132,6 +136,11 @@ class SoftwareProfile(_Profile):
     optimizer_passes: OptimizerPasses | None = Field(
         default=None,
         description="extra passes of the optimizer step over memory (none: one fused update)",
+    )
+    flash_attention: SourcedFlag | None = Field(
+        default=None,
+        description="whether the stack has a fused (flash) attention kernel (a scenario's "
+        "training.flash_attention overrides it; unset: it has)",
     )
     comm_sms: Num = Field(
         description="streaming multiprocessors a data-parallel collective's kernels hold while "

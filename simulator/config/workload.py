@@ -108,8 +108,10 @@ class TrainingSpec(BaseModel):
         "GPU's fp32 peak (as PyTorch without TF32)",
     )
     optimizer: OptimizerSpec = OptimizerSpec()
-    flash_attention: bool = Field(
-        default=True, description="fused attention: no s×s score matrix kept for backward"
+    flash_attention: bool | None = Field(
+        default=None,
+        description="fused attention: no s×s score matrix kept for backward (unset: the "
+        "software stack's flash_attention, else true)",
     )
     grad_reduce_dtype: Literal["bf16", "fp32"] = Field(
         default="bf16", description="dtype of the DP gradient reduction"

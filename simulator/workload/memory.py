@@ -187,7 +187,7 @@ def activation_bytes_per_layer(rs: ResolvedScenario) -> float:
     # K and V at this rank's width (a whole head each where TP exceeds the KV heads).
     inside = a * s * b * 2 * h
     kv_held = a * s * b * 2 * kv_per_rank(rs)
-    if rs.training.flash_attention:
+    if rs.flash_attention:
         inside += 4 * b * m.heads * s  # fp32 log-sum-exp per head and query
     else:
         scores = b * m.heads * s * rs.training.seq_len
@@ -207,7 +207,7 @@ def _full_recompute_bytes_per_layer(rs: ResolvedScenario) -> float:
 def _selective_saving_per_layer(rs: ResolvedScenario) -> float:
     """Selective recomputation drops the attention core's s×s tensors (or, with fused attention,
     which already drops them, nothing further)."""
-    if rs.training.flash_attention:
+    if rs.flash_attention:
         return 0.0
     m = rs.model
     s = rs.training.seq_len // rs.cp

@@ -237,7 +237,7 @@ def layer_ops(rs: ResolvedScenario) -> list[Op]:
         )
     core = attention_core_flops_per_token(m, s) * T / t
     qkvo_bytes = T * (2 * h / t + 2 * kv_per_rank(rs)) * a
-    if rs.training.flash_attention:
+    if rs.flash_attention:
         ops.append(Op("attention", "attention", flops=core, bytes=qkvo_bytes))
         ops += _repack(rs, T * h * a / t, T * kv_per_rank(rs) * a)
     else:
