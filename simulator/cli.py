@@ -210,9 +210,25 @@ from . import cli_calibrate, cli_sweep  # noqa: E402, F401
 @app.command()
 def schema(
     sweep: Annotated[bool, typer.Option("--sweep", help="the sweep spec's schema instead")] = False,
+    profile: Annotated[
+        str | None,
+        typer.Option(help="a profile kind's schema instead (gpu, fabric, network, storage, ...)"),
+    ] = None,
 ) -> None:
-    """JSON Schema of the scenario file, or of a sweep spec (for editor completion)."""
-    if sweep:
+    """JSON Schema of the scenario file, of a sweep spec, or of a hardware/software profile
+    (every figure's description gives its value range)."""
+    if profile is not None:
+        from .config.profiles import PROFILE_KINDS
+
+        if profile not in PROFILE_KINDS:
+            raise UserError(
+                f"no profile kind '{profile}'",
+                path="--profile",
+                hint=f"kinds: {', '.join(PROFILE_KINDS)}",
+            )
+        s = PROFILE_KINDS[profile].model_json_schema()
+        s["title"] = f"clustersim {profile} profile"
+    elif sweep:
         from .sweep.spec import SweepSpec
 
         s = SweepSpec.model_json_schema()

@@ -330,3 +330,11 @@ def test_a_2021_stack_has_no_flash_attention_unless_told() -> None:
     assert load_scenario(base).flash_attention is True  # megatron-core: fused attention
     told = load_scenario(base, ["software=megatron-lm-2021", "training.flash_attention=true"])
     assert told.flash_attention is True
+
+
+def test_schema_of_a_profile_kind_gives_value_ranges() -> None:
+    res = run_cli("schema", "--profile", "gpu")
+    assert res.returncode == 0, res.stderr
+    s = json.loads(res.stdout)
+    assert s["title"] == "clustersim gpu profile" and "value range" in res.stdout
+    assert run_cli("schema", "--profile", "gpux").returncode == 2
