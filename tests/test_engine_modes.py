@@ -1,0 +1,265 @@
+"""The engine across schedules and modes: the pipeline bubble against its analytic fraction,
+every schedule's passes once in dependency order, symmetric and full modes agreeing, hybrid
+sharding, NIC sharing, the Chrome trace, and every bundled scenario simulated and accounted."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from typing import Any
+
+import pytest
+from test_engine import COMM, SLOW_STORAGE, UNIFORM, assert_accounting, scenario, sim
+
+from simulator.catalog import bundled_scenarios
+from simulator.config.loading import load_scenario, resolve_dict
+from simulator.config.scenario import ResolvedScenario
+from simulator.engine.schedule import bubble_fraction, schedule
+from simulator.engine.sim import CATEGORIES, STREAMS, run_engine
+from simulator.simulate import simulate
+
+FREE_FABRIC = {"profile": "nvlink4-nvswitch", "bandwidth_gbps": 1e9, "latency_us": 0.0}
+
+
+@pytest.mark.parametrize(
+    ("kind", "p", "m", "v"),
+    [
+        ("1f1b", 2, 4, 1),
+        ("1f1b", 4, 8, 1),
+        ("1f1b", 8, 16, 1),
+        ("gpipe", 4, 8, 1),
+        ("gpipe", 4, 4, 1),
+        ("interleaved", 4, 8, 2),
+        ("interleaved", 2, 4, 4),
+    ],
+)
+def test_pipeline_bubble_matches_the_analytic_fraction(kind: str, p: int, m: int, v: int) -> None:
+    sched: dict[str, Any] = {"kind": kind}
+    if kind == "interleaved":
+        sched["virtual_stages"] = v
+    res = sim(
+        scenario(
+            1,
+            p,
+            model=UNIFORM,
+            seq=4096,
+            micro_batches=m,
+            pp=p,
+            pp_schedule=sched,
+            fabric=FREE_FABRIC,
+        )
+    )
+    b = res.metrics.breakdown_s
+    step = res.metrics.step_time_s
+    assert b["comm_pp"] < 1e-6 * step  # communication is (nearly) free
+    assert sum(b[c] for c in COMM) < 1e-6 * step
+    # Every stage ends with the optimizer; the rest of the step is the pipeline, whose idle
+    # share (bubble during fill and drain) is the analytic fraction.
+    pipeline = step - b["optimizer"]
+    idle = pipeline - b["compute"]
+    want = (p - 1) / (v * m + p - 1)
+    assert bubble_fraction(kind, p, m, v) == pytest.approx(want)
+    assert idle / pipeline == pytest.approx(want, rel=0.01)
+    assert (b["pp_bubble"] + b["imbalance"] + b["comm_pp"]) / pipeline == pytest.approx(
+        want, rel=0.01
+    )
+
+
+@pytest.mark.parametrize(
+    ("kind", "p", "m", "v"),
+    [
+        ("1f1b", 4, 8, 1),
+        ("1f1b", 4, 2, 1),
+        ("gpipe", 3, 5, 1),
+        ("interleaved", 4, 8, 2),
+        ("interleaved", 2, 6, 3),
+    ],
+)
+def test_schedules_run_every_pass_once_in_dependency_order(
+    kind: str, p: int, m: int, v: int
+) -> None:
+    for stage in range(p):
+        order = schedule(kind, stage, p, m, v)
+        want = {(k, mb, ch) for k in "FB" for mb in range(m) for ch in range(v)}
+        assert len(order) == len(want) and set(order) == want
+        for mb, ch in itertools.product(range(m), range(v)):
+            assert order.index(("F", mb, ch)) < order.index(("B", mb, ch))
+        if kind == "1f1b":
+            # At most p - stage micro-batches in flight (the point of 1F1B).
+            live = peak = 0
+            for k, _mb, _ch in order:
+                live += 1 if k == "F" else -1
+                peak = max(peak, live)
+            assert peak == min(p - stage, m)
+
+
+# -- symmetric vs full -------------------------------------------------------------------------
+SYM_VS_FULL: dict[str, dict[str, Any]] = {
+    "8-dp8": scenario(1, 8, micro_batches=4),
+    "16-tp8-dp2": scenario(2, 8, tp=8, micro_batches=4),
+    "32-tp4-pp2-dp4": scenario(4, 8, tp=4, pp=2, micro_batches=4),
+    "64-tp8-pp2-dp4": scenario(8, 8, tp=8, pp=2, micro_batches=4),
+    "256-tp8-pp4-dp8": scenario(32, 8, tp=8, pp=4, micro_batches=4),
+    # Contended links where float rounding used to break the ranks' lockstep in full mode.
+    "64-tp8-zero3-dp8-2nics": scenario(
+        8,
+        8,
+        tp=8,
+        network="roce-400",
+        nics=2,
+        fabric="nvlink3-nvswitch",
+        recompute="full",
+        overlap={"tp_comm": True},
+        micro_batches=4,
+        sharding={"kind": "zero", "stage": 3},
+        topology={"kind": "single_switch"},
+    ),
+    "32-tp8-cp2-pp2-oversubscribed": scenario(
+        4,
+        8,
+        tp=8,
+        cp=2,
+        pp=2,
+        fabric="pcie4-host",
+        network="tcp-100gbe",
+        nics=2,
+        micro_batches=2,
+        recompute="full",
+        pp_schedule={"kind": "gpipe"},
+        topology={"kind": "fat_tree", "oversubscription": 4.0, "nodes_per_leaf": 1},
+    ),
+    "64-fsdp-hybrid-pp2": scenario(
+        8, 8, pp=2, micro_batches=2, sharding={"kind": "fsdp", "strategy": "hybrid_shard"}
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(SYM_VS_FULL))
+def test_symmetric_and_full_modes_agree(name: str) -> None:
+    data = SYM_VS_FULL[name]
+    sym, full = sim(data), sim(data, full=True)
+    assert sym.metrics.mode == "symmetric" and full.metrics.mode == "full"
+    assert len(full.engine.ranks) == full.metrics.gpus
+    step = sym.metrics.step_time_s
+    assert full.metrics.step_time_s == pytest.approx(step, rel=0.01)
+    for cat in CATEGORIES:
+        assert abs(full.metrics.breakdown_s[cat] - sym.metrics.breakdown_s[cat]) <= 0.01 * step, cat
+    # Every rank of a class does the same in a uniform cluster.
+    for rr in full.engine.ranks.values():
+        rep = sym.engine.classes[rr.stage]
+        for cat in CATEGORIES:
+            assert abs(rr.acc[cat] - rep.acc[cat]) <= 0.01 * step, (rr.rank, cat)
+
+
+def test_full_mode_is_reproducible() -> None:
+    rs = resolve_dict(SYM_VS_FULL["32-tp8-cp2-pp2-oversubscribed"])
+    first = run_engine(rs, full=True).step_time
+    junk = []
+    for k in range(6):
+        junk.append([object() for _ in range(1009 * (k + 1) ** 2)])  # move objects around
+        assert run_engine(rs, full=True).step_time == first
+
+
+def test_hybrid_sharding_reduces_over_replicas() -> None:
+    res = sim(SYM_VS_FULL["64-fsdp-hybrid-pp2"], full=True, trace=True)
+    names = {e["name"] for e in res.engine.trace or [] if e["ph"] == "X"}
+    assert "replica all_reduce" in names
+    assert res.metrics.breakdown_s["comm_dp"] > 0
+
+
+# -- contention ----------------------------------------------------------------------------------
+@pytest.mark.parametrize("full", [False, True])
+def test_dp_ranks_sharing_a_nic_slow_each_other(full: bool) -> None:
+    comm, step = {}, {}
+    for nics in (1, 2, 8):
+        m = sim(scenario(2, 8, nics=nics, micro_batches=2), full=full).metrics
+        comm[nics], step[nics] = m.breakdown_s["comm_dp"], m.step_time_s
+    assert comm[1] > comm[2] > comm[8] > 0
+    assert step[1] > step[2] > step[8]
+    # Eight GPUs on one NIC move their gradients at an eighth of its rate.
+    assert comm[1] > 3 * comm[8]
+
+
+# -- trace ---------------------------------------------------------------------------------------
+TRACE_CASES = {
+    "tp-pp-dp": scenario(2, 4, tp=2, pp=2, micro_batches=4, nics=4),
+    "zero3-interleaved": scenario(
+        2,
+        4,
+        pp=2,
+        micro_batches=4,
+        nics=2,
+        sharding={"kind": "zero", "stage": 3},
+        pp_schedule={"kind": "interleaved", "virtual_stages": 2},
+    ),
+    "tp-across-nodes-starved": scenario(2, 4, tp=8, nics=4, storage=SLOW_STORAGE),
+}
+
+
+@pytest.mark.parametrize("full", [False, True])
+@pytest.mark.parametrize("case", sorted(TRACE_CASES))
+def test_trace_is_chrome_json_with_nested_spans(case: str, full: bool) -> None:
+    res = sim(TRACE_CASES[case], full=full, trace=True)
+    trace = res.engine.trace
+    assert trace
+    back = json.loads(json.dumps(trace))
+    assert back == trace
+    meta = [e for e in trace if e["ph"] == "M"]
+    spans = [e for e in trace if e["ph"] == "X"]
+    assert {e["ph"] for e in trace} == {"M", "X"}
+    procs = {e["pid"]: e["args"]["name"] for e in meta if e["name"] == "process_name"}
+    threads = {(e["pid"], e["tid"]): e["args"]["name"] for e in meta if e["name"] == "thread_name"}
+    assert all(isinstance(n, str) and n for n in [*procs.values(), *threads.values()])
+    for e in spans:
+        assert e["pid"] in procs
+        assert (e["pid"], e["tid"]) in threads
+        assert e["dur"] > 0 and e["ts"] >= 0
+        assert isinstance(e["name"], str) and e["name"]
+        assert threads[(e["pid"], e["tid"])].split(" ")[0] in STREAMS
+    # Spans on one thread nest: any two are disjoint or one holds the other.
+    eps = 1e-3  # µs
+    by_thread: dict[tuple[int, int], list[tuple[float, float]]] = {}
+    for e in spans:
+        by_thread.setdefault((e["pid"], e["tid"]), []).append((e["ts"], e["ts"] + e["dur"]))
+    for key, ivs in by_thread.items():
+        ivs.sort(key=lambda iv: (iv[0], -iv[1]))
+        stack: list[float] = []
+        for start, end in ivs:
+            while stack and stack[-1] <= start + eps:
+                stack.pop()
+            if stack:
+                assert end <= stack[-1] + eps, (key, start, end, stack[-1])
+            stack.append(end)
+    # The spans cover the step: every class computes, and the last span ends with the step.
+    step_us = res.metrics.step_time_s * 1e6
+    compute = [e for e in spans if threads[(e["pid"], e["tid"])].startswith("compute")]
+    assert {e["pid"] for e in compute} == set(procs)
+    assert max(e["ts"] + e["dur"] for e in spans) == pytest.approx(step_us, rel=1e-9)
+    assert min(e["ts"] for e in compute) == pytest.approx(0.0, abs=1e-6)
+    # The compute stream holds the busy time of the class it draws (symmetric mode).
+    if not full:
+        for stage, rr in res.engine.classes.items():
+            top = _merged([(e["ts"], e["ts"] + e["dur"]) for e in compute if e["pid"] == stage])
+            busy = (rr.acc["compute"] + rr.acc["optimizer"]) * 1e6
+            assert top >= busy * (1 - 1e-6)
+
+
+def _merged(ivs: list[tuple[float, float]]) -> float:
+    total, end = 0.0, float("-inf")
+    for a, b in sorted(ivs):
+        if b > end:
+            total += b - max(a, end)
+            end = b
+    return total
+
+
+# -- bundled scenarios -------------------------------------------------------------------------
+@pytest.mark.parametrize("path", bundled_scenarios(), ids=lambda p: p.stem)
+def test_bundled_scenario_simulates_and_accounts(path) -> None:
+    rs: ResolvedScenario = load_scenario(path)
+    res = simulate(rs, scaling=False)
+    m = res.metrics
+    assert m.step_time_s > 0 and m.tokens_per_s > 0
+    assert m.busy_s + sum(m.idle_s.values()) == pytest.approx(m.step_time_s, rel=1e-3)
+    assert_accounting(res, rel=1e-3)
+    json.dumps(res.as_dict())
