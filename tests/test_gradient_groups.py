@@ -63,3 +63,23 @@ def test_zero2_reduces_every_micro_batch_zero1_once() -> None:
     s1 = simulate(load_scenario(base, [*sets, "parallelism.sharding={kind: zero, stage: 1}"]))
     s2 = simulate(load_scenario(base, [*sets, "parallelism.sharding={kind: zero, stage: 2}"]))
     assert s2.metrics.step_time_s > s1.metrics.step_time_s
+
+
+def test_hybrid_shard_default_group_is_a_nodes_worth_of_dp_times_cp() -> None:
+    """Hybrid sharding shards within a node: with TP2 and CP2 on 8-GPU nodes, a node holds 4
+    ranks of the DP×CP group (TP is laid out fastest), so state is sharded 4 ways."""
+    from conftest import inline_scenario
+
+    from simulator.config.loading import resolve_dict
+
+    data = inline_scenario(
+        "llama3-8b",
+        nodes=2,
+        seq_len=4096,
+        tp=2,
+        cp=2,
+        sequence_parallel=True,
+        sharding={"kind": "fsdp", "strategy": "hybrid_shard"},
+    )
+    rs = resolve_dict(data)
+    assert rs.dp_cp == 8 and shard_group(rs) == 4

@@ -41,7 +41,7 @@ class ZeroSharding(BaseModel):
 
 class FSDPSharding(BaseModel):
     """PyTorch FSDP. full_shard ~ ZeRO-3, shard_grad_op ~ ZeRO-2, hybrid_shard shards within a
-    group of ``shard_group`` DP ranks (default: the GPUs of one node) and replicates across."""
+    group of ``shard_group`` ranks of DP×CP (default: those on one node) and replicates across."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
     kind: Literal["fsdp"] = "fsdp"

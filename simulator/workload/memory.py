@@ -163,7 +163,8 @@ def shard_group(rs: ResolvedScenario) -> int:
     sh = rs.parallelism.sharding
     if getattr(sh, "strategy", None) == "hybrid_shard":
         assert isinstance(sh, FSDPSharding)
-        group = sh.shard_group or max(1, rs.gpus_per_node // (rs.tp * rs.cp))
+        # a node holds gpus_per_node / TP of the DP×CP ranks (TP is laid out fastest)
+        group = sh.shard_group or max(1, rs.gpus_per_node // rs.tp)
         return max(1, min(rs.dp_cp, group))
     return rs.dp_cp
 
