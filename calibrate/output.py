@@ -57,30 +57,28 @@ def check_name(name: str) -> None:
 
 def check_free(name: str, out_dir: str | Path) -> None:
     """The calibration writes NAME (a GPU), NAME-fabric, NAME-network and NAME-storage into
-    ``out_dir``. Refuse names that another profile already has: a bundled one, or one in any
-    folder clustersim searches, unless it is this calibration's own earlier file of the same
-    kind in ``out_dir`` (re-calibrating under a name replaces it). A later lookup by name
-    would otherwise find one or the other."""
-    from simulator.catalog import load_catalog
+    ``out_dir``. Refuse names that another profile already has: a bundled one (never
+    replaced), or one in any folder clustersim searches or in ``out_dir``, unless it is this
+    calibration's own earlier file of the same kind (``out_dir`` holds NAME.calibration.json):
+    re-calibrating under a name replaces it."""
+    from simulator.catalog import bundled_profiles_dir, load_catalog
 
     cat = load_catalog()
     target = Path(out_dir).resolve()
+    bundled = bundled_profiles_dir().resolve()
+    ours = (target / f"{name}.calibration.json").is_file()
     kinds = {name: "gpu", f"{name}-fabric": "fabric", f"{name}-network": "network"}
     kinds[f"{name}-storage"] = "storage"
     for n, kind in kinds.items():
-        prof = cat.profiles.get(n)
         here = target / f"{n}.yaml"
+        prof: Any = cat.profiles.get(n)
+        path = cat.files[n].resolve() if prof is not None else here
         if prof is None and here.is_file():  # a folder clustersim does not search
-            try:
-                prof = cat.profiles.get(n) or _kind_only(here)
-            except OSError:
-                prof = None
-            if prof is not None:
-                cat.files[n] = here
+            prof = _kind_only(here)
         if prof is None:
             continue
-        path = cat.files[n].resolve()
-        if path.parent == target and getattr(prof, "kind", None) == kind:
+        own = ours and path.parent == target and getattr(prof, "kind", None) == kind
+        if own and bundled not in path.parents:
             continue
         raise UserError(
             f"a {getattr(prof, 'kind', 'hardware')} profile named '{n}' already exists ({path})",

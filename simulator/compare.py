@@ -59,11 +59,19 @@ def _why(a: dict[str, Any], b: dict[str, Any]) -> str:
     return f"{CATEGORY_LABELS.get(key, key)}: {da:.3f} s vs {db:.3f} s per step"
 
 
+def _unique(names: list[str]) -> list[str]:
+    """Scenario names as column labels: a name given twice gets its position (#2, #3...)."""
+    out = []
+    for i, n in enumerate(names):
+        out.append(n if names.count(n) == 1 else f"{n} #{i + 1}")
+    return out
+
+
 def compare_results(results: list[dict[str, Any]]) -> dict[str, Any]:
     """Per metric: every scenario's value, the best one, and a one-line verdict. A scenario
     whose plan does not fit in GPU memory cannot run as simulated, so it is never named best
     (its figures are shown, and listed under ``not_fitting``)."""
-    names = [r["scenario"] for r in results]
+    names = _unique([r["scenario"] for r in results])
     vals = [_values(r) for r in results]
     fits = [bool(r.get("fits", True)) for r in results]
     not_fitting = [n for n, f in zip(names, fits, strict=True) if not f]

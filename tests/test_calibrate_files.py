@@ -44,10 +44,19 @@ def test_a_calibration_never_takes_another_profiles_name(tmp_path: Path) -> None
     with pytest.raises(UserError) as exc:
         check_free("h100-sxm-80gb", tmp_path)  # a bundled GPU
     assert exc.value.path == "--name" and "gpu profile" in exc.value.message
+    # ... even written into the bundled folder itself, next to a calibration record.
+    from simulator.catalog import bundled_profiles_dir
+
+    gpus = bundled_profiles_dir() / "gpus"
+    with pytest.raises(UserError):
+        check_free("h100-sxm-80gb", gpus)
     # In the output folder: a calibration 'mine' wrote mine-fabric.yaml (a fabric). Calibrating
     # 'mine' again replaces its own files; a calibration named 'mine-fabric' would overwrite
     # that fabric with a GPU profile.
     (tmp_path / "mine-fabric.yaml").write_text("kind: fabric\nname: mine-fabric\n")
+    with pytest.raises(UserError):  # not known to be calibration 'mine''s own file
+        check_free("mine", tmp_path)
+    (tmp_path / "mine.calibration.json").write_text("{}")
     check_free("mine", tmp_path)
     with pytest.raises(UserError) as exc:
         check_free("mine-fabric", tmp_path)

@@ -70,3 +70,42 @@ def test_set_kind_starts_the_mapping_afresh() -> None:
         "--set", "parallelism.sharding.stage=1", "--format", "json",
     )  # fmt: skip
     assert res.returncode == 0, res.stderr
+
+
+def test_set_kind_works_in_either_order() -> None:
+    for sets in (
+        ["parallelism.sharding.stage=2", "parallelism.sharding.kind=zero"],
+        ["parallelism.sharding.kind=zero", "parallelism.sharding.stage=2"],
+    ):
+        args = [a for s in sets for a in ("--set", s)]
+        res = run_cli("check", "llama3-8b-8xh100", *args, "--format", "json")
+        assert res.returncode == 0, res.stderr
+        import json
+
+        assert json.loads(res.stdout)["layout"]["zero_stage"] == 2, sets
+
+
+def test_sweep_point_keys_that_look_like_numbers_stay_keys(tmp_path: Path) -> None:
+    from simulator.sweep.run import complete_points, read_rows
+
+    f = tmp_path / "r.csv"
+    f.write_text("point,point_key,point_rows,status\n0,004201359279,1,ok\n1,37876569e336,1,ok\n")
+    assert set(complete_points(read_rows(f))) == {"004201359279", "37876569e336"}
+
+
+def test_compare_keeps_both_scenarios_of_one_name(tmp_path: Path) -> None:
+    import csv
+    import io
+
+    a = tmp_path / "a.yaml"
+    b = tmp_path / "b.yaml"
+    data = yaml.safe_load((REPO / "scenarios" / "llama3-8b-8xh100.yaml").read_text())
+    a.write_text(yaml.safe_dump(data))
+    data["training"]["micro_batch"] = 2
+    b.write_text(yaml.safe_dump(data))
+    res = run_cli("compare", str(a), str(b), "--format", "csv")
+    assert res.returncode == 0, res.stderr
+    rows = list(csv.reader(io.StringIO(res.stdout)))
+    assert len(set(rows[0])) == len(rows[0]) == 4  # metric, two distinct columns, best
+    step = next(r for r in rows if r[0] == "step_time_s")
+    assert step[1] != step[2]

@@ -83,3 +83,44 @@ def test_hybrid_shard_default_group_is_a_nodes_worth_of_dp_times_cp() -> None:
     )
     rs = resolve_dict(data)
     assert rs.dp_cp == 8 and shard_group(rs) == 4
+
+
+def test_overlapped_zero2_reduces_embedding_and_head_every_micro_batch_too() -> None:
+    """With the reduction overlapped with backward, ZeRO-2 reduce-scatters every micro-batch's
+    gradients, the embedding's and output layer's included: the engine's reduce-scatters add
+    up to the bytes step_comm counts."""
+    import re
+
+    base = REPO / "scenarios" / "llama3-8b-8xh100.yaml"
+    sets = [
+        "training.global_batch=64",
+        "parallelism.sharding={kind: zero, stage: 2}",
+        "software=deepspeed",
+        "parallelism.overlap.dp_grad=true",
+    ]
+    rs = load_scenario(base, sets)
+    res = simulate(rs, scaling=False, trace=True)
+    assert res.engine.trace is not None
+    launched = sum(
+        float(mb.group(1)) * 1e6
+        for e in res.engine.trace
+        if e.get("pid") == 0 and (mb := re.fullmatch(r"reduce_scatter (\d+) MB", e.get("name", "")))
+    )
+    counted = sum(it.total_bytes for it in step_comm(rs) if it.op == "reduce_scatter")
+    assert launched == pytest.approx(counted, rel=0.01)  # labels are rounded to the MB
+
+
+def test_engine_and_memory_agree_on_a_layers_parameters_with_replicated_kv() -> None:
+    from conftest import inline_scenario
+
+    from simulator.config.loading import resolve_dict
+    from simulator.engine.sim import Simulation
+    from simulator.workload.memory import layer_params_per_rank, stage_params
+
+    rs = resolve_dict(inline_scenario("llama3-70b", nodes=2, tp=16, pp=1))
+    sim = Simulation(rs)
+    assert sim.layer_params == pytest.approx(layer_params_per_rank(rs))
+    layers = rs.stage_layers()[0]
+    assert stage_params(rs, 0) == pytest.approx(
+        layers * sim.layer_params + sim.extra_params[0], rel=1e-12
+    )

@@ -82,7 +82,10 @@ def parse_yaml(text: str, file: str | None) -> Any:
 def apply_sets(data: dict[str, Any], sets: list[str], file: str | None) -> dict[str, Any]:
     """Apply ``PATH=VALUE`` overrides; VALUE is parsed as YAML (numbers, true, lists...)."""
     out = copy.deepcopy(data)
-    for item in sets:
+    # A `...kind=` item starts its mapping afresh when the kind changes (below), so it goes
+    # first: the fields given beside it, in any order, then fill the new kind.
+    kind_first = sorted(sets, key=lambda it: not it.partition("=")[0].strip().endswith(".kind"))
+    for item in kind_first:
         if "=" not in item:
             raise UserError(f"--set '{item}' is not PATH=VALUE", hint="e.g. --set parallelism.tp=4")
         path, _, raw = item.partition("=")

@@ -17,7 +17,7 @@ from ..network.collectives import choose
 from ..network.flows import FlowNetwork
 from ..network.topology import Topology
 from ..workload.comm import gather_bytes_per_param, grad_bytes_per_param
-from ..workload.memory import bytes_per_param, shard_group
+from ..workload.memory import bytes_per_param, layer_params_per_rank, shard_group
 from ..workload.model import param_breakdown
 from ..workload.ops import (
     Op,
@@ -107,9 +107,7 @@ class SimulationBase(LinkSharing):
         self.comm = Comm(self.env, self.topo, self.net, full, self._link_weights)
         self._analytic = self._analytic_groups()
         pb = param_breakdown(rs.model, rs.training.seq_len)
-        self.layer_params = (pb.attention_per_layer + pb.mlp_per_layer) / rs.tp + (
-            pb.norms_per_layer
-        )
+        self.layer_params = layer_params_per_rank(rs)
         # Parameters outside the layers: the embedding (first stage), whose backward runs last,
         # and the output layer and final norm (last stage), whose backward runs first.
         self.emb_params = pb.embedding / rs.tp + pb.positions

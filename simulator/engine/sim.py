@@ -149,6 +149,17 @@ class Simulation(PassRunner):
                 if stage == 0 and ch == 0:
                     emb_b = self.p_emb_b_sync if sync else self.p_emb_b
                     yield from run_items(emb_b, 1, "embedding_bwd")
+                if dp_on and self.ov.dp_grad and grads_every_mb:
+                    # The embedding's and output layer's gradients are reduce-scattered every
+                    # micro-batch too, like the layers' (ZeRO-2/3 keep only their shard).
+                    extra = (self.emb_params if stage == 0 and ch == 0 else 0.0) + (
+                        self.head_params if stage == self.p - 1 and ch == self.v - 1 else 0.0
+                    )
+                    if extra > 0:
+                        pending_grads += extra * grad_b
+                        if pending_grads >= bucket_target:
+                            launch_dp(pending_grads)
+                            pending_grads = 0.0
             if self.tracing:
                 self._emit(
                     rank,
@@ -176,6 +187,8 @@ class Simulation(PassRunner):
         if dp_on:
             own = self.extra_params.get(stage, 0.0) * grad_b
             if self.ov.dp_grad:
+                if grads_every_mb:
+                    own = 0.0  # reduced with each micro-batch's (above)
                 pending_grads += own
                 if pending_grads > 0:
                     launch_dp(pending_grads)

@@ -25,6 +25,10 @@ from .plans import COLUMNS, evaluate_point
 from .spec import Point, SweepSpec
 
 Rows = list[dict[str, Any]]
+TEXT_COLUMNS = frozenset(
+    {"point_key", "sweep", "status", "gpu", "fabric", "network", "software", "pricing", "tier"}
+    | {"schedule", "sharding", "recompute"}
+)
 
 
 def columns(spec: SweepSpec) -> list[str]:
@@ -70,7 +74,9 @@ def read_rows(path: Path) -> Rows:
         for r in csv.DictReader(io.StringIO("".join(lines))):
             if None in r or any(v is None for v in r.values()):
                 continue
-            rows.append({k: _parse(v) for k, v in r.items()})
+            # Text columns stay text: a point key such as '004201359279' or '37876569e336'
+            # is not a number.
+            rows.append({k: v if k in TEXT_COLUMNS else _parse(v) for k, v in r.items()})
     else:
         for line in text.splitlines():
             try:

@@ -67,6 +67,18 @@ class MemoryReport:
         return self.peak.total_gb <= self.capacity_gb
 
 
+def layer_params_per_rank(rs: ResolvedScenario) -> float:
+    """One layer's parameters on one TP rank: its TP shard, K and V at this rank's share of the
+    KV heads (one whole head where TP exceeds them), and the replicated norm weights."""
+    m = rs.model
+    pb = param_breakdown(m, rs.training.seq_len)
+    kv_w = 2 * m.kv_dim * (m.hidden + (1 if m.linear_bias else 0))
+    kv_rank = kv_w * kv_per_rank(rs) / m.kv_dim
+    return (
+        (pb.attention_per_layer - kv_w + pb.mlp_per_layer) / rs.tp + kv_rank + (pb.norms_per_layer)
+    )
+
+
 def stage_params(rs: ResolvedScenario, stage: int) -> float:
     """Parameters held by one rank of a pipeline stage: its layers' TP shard, plus the
     vocabulary-parallel embedding on the first stage and the output layer on the last (a tied
@@ -75,12 +87,8 @@ def stage_params(rs: ResolvedScenario, stage: int) -> float:
     pb = param_breakdown(m, rs.training.seq_len)
     t = rs.tp
     layers = rs.stage_layers()[stage]
-    # Norm weights (and row-parallel biases) are replicated across TP ranks. K and V
-    # projections: this rank's share of the KV heads (one whole head where TP exceeds them).
-    kv_w = 2 * m.kv_dim * (m.hidden + (1 if m.linear_bias else 0))
-    kv_rank = kv_w * kv_per_rank(rs) / m.kv_dim
-    per_layer = (pb.attention_per_layer - kv_w + pb.mlp_per_layer) / t + kv_rank
-    p = layers * (per_layer + pb.norms_per_layer)
+    # Norm weights (and row-parallel biases) are replicated across TP ranks.
+    p = layers * layer_params_per_rank(rs)
     if stage == 0:
         p += pb.embedding / t + pb.positions
     if stage == rs.pp - 1:
@@ -254,8 +262,7 @@ def stage_memory(rs: ResolvedScenario, stage: int) -> StageMemory:
     layers = rs.stage_layers()[stage]
     if z >= 3 and layers:
         # Two layers' full TP shard live at once: the one computing and the one prefetched.
-        pb = param_breakdown(rs.model, rs.training.seq_len)
-        per_layer = (pb.attention_per_layer + pb.mlp_per_layer) / rs.tp + pb.norms_per_layer
+        per_layer = layer_params_per_rank(rs)
         gathered = min(2, layers) * per_layer * gather_bytes_per_param(rs)
     rc = rs.parallelism.recompute
     per_layer_act = activation_bytes_per_layer(rs)
