@@ -377,3 +377,9 @@ def test_impossible_scaling_reference_is_an_error_not_a_missing_figure() -> None
         says=("not a valid layout", "16 GPUs"),
         hint=("32 GPUs",),
     )
+
+
+def test_an_int_key_and_a_string_key_are_not_duplicates() -> None:
+    from simulator.config.yamlio import load_text
+
+    assert load_text("a:\n  1: x\n  '1': y\n") == {"a": {1: "x", "1": "y"}}

@@ -82,16 +82,17 @@ def _expanded_size(root: Node) -> int:
             for child in node.value:
                 total += size(child, depth + 1)
         elif isinstance(node, MappingNode):
-            seen: dict[str, int] = {}
+            seen: dict[tuple[str, str], int] = {}
             for k, v in node.value:
                 if isinstance(k, ScalarNode) and k.tag != "tag:yaml.org,2002:merge":
                     line = k.start_mark.line + 1
-                    if k.value in seen:
+                    name = (k.tag, k.value)  # `1:` (an int) and `'1':` (a string) differ
+                    if name in seen:
                         raise YamlDuplicateKey(
                             f"the key '{k.value}' is given twice in one mapping (lines "
-                            f"{seen[k.value]} and {line})"
+                            f"{seen[name]} and {line})"
                         )
-                    seen[k.value] = line
+                    seen[name] = line
                 total += size(k, depth + 1) + size(v, depth + 1)
         total = min(total, MAX_NODES + 1)
         memo[key] = total
