@@ -176,12 +176,11 @@ def simulate(
     from .report.files import output_path
     from .report.tables import print_simulation
     from .report.trace import write_trace
-
-    if trace is not None:
-        output_path(trace, "--trace")
     from .simulate import simulate as run_sim
 
     rs = load_scenario(find_scenario(scenario), set_ or [])
+    if trace is not None:  # checked once the scenario is known good, before simulating
+        output_path(trace, "--trace")
     if full:
         with err.status(f"simulating all {rs.gpus} ranks (full mode)…"):
             res = run_sim(rs, full=full, trace=trace is not None, scaling=scaling)
