@@ -71,33 +71,32 @@ def check_free(name: str, out_dir: str | Path) -> None:
     kinds[f"{name}-storage"] = "storage"
     for n, kind in kinds.items():
         here = target / f"{n}.yaml"
-        prof: Any = cat.profiles.get(n)
-        path = cat.files[n].resolve() if prof is not None else here
-        if prof is None and here.is_file():  # a folder clustersim does not search
-            prof = _kind_only(here)
-        if prof is None:
+        prof = cat.profiles.get(n)
+        if prof is not None:
+            found, path = getattr(prof, "kind", None), cat.files[n].resolve()
+        elif here.is_file():  # a folder clustersim does not search
+            found, path = _kind_of(here), here
+        else:
             continue
-        own = ours and path.parent == target and getattr(prof, "kind", None) == kind
-        if own and bundled not in path.parents:
+        if ours and found == kind and path.parent == target and bundled not in path.parents:
             continue
         raise UserError(
-            f"a {getattr(prof, 'kind', 'hardware')} profile named '{n}' already exists ({path})",
+            f"a {found or 'hardware'} profile named '{n}' already exists ({path})",
             path="--name",
             hint="pick another name for the calibration",
         )
 
 
-def _kind_only(path: Path) -> Any:
-    """The ``kind`` of a profile file, as an object with that attribute (None if unreadable)."""
-    from types import SimpleNamespace
-
+def _kind_of(path: Path) -> str | None:
+    """The ``kind`` a profile file declares (None if unreadable)."""
     from simulator.config.yamlio import load_text
 
     try:
         data = load_text(path.read_text())
     except ValueError:
         return None
-    return SimpleNamespace(kind=data.get("kind")) if isinstance(data, dict) else None
+    kind = data.get("kind") if isinstance(data, dict) else None
+    return kind if isinstance(kind, str) else None
 
 
 def in_sample(name: str, sidecar: dict[str, Any]) -> dict[str, Any] | None:

@@ -167,20 +167,8 @@ _Parts = tuple[str, float, float, dict[str, float], list[str]]
 
 
 def _tier_rate(price: CloudPrice, tier: Tier) -> float:
-    rates = {
-        "on_demand": price.on_demand_usd_per_gpu_hour,
-        "reserved": price.reserved_usd_per_gpu_hour,
-        "spot": price.spot_usd_per_gpu_hour,
-    }
-    rate = rates[tier]
-    if rate is None:
-        available = [t for t, r in rates.items() if r is not None]
-        raise UserError(
-            f"pricing profile '{price.name}' has no {tier} price",
-            path="cluster.pricing.tier",
-            hint=f"use a tier the profile has ({', '.join(available)}), or add "
-            f"{tier}_usd_per_gpu_hour to the profile",
-        )
+    rate = price.tier_rates()[tier]
+    assert rate is not None, "a tier the profile lacks is refused when the scenario resolves"
     return rate.value
 
 

@@ -7,26 +7,21 @@ import json
 from pathlib import Path
 
 import pytest
+from test_fit import _probe_like
 
 from calibrate.output import check_free
 from calibrate.probe_file import load_probe
 from simulator.errors import UserError
 
-PROBE = {
-    "format": "clustersim-probe",
-    "version": 1,
-    "complete": True,
-    "host": "h",
-    "date": "2025-01-01",
-    "world_size": 2,
-    "collectives": [
+PROBE = _probe_like(
+    collectives=[
         {"op": "all_reduce", "group": "intra", "bytes": b, "time_s": 1e-4 + b / 1e9}
         for b in (1024, 1 << 20)
     ],
-    "matmul": [{"m": 64, "n": 64, "k": 64, "flops": 5.2e5, "time_s": 1e-5}],
-    "memory": [{"kind": "copy", "bytes": 1 << 20, "time_s": 1e-4}],
-    "train": {"step_time_median_s": 0.1},
-}
+    matmul=[{"m": 64, "n": 64, "k": 64, "flops": 5.2e5, "time_s": 1e-5}],
+    memory=[{"kind": "copy", "bytes": 1 << 20, "time_s": 1e-4}],
+    train={"step_time_median_s": 0.1},
+)
 
 
 @pytest.mark.parametrize("bad", [None, 0, -1e-3, float("inf")])

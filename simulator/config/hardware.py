@@ -257,6 +257,14 @@ class CloudPrice(_Profile):
         "interrupted when any of its nodes is",
     )
 
+    def tier_rates(self) -> dict[str, Num | None]:
+        """$ per GPU-hour by tier (None: the profile has no such tier)."""
+        return {
+            "on_demand": self.on_demand_usd_per_gpu_hour,
+            "reserved": self.reserved_usd_per_gpu_hour,
+            "spot": self.spot_usd_per_gpu_hour,
+        }
+
 
 class OwnershipPrice(_Profile):
     kind: Literal["ownership_price"] = "ownership_price"

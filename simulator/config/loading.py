@@ -298,11 +298,7 @@ def resolve(
             hint="use bf16 on this GPU, or give its profile a peak_tflops.fp8 figure",
         )
     if isinstance(price, CloudPrice):
-        rates = {
-            "on_demand": price.on_demand_usd_per_gpu_hour,
-            "reserved": price.reserved_usd_per_gpu_hour,
-            "spot": price.spot_usd_per_gpu_hour,
-        }
+        rates = price.tier_rates()
         if rates[tier] is None:
             have = ", ".join(t for t, r in rates.items() if r is not None)
             raise UserError(

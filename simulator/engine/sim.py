@@ -71,6 +71,14 @@ class Simulation(PassRunner):
             label = lambda: f"{grad_coll} {nbytes / 1e6:.0f} MB"  # noqa: E731
             dp_jobs.append(self._submit(rank, "dp", collective(dp_ep, grad_coll, nbytes, label)))
 
+        def add_grads(nbytes: float) -> None:
+            """Gradients ready for the overlapped reduction, launched a bucket at a time."""
+            nonlocal pending_grads
+            pending_grads += nbytes
+            if pending_grads >= bucket_target:
+                launch_dp(pending_grads)
+                pending_grads = 0.0
+
         def gather(nbytes: float, label: str) -> Job:
             return self._submit(rank, "dp", collective(dp_ep, "all_gather", nbytes, label))
 
@@ -138,11 +146,7 @@ class Simulation(PassRunner):
                 if dp_on and self.ov.dp_grad and (grads_every_mb or mb == last_b[ch]):
 
                     def after(i: int) -> None:
-                        nonlocal pending_grads
-                        pending_grads += self.layer_params * grad_b
-                        if pending_grads >= bucket_target:
-                            launch_dp(pending_grads)
-                            pending_grads = 0.0
+                        add_grads(self.layer_params * grad_b)
 
                 bwd = self.p_bwd_sync if sync else self.p_bwd
                 yield from layer_pass(bwd, layers, before, after, "bwd")
@@ -156,10 +160,7 @@ class Simulation(PassRunner):
                         self.head_params if stage == self.p - 1 and ch == self.v - 1 else 0.0
                     )
                     if extra > 0:
-                        pending_grads += extra * grad_b
-                        if pending_grads >= bucket_target:
-                            launch_dp(pending_grads)
-                            pending_grads = 0.0
+                        add_grads(extra * grad_b)
             if self.tracing:
                 self._emit(
                     rank,
@@ -185,11 +186,9 @@ class Simulation(PassRunner):
         params = self._stage_params(stage)
         # 4. gradients: the rest of the buckets (or all of them without overlap), then wait
         if dp_on:
-            own = self.extra_params.get(stage, 0.0) * grad_b
             if self.ov.dp_grad:
-                if grads_every_mb:
-                    own = 0.0  # reduced with each micro-batch's (above)
-                pending_grads += own
+                if not grads_every_mb:  # else reduced with each micro-batch's (above)
+                    pending_grads += self.extra_params.get(stage, 0.0) * grad_b
                 if pending_grads > 0:
                     launch_dp(pending_grads)
             else:

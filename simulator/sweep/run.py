@@ -12,6 +12,7 @@ interrupted-and-resumed sweep gives the same file as an uninterrupted one.
 from __future__ import annotations
 
 import csv
+import hashlib
 import io
 import json
 import os
@@ -181,8 +182,8 @@ def _ray(
 
 def run_fingerprint(spec: SweepSpec, base: dict[str, Any]) -> str:
     """What, besides a point's own axis values, decides its rows: the base scenario and the
-    sweep's name and plan settings."""
-    return json.dumps(
+    sweep's name and plan settings (a digest, carried by every point)."""
+    text = json.dumps(
         {
             "base": base,
             "sweep": spec.model_dump(mode="json", exclude={"axes", "base", "description"}),
@@ -190,6 +191,7 @@ def run_fingerprint(spec: SweepSpec, base: dict[str, Any]) -> str:
         sort_keys=True,
         default=str,
     )
+    return hashlib.sha1(text.encode()).hexdigest()
 
 
 def run_sweep(

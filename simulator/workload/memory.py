@@ -74,9 +74,8 @@ def layer_params_per_rank(rs: ResolvedScenario) -> float:
     pb = param_breakdown(m, rs.training.seq_len)
     kv_w = 2 * m.kv_dim * (m.hidden + (1 if m.linear_bias else 0))
     kv_rank = kv_w * kv_per_rank(rs) / m.kv_dim
-    return (
-        (pb.attention_per_layer - kv_w + pb.mlp_per_layer) / rs.tp + kv_rank + (pb.norms_per_layer)
-    )
+    sharded = pb.attention_per_layer - kv_w + pb.mlp_per_layer
+    return sharded / rs.tp + kv_rank + pb.norms_per_layer
 
 
 def stage_params(rs: ResolvedScenario, stage: int) -> float:
