@@ -84,6 +84,7 @@ def inline_scenario(
     precision: str = "bf16",
     flash_attention: bool = True,
     gpu_memory_gb: float | None = None,
+    grad_reduce_dtype: str | None = None,
     **parallelism: Any,
 ) -> dict[str, Any]:
     """A scenario dict that uses only inline profiles."""
@@ -100,17 +101,20 @@ def inline_scenario(
     if nodes > 1:
         cluster["network"] = {"profile": copy.deepcopy(NETWORK), "nics_per_node": 8}
     gpus = gpus_per_node * nodes
+    training: dict[str, Any] = {
+        "seq_len": seq_len,
+        "global_batch": global_batch if global_batch is not None else 8 * gpus,
+        "micro_batch": micro_batch,
+        "precision": precision,
+        "flash_attention": flash_attention,
+    }
+    if grad_reduce_dtype is not None:
+        training["grad_reduce_dtype"] = grad_reduce_dtype
     return {
         "name": "inline-test",
         "cluster": cluster,
         "model": model,
-        "training": {
-            "seq_len": seq_len,
-            "global_batch": global_batch if global_batch is not None else 8 * gpus,
-            "micro_batch": micro_batch,
-            "precision": precision,
-            "flash_attention": flash_attention,
-        },
+        "training": training,
         "parallelism": parallelism,
     }
 

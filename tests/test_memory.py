@@ -49,8 +49,18 @@ def _state_gb(stage_mem: Any) -> float:
     return stage_mem.weights_gb + stage_mem.gradients_gb + stage_mem.optimizer_gb
 
 
-def _dp64(model: str = "megatron-7.5b", **par: Any) -> Any:
-    return resolve_inline(model, nodes=8, gpus_per_node=8, global_batch=512, tp=1, pp=1, **par)
+def _dp64(model: str = "megatron-7.5b", grads: str | None = "bf16", **par: Any) -> Any:
+    """64-way DP with 16-bit gradients, as ZeRO's 16 bytes per parameter count them."""
+    return resolve_inline(
+        model,
+        nodes=8,
+        gpus_per_node=8,
+        global_batch=512,
+        tp=1,
+        pp=1,
+        grad_reduce_dtype=grads,
+        **par,
+    )
 
 
 @pytest.mark.parametrize("model", ["megatron-7.5b", "llama3-8b"])
@@ -109,6 +119,34 @@ def test_optimizer_and_gradient_dtype_options() -> None:
     assert memory_report(no_master).peak.optimizer_gb == pytest.approx(8 * psi / GB)
     sgd = resolve_dict(raw, ["training.optimizer.kind=sgd"])
     assert memory_report(sgd).peak.optimizer_gb == pytest.approx(8 * psi / GB)
+
+
+@pytest.mark.parametrize(
+    ("software", "precision", "grad_bytes"),
+    [
+        ("megatron-core", "bf16", 4),  # Megatron forces fp32 accumulation and reduction for bf16
+        ("megatron-core", "fp8", 4),  # fp8 runs under --bf16
+        ("megatron-core", "fp16", 2),  # fp16 keeps fp16 gradients
+        ("torchtitan", "bf16", 4),  # FSDP2 reduce_dtype float32
+        ("deepspeed", "bf16", 2),
+        ("pytorch-fsdp", "bf16", 2),
+    ],
+)
+def test_gradient_dtype_follows_the_software_stack(
+    software: str, precision: str, grad_bytes: int
+) -> None:
+    from simulator.config.loading import resolve_dict
+    from simulator.workload.comm import grad_bytes_per_param
+
+    raw = dict(_dp64(grads=None).raw)
+    rs = resolve_dict(raw, [f"software={software}", f"training.precision={precision}"])
+    psi = param_count(rs.model, rs.training.seq_len)
+    assert rs.grad_reduce_fp32 is (grad_bytes == 4)
+    assert grad_bytes_per_param(rs) == grad_bytes
+    assert memory_report(rs).peak.gradients_gb == pytest.approx(grad_bytes * psi / GB)
+    # The scenario's own choice wins over the stack's.
+    bf16 = resolve_dict(raw, [f"software={software}", "training.grad_reduce_dtype=bf16"])
+    assert grad_bytes_per_param(bf16) == 2
 
 
 def test_zero3_holds_gathered_layers() -> None:

@@ -364,13 +364,20 @@ def test_full_recompute_repeats_only_the_layer_collectives() -> None:
 
 
 def test_dp_gradient_bytes() -> None:
-    rs = resolve_inline("llama3-8b", tp=2, pp=1, global_batch=64)
+    rs = resolve_inline("llama3-8b", tp=2, pp=1, global_batch=64, grad_reduce_dtype="bf16")
     dp = _comm(rs, group="dp")
     assert {it.op for it in dp} == {"all_reduce"}
     assert sum(it.total_bytes for it in dp) == pytest.approx(stage_params(rs, 0) * 2)
     assert all(it.bytes <= rs.dp_bucket_bytes + 1 for it in dp)
     fp32 = resolve_dict(rs.raw, ["training.grad_reduce_dtype=fp32"])
     assert sum(it.total_bytes for it in _comm(fp32, group="dp")) == pytest.approx(
+        stage_params(rs, 0) * 4
+    )
+    # Unset, the default stack's choice: Megatron reduces bf16 training's gradients in fp32.
+    raw = dict(rs.raw)
+    raw["training"] = {k: v for k, v in raw["training"].items() if k != "grad_reduce_dtype"}
+    stack = resolve_dict(raw)
+    assert sum(it.total_bytes for it in _comm(stack, group="dp")) == pytest.approx(
         stage_params(rs, 0) * 4
     )
 

@@ -206,6 +206,7 @@ def test_llama70b_with_adafactor_gets_levers(tmp_path: Path) -> None:
         "llama3-70b",
         micro_batch=1,
         optimizer={"kind": "adafactor", "master_weights_fp32": False},
+        grad_reduce_dtype="bf16",
     )
     d = json.loads(run_cli("check", str(f), "--format", "json").stdout)
     assert d["fits"] is False

@@ -258,6 +258,20 @@ class ResolvedScenario(BaseModel):
         return True if flag is None else flag.value
 
     @property
+    def grad_reduce_fp32(self) -> bool:
+        """Gradients accumulated and reduced over DP in fp32: the scenario's
+        training.grad_reduce_dtype, else the software stack's choice under bf16/fp8 mixed
+        precision (Megatron-LM forces it for bf16; fp16 runs keep 16-bit gradients), and
+        always in fp32 training."""
+        tr = self.training
+        if tr.precision == "fp32":
+            return True
+        if tr.grad_reduce_dtype is not None:
+            return tr.grad_reduce_dtype == "fp32"
+        flag = self.software.grad_reduce_fp32
+        return tr.precision in ("bf16", "fp8") and flag is not None and flag.value
+
+    @property
     def dp_cp(self) -> int:
         """Ranks that hold the same parameters: the data-parallel replicas and, within each,
         the context-parallel ranks (each computes gradients on its slice of the sequences).

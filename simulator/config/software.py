@@ -142,6 +142,12 @@ class SoftwareProfile(_Profile):
         description="whether the stack has a fused (flash) attention kernel (a scenario's "
         "training.flash_attention overrides it; unset: it has)",
     )
+    grad_reduce_fp32: SourcedFlag | None = Field(
+        default=None,
+        description="under bf16 or fp8 mixed precision the stack accumulates gradients in an "
+        "fp32 buffer and reduces them over DP in fp32 (a scenario's training.grad_reduce_dtype "
+        "overrides it; unset: 16-bit)",
+    )
     comm_sms: Num = Field(
         description="streaming multiprocessors a data-parallel collective's kernels hold while "
         "it overlaps computation: compute loses that share of the GPU for the overlap"

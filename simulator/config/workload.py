@@ -113,8 +113,11 @@ class TrainingSpec(BaseModel):
         description="fused attention: no s×s score matrix kept for backward (unset: the "
         "software stack's flash_attention, else true)",
     )
-    grad_reduce_dtype: Literal["bf16", "fp32"] = Field(
-        default="bf16", description="dtype of the DP gradient reduction"
+    grad_reduce_dtype: Literal["bf16", "fp32"] | None = Field(
+        default=None,
+        description="dtype of the DP gradient reduction and of the gradient buffer it reduces "
+        "(bf16: the 16-bit training dtype; unset: the software stack's grad_reduce_fp32 under "
+        "bf16/fp8, else 16-bit; fp32 training always reduces fp32)",
     )
     param_gather_dtype: Literal["bf16", "fp32"] = Field(
         default="bf16",

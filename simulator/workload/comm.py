@@ -30,8 +30,7 @@ class CommItem:
 
 def grad_bytes_per_param(rs: ResolvedScenario) -> float:
     """Bytes per gradient element as reduced over DP (fp32 training has fp32 gradients)."""
-    fp32 = rs.training.grad_reduce_dtype == "fp32" or rs.training.precision == "fp32"
-    return 4.0 if fp32 else 2.0
+    return 4.0 if rs.grad_reduce_fp32 else 2.0
 
 
 def pp_message_bytes(rs: ResolvedScenario) -> float:

@@ -112,7 +112,7 @@ def bytes_per_param(rs: ResolvedScenario) -> tuple[float, float, float]:
     # 16-bit working weights (fp8 training keeps 16-bit weights and casts per GEMM); fp32
     # training has fp32 weights and gradients and no separate master copy.
     w = 4.0 if fp32 else 2.0
-    g = 4.0 if fp32 or tr.grad_reduce_dtype == "fp32" else 2.0
+    g = 4.0 if rs.grad_reduce_fp32 else 2.0
     master = 4.0 if has_master_copy(rs) else 0.0
     states = {"adam": 8.0, "adamw": 8.0, "sgd": 4.0, "adafactor": 0.5}[tr.optimizer.kind]
     return w, g, master + states
