@@ -157,6 +157,25 @@ def test_resume_reuses_no_row_of_another_base_or_settings(tmp_path: Path) -> Non
     assert stale and len(rows) > len(second)
 
 
+@pytest.mark.parametrize("order", [["off", "expected"], ["expected", "off"]])
+def test_points_that_differ_only_in_run_settings_are_simulated_apart(
+    tmp_path: Path, order: list[str]
+) -> None:
+    """The per-process cache leaves out pricing and the token budget only: the stragglers
+    setting changes the step, whichever point runs first."""
+    from simulator.config.loading import load_scenario
+    from simulator.simulate import simulate
+
+    spec = _spec(tmp_path, axes=[{"run.stragglers": order}], parallelism={})
+    rows = _run(spec, tmp_path / f"s-{order[0]}.csv")
+    by = {r["axis_run.stragglers"]: r["step_time_s"] for r in rows}
+    for mode in order:
+        rs = load_scenario(BASE, [f"run.stragglers={mode}"])
+        want = simulate(rs, scaling=False).metrics.step_time_s
+        assert by[mode] == pytest.approx(want, rel=1e-9)
+    assert by["expected"] > by["off"]
+
+
 @pytest.mark.parametrize("suffix", [".jsonl", ".parquet"])
 def test_other_formats_hold_the_same_rows(tmp_path: Path, suffix: str) -> None:
     spec = _spec(tmp_path)

@@ -139,9 +139,11 @@ def _simulate_unpriced(
     variant: dict[str, Any], rs: ResolvedScenario
 ) -> tuple[dict[str, Any], float]:
     """``simulate`` of ``rs`` without its cost, and its idle fraction (cached by the scenario
-    with its pricing and token budget left out)."""
+    with its pricing and token budget left out: the rest of ``run``, stragglers for one,
+    changes the step)."""
     cl = {k: v for k, v in (variant.get("cluster") or {}).items() if k != "pricing"}
-    key = json.dumps({**variant, "cluster": cl, "run": None}, sort_keys=True, default=str)
+    run = {k: v for k, v in (variant.get("run") or {}).items() if k != "tokens"}
+    key = json.dumps({**variant, "cluster": cl, "run": run}, sort_keys=True, default=str)
     hit = _SIMULATED.get(key)
     if hit is None:
         res = simulate(rs.model_copy(update={"price": None}), scaling=False)
