@@ -4,8 +4,8 @@ Two pricing models, chosen by the kind of ``cluster.pricing.profile``:
 
 * **Cloud** (:class:`~simulator.config.hardware.CloudPrice`): every GPU is rented for the whole
   wall time, busy or idle, at the $/GPU-hour of the chosen tier (``on_demand``, ``reserved`` or
-  ``spot``). On spot, preemptions cost re-done work and restarts; see
-  :data:`SPOT_CHECKPOINT_INTERVAL_MIN` and :data:`SPOT_RESTART_MIN` for the model.
+  ``spot``). On spot, preemptions cost checkpoint writes, re-done work and restarts
+  (:mod:`simulator.interruptions`).
 * **Ownership** (:class:`~simulator.config.hardware.OwnershipPrice`): the run is charged the
   capital cost (nodes plus network ports) amortised linearly over the hardware's life, the
   energy it draws (scaled by GPU utilisation and the facility's PUE) and, where given, a yearly
@@ -23,8 +23,9 @@ Definitions used throughout:
 * ``usd_per_million_tokens = usd_per_step / tokens_per_step · 1e6``.
 * With a token budget (``run.tokens``): ``steps = tokens / tokens_per_step``,
   ``time_to_train = steps · step_time / goodput`` and ``usd_total = steps · usd_per_step``.
-* ``usd_idle = idle_fraction · usd_total``: the dollars spent while GPUs sat idle (the GPUs are
-  paid for whether or not they compute).
+* ``usd_idle = (1 - goodput · (1 - idle_fraction)) · usd_total``: the dollars that bought no
+  useful computation: GPUs idle within a step, and on spot the wall time lost to checkpoint
+  writes, restarts and re-done work (the GPUs are paid for whether or not they compute).
 """
 
 from __future__ import annotations
@@ -48,18 +49,6 @@ and a GPU waiting inside a training step (on a collective, a pipeline bubble) is
 clocks stay high and communication kernels run. 0.3 sits between those; the per-GPU draw is
 ``idle + (busy - idle) · utilisation``.
 """
-
-SPOT_CHECKPOINT_INTERVAL_MIN = 30.0
-"""Assumed minutes between checkpoints on spot instances.
-
-A preemption strikes at a uniformly random moment between two checkpoints, so on average it loses
-half an interval of work. 30 minutes is a common setting for large jobs on preemptible capacity
-(frequent enough to bound the loss, rare enough that checkpoint writes stay a small overhead).
-"""
-
-SPOT_RESTART_MIN = 10.0
-"""Assumed minutes from a preemption to training again: get replacement capacity, start the
-processes, initialise the communicators and load the last checkpoint."""
 
 Tier = Literal["on_demand", "reserved", "spot"]
 
@@ -85,7 +74,8 @@ class CostReport:
     time_to_train_days: float | None
     usd_total: float | None
     usd_idle: float | None
-    """$ spent while GPUs were idle over the run: ``idle_fraction · usd_total``."""
+    """$ that bought no useful computation over the run: GPUs idle within a step and, on spot,
+    wall time lost to interruptions: ``(1 - goodput · (1 - idle_fraction)) · usd_total``."""
     usd_idle_per_step: float
     breakdown: dict[str, float] = field(default_factory=dict)
     """$ per hour by component: ``gpu_rental``, or ``capex``, ``energy`` and ``opex``."""
@@ -123,13 +113,14 @@ def compute_cost(
         raise ValueError(f"gpu_utilisation must be within 0..1 (got {gpu_utilisation})")
 
     if isinstance(rs.price, CloudPrice):
-        model, usd_per_hour, goodput, breakdown, assumptions = _cloud(rs, rs.price)
+        model, usd_per_hour, goodput, breakdown, assumptions = _cloud(rs, rs.price, step_time_s)
     else:
         util = gpu_utilisation if gpu_utilisation is not None else 1.0 - idle_fraction
         model, usd_per_hour, goodput, breakdown, assumptions = _ownership(rs, rs.price, util)
 
     tokens_per_step = rs.training.tokens_per_step
     usd_per_step = usd_per_hour * step_time_s / 3600.0 / goodput
+    wasted = 1.0 - goodput * (1.0 - idle_fraction)
     usd_per_million_tokens = usd_per_step / tokens_per_step * 1e6
 
     steps: float | None = None
@@ -140,10 +131,15 @@ def compute_cost(
         steps = rs.run.tokens / tokens_per_step
         days = steps * step_time_s / goodput / 86400.0
         total = steps * usd_per_step
-        idle = idle_fraction * total
+        idle = wasted * total
     assumptions.append(
-        f"idle cost: {idle_fraction:.1%} of GPU time is idle, so that share of the spend buys "
-        "no computation"
+        f"idle cost: {idle_fraction:.1%} of GPU time within a step is idle"
+        + (
+            f", and {1.0 - goodput:.1%} of wall time is lost to interruptions"
+            if goodput < 1.0
+            else ""
+        )
+        + f", so {wasted:.1%} of the spend buys no useful computation"
     )
 
     return CostReport(
@@ -156,7 +152,7 @@ def compute_cost(
         time_to_train_days=days,
         usd_total=total,
         usd_idle=idle,
-        usd_idle_per_step=idle_fraction * usd_per_step,
+        usd_idle_per_step=wasted * usd_per_step,
         breakdown=breakdown,
         assumptions=assumptions,
     )
@@ -172,7 +168,7 @@ def _tier_rate(price: CloudPrice, tier: Tier) -> float:
     return rate.value
 
 
-def _cloud(rs: ResolvedScenario, price: CloudPrice) -> _Parts:
+def _cloud(rs: ResolvedScenario, price: CloudPrice, step_time_s: float) -> _Parts:
     tier: Tier = rs.price_tier
     rate = _tier_rate(price, tier)
     usd_per_hour = rate * rs.gpus
@@ -188,20 +184,22 @@ def _cloud(rs: ResolvedScenario, price: CloudPrice) -> _Parts:
         )
     goodput = 1.0
     if tier == "spot":
-        goodput = _spot_goodput(price, rs.nodes, assumptions)
+        goodput = _spot_goodput(rs, price, step_time_s, assumptions)
     return f"cloud:{tier}", usd_per_hour, goodput, {"gpu_rental": usd_per_hour}, assumptions
 
 
-def _spot_goodput(price: CloudPrice, nodes: int, assumptions: list[str]) -> float:
+def _spot_goodput(
+    rs: ResolvedScenario, price: CloudPrice, step_time_s: float, assumptions: list[str]
+) -> float:
     """Fraction of wall time that makes progress on spot, and the lines that explain it.
 
-    Each preemption loses half a checkpoint interval of work (on average) plus a restart. The
-    profile's rate is per spot instance (node) and wall-clock day; a synchronous job stops
+    The profile's rate is per spot instance (node) and wall-clock day; a synchronous job stops
     whenever any of its nodes is reclaimed, so independent reclaims strike the job ``nodes``
-    times as often (reclaims that take several nodes at once would make it less). The lost
-    share of wall time is ``rate · nodes · loss / 24 h`` and the run takes
-    ``1 / (1 - that)`` times as long as without preemptions.
+    times as often (reclaims that take several nodes at once would make it less). Checkpoints
+    are written at the interval that maximises goodput (:mod:`simulator.interruptions`).
     """
+    from .interruptions import checkpoint, goodput
+
     per_node = price.spot_preemptions_per_day
     if per_node is None:
         assumptions.append(
@@ -209,26 +207,33 @@ def _spot_goodput(price: CloudPrice, nodes: int, assumptions: list[str]) -> floa
             "(time and cost are a lower bound)"
         )
         return 1.0
-    per_day = per_node.value * nodes
-    loss_h = (SPOT_CHECKPOINT_INTERVAL_MIN / 2.0 + SPOT_RESTART_MIN) / 60.0
-    lost = per_day * loss_h / 24.0
-    if lost >= 1.0:
+    per_day = per_node.value * rs.nodes
+    ck = checkpoint(rs)
+    g = goodput(per_day / 24.0, ck, step_time_s)
+    if g.goodput < 0.01:
+        others = [t for t, r in price.tier_rates().items() if r is not None and t != "spot"]
         raise UserError(
-            f"{per_day:g} spot preemptions a day ({per_node.value:g} per node × {nodes} "
-            f"nodes), each losing {loss_h * 60:.0f} minutes, leave no time to make progress",
+            f"{per_day:g} spot preemptions a day ({per_node.value:g} per node × {rs.nodes} "
+            f"nodes) leave {g.goodput:.2%} of the time for progress, even with the best "
+            f"checkpoint interval ({g.interval_s / 60:.1f} min, {ck.write_s:.0f} s to write "
+            f"{ck.bytes / 1e9:,.0f} GB to {rs.storage.name})",
+            file=rs.source_file,
             path="cluster.pricing.tier",
-            hint="use the on_demand or reserved tier, or fewer nodes",
+            hint=f"use the {' or '.join(others)} tier of {price.name}, or fewer nodes"
+            if others
+            else "use fewer nodes or another pricing profile",
         )
-    goodput = 1.0 - lost
     assumptions.append(
-        f"spot: {per_day:g} preemptions per day ({per_node.value:g} per node × {nodes} "
-        "nodes); each loses on average half a "
-        f"{SPOT_CHECKPOINT_INTERVAL_MIN:g}-minute checkpoint interval of work plus a "
-        f"{SPOT_RESTART_MIN:g}-minute restart ({loss_h * 60:.0f} min), so {lost:.1%} of wall "
-        f"time is lost and time to train and $ per useful step are {1.0 / goodput:.3f}× the "
-        "uninterrupted figures"
+        f"spot: {per_day:g} preemptions per day ({per_node.value:g} per node × {rs.nodes} "
+        f"nodes); a checkpoint of {ck.bytes / 1e9:,.0f} GB takes {ck.write_s:.0f} s to write "
+        f"to {rs.storage.name} and is written every {g.interval_s / 60:.1f} min of work "
+        f"({g.interval_s / step_time_s:.0f} steps, the interval that loses least); a restart "
+        f"takes {g.restart_s / 60:.1f} min (new capacity, start-up, reading the checkpoint "
+        "back), then the work since the last "
+        f"checkpoint is re-done: {g.goodput:.1%} of wall time makes progress, so time to "
+        f"train and $ per useful step are {1.0 / g.goodput:.3f}× the uninterrupted figures"
     )
-    return goodput
+    return g.goodput
 
 
 def _ownership(rs: ResolvedScenario, price: OwnershipPrice, util: float) -> _Parts:

@@ -191,5 +191,5 @@ def print_simulation(d: dict[str, Any], console: Console) -> None:
         if c.get("usd_total") is not None:
             ct.add_row("time to train", f"{c['time_to_train_days']:.1f} days")
             ct.add_row("$ for the token budget", f"{c['usd_total']:,.0f}")
-            ct.add_row("$ spent while GPUs idle", f"{c['usd_idle']:,.0f}")
+            ct.add_row("$ on idle or lost GPU time", f"{c['usd_idle']:,.0f}")
         console.print(ct)
