@@ -29,7 +29,7 @@ from ..workload.memory import shard_group
 from .compute import Program
 from .results import EngineResult, RankResult
 from .schedule import schedule_arrays
-from .setup import PROGRAMS
+from .setup import PROGRAMS, loader_bytes_per_node
 from .sim import Simulation
 
 if TYPE_CHECKING:  # numpy loads with the walk, not with the simulate path
@@ -334,13 +334,13 @@ class _Walk:
     def _loader(self) -> float:
         sim, rs = self.sim, self.sim.rs
         st = rs.storage
-        total = rs.training.tokens_per_step * rs.training.input_bytes_per_token
-        per_node = total / rs.nodes
+        per_node = loader_bytes_per_node(rs, sim.lay)
+        busiest = max(range(len(per_node)), key=per_node.__getitem__)
         t = st.latency_ms.value * 1e-3 * sim.m
-        links: list[tuple[Any, float]] = [(("storage_client", 0), 1.0)]
+        links: list[tuple[Any, float]] = [(("storage_client", busiest), 1.0)]
         if st.aggregate_read_gbps is not None:
-            links.append((("storage_agg",), float(rs.nodes)))
-        return t + _solo(sim.net.resolve(links), per_node)
+            links.append((("storage_agg",), sum(per_node) / per_node[busiest]))
+        return t + _solo(sim.net.resolve(links), per_node[busiest])
 
     def _finish(self, results: dict[int, RankResult]) -> EngineResult:
         sim = self.sim

@@ -15,7 +15,7 @@ from ..config.scenario import ResolvedScenario
 from ..config.software import on
 from ..network.collectives import choose
 from ..network.flows import FlowNetwork
-from ..network.topology import Topology
+from ..network.topology import Layout, Topology
 from ..workload.comm import gather_bytes_per_param, grad_bytes_per_param
 from ..workload.memory import bytes_per_param, layer_params_per_rank, shard_group
 from ..workload.model import param_breakdown
@@ -34,6 +34,16 @@ from .compute import OpTimer, Program, build_program, twin_suffixes
 from .results import STREAMS, RankResult
 from .sharing import LinkSharing
 from .stragglers import pace as straggler_pace
+
+
+def loader_bytes_per_node(rs: ResolvedScenario, lay: Layout) -> list[float]:
+    """Training data each node reads per step: every reader rank (TP rank 0 on the first and
+    last pipeline stages, :meth:`Layout.loader_ranks_per_node`) reads its DP replica's share
+    of the step's samples in full."""
+    total = rs.training.tokens_per_step * rs.training.input_bytes_per_token
+    per_reader = total / rs.dp
+    return [n * per_reader for n in lay.loader_ranks_per_node()]
+
 
 # The per-pass programs a simulation builds (``_build_programs``).
 PROGRAMS = (
@@ -311,17 +321,20 @@ class SimulationBase(LinkSharing):
         """Reads the next step's input while this step runs (one step of prefetch)."""
         rs = self.rs
         st = rs.storage
-        total = rs.training.tokens_per_step * rs.training.input_bytes_per_token
-        per_node = total / rs.nodes
+        per_node = loader_bytes_per_node(rs, self.lay)
         t0 = self.env.now
         yield self.env.timeout(st.latency_ms.value * 1e-3 * self.m)
-        nodes = range(rs.nodes) if self.full else [0]
+        busiest = max(range(len(per_node)), key=per_node.__getitem__)
+        nodes = [n for n, b in enumerate(per_node) if b > 0] if self.full else [busiest]
+        # Symmetric mode: the busiest node's read stands for all, as many of them as the
+        # storage system's total load divided by one.
+        weight = sum(per_node) / per_node[busiest]
         jobs = []
         for node in nodes:
             links: list[tuple[tuple, float]] = [(("storage_client", node), 1.0)]
             if st.aggregate_read_gbps is not None:
-                links.append((("storage_agg",), 1.0 if self.full else float(rs.nodes)))
-            jobs.append(self.net.transfer(links, per_node))
+                links.append((("storage_agg",), 1.0 if self.full else weight))
+            jobs.append(self.net.transfer(links, per_node[node]))
         yield self.env.all_of(jobs)
         self.loader_done = self.env.now
         if self.tracing:

@@ -15,6 +15,7 @@ Bandwidths are effective: the profile's figure times its achievable fraction.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 from ..config.scenario import FatTree, RailOptimized, ResolvedScenario
@@ -77,6 +78,18 @@ class Layout:
     def stage_members(self, stage: int) -> range:
         block = self.tp * self.cp * self.dp
         return range(stage * block, (stage + 1) * block)
+
+    @functools.cache  # noqa: B019 (a frozen, hashable value: one entry per layout)
+    def loader_ranks_per_node(self) -> tuple[int, ...]:
+        """Ranks per node that read training data: TP rank 0 of every DP×CP coordinate on the
+        first and the last pipeline stage (Megatron builds its data iterators there; the first
+        stage needs the tokens, the last the labels, and TP rank 0 broadcasts to its group)."""
+        block = self.tp * self.cp * self.dp
+        counts = [0] * -(-self.world // self.gpus_per_node)
+        for stage in {0, self.pp - 1}:
+            for rank in range(stage * block, (stage + 1) * block, self.tp):
+                counts[rank // self.gpus_per_node] += 1
+        return tuple(counts)
 
 
 class Topology:
