@@ -54,6 +54,25 @@ def sweep(
         raise UserError(
             f"unknown objective '{best}'", path="--best", hint="time | cost | usd-per-token"
         )
+    constraints = {
+        "--deadline-days": deadline_days,
+        "--budget-usd": budget_usd,
+        "--max-gpus": max_gpus,
+        "--own/--rent": own,
+    }
+    given = [k for k, v in constraints.items() if v is not None]
+    if given and not best:
+        raise UserError(
+            f"{', '.join(given)} pick(s) the best layout, so needs --best",
+            path=given[0],
+            hint="add --best time, --best cost or --best usd-per-token",
+        )
+    if deadline_days is not None and deadline_days <= 0:
+        raise UserError(
+            f"--deadline-days must be positive (got {deadline_days:g})",
+            path="--deadline-days",
+            hint="the days the run may take, e.g. 30",
+        )
     from .report.files import output_path
 
     if not Path(out_file).is_dir() and Path(out_file).suffix.lower() not in (
@@ -86,8 +105,9 @@ def sweep(
             address,
             on_point=lambda done, total: update(done),
             on_stale=lambda n: err.print(
-                f"{safe(out_file)}: {n} row(s) came from another base scenario or other sweep "
-                "settings; their points are evaluated again and the rows replaced"
+                f"{safe(out_file)}: {n} row(s) match no point of this run (another base "
+                "scenario, other sweep settings or profiles, or points no longer in the spec) "
+                "and are dropped"
             ),
         )
     ok = [r for r in rows if r.get("status") == "ok"]
@@ -95,10 +115,13 @@ def sweep(
     for r in rows:
         if r.get("status") != "ok":
             failed[str(r["status"])] = failed.get(str(r["status"]), 0) + 1
-    dropped_mem = sum(int(r.get("plans_dropped_memory") or 0) for r in rows if r.get("point_rows"))
+    # Per point, not per row (with --all a point has a row per plan, each with its counts).
+    per_point = {r["point"]: int(r.get("plans_dropped_memory") or 0) for r in rows}
+    dropped_mem = sum(per_point.values())
+    ok_points = len({r["point"] for r in ok})
     out.print(
-        f"{len(pts)} points, {len(rows)} rows written to {safe(out_file)} ({len(ok)} with a "
-        f"valid plan); plans dropped as not fitting in memory: {dropped_mem}"
+        f"{len(pts)} points, {len(rows)} rows written to {safe(out_file)} ({ok_points} points "
+        f"with a valid plan); plans dropped as not fitting in memory: {dropped_mem}"
     )
     if pts and not ok:
         # Nothing to answer with: a typo in an axis, a profile that does not exist, or a model
@@ -121,6 +144,14 @@ def sweep(
         t.add_row(*_cells(r))
     out.print(t)
     chosen = None
+    if best in ("cost", "usd-per-token") and not any(r.get("usd_per_million_tokens") for r in ok):
+        raise UserError(
+            f"--best {best} needs prices, and no point of the sweep has one",
+            file=spec_file,
+            path="--best",
+            hint="give the base scenario a cluster.pricing (or an axis over it), or use "
+            "--best time",
+        )
     if best:
         ownership = None if own is None else ("own" if own else "rent")
         chosen, removed = pick(rows, best, deadline_days, budget_usd, max_gpus, ownership)  # type: ignore[arg-type]

@@ -10,9 +10,13 @@ Objective = Literal["time", "cost", "usd-per-token"]
 
 
 def time_of(r: dict[str, Any]) -> float | None:
-    """Days to train when the scenario has a token budget, else seconds per step."""
+    """Days to train when the scenario has a token budget, else seconds per million tokens
+    (per token, so that points with other batch sizes or sequence lengths compare)."""
     v = r.get("time_to_train_days")
-    return float(v) if v not in (None, "") else _num(r.get("step_time_s"))
+    if v not in (None, ""):
+        return float(v)
+    tps = _num(r.get("tokens_per_s"))
+    return 1e6 / tps if tps else None
 
 
 def cost_of(r: dict[str, Any]) -> float | None:
@@ -66,8 +70,9 @@ def best(
         if max_gpus is not None and int(r["gpus"]) > max_gpus:
             removed["max_gpus"] += 1
             continue
-        owned = r.get("tier") == "ownership"
-        if ownership is not None and owned != (ownership == "own"):
+        tier = r.get("tier") or ""
+        # Unpriced rows are neither owned nor rented.
+        if ownership is not None and (not tier or (tier == "ownership") != (ownership == "own")):
             removed["ownership"] += 1
             continue
         keep.append(r)

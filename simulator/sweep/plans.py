@@ -47,6 +47,7 @@ COLUMNS = [
     "pp",
     "dp",
     "cp",
+    "sequence_parallel",
     "micro_batch",
     "micro_batches",
     "schedule",
@@ -80,9 +81,16 @@ def plan_variants(data: dict[str, Any], auto: list[str]) -> list[dict[str, Any]]
     if not auto:
         return [data]
     cl = data.get("cluster") or {}
-    gpn = int(cl.get("gpus_per_node") or 8)
-    gpus = gpn * int(cl.get("nodes") or 1)
+    gpn, nodes = cl.get("gpus_per_node") or 8, cl.get("nodes") or 1
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in (gpn, nodes)):
+        raise UserError(
+            f"cluster.gpus_per_node and cluster.nodes must be whole numbers (got {gpn!r} and "
+            f"{nodes!r})",
+            path="cluster",
+        )
+    gpus = gpn * nodes
     par = dict(data.get("parallelism") or {})
+    sp_given = par.get("sequence_parallel")
     choices: dict[str, list[Any]] = {}
     if "tp" in auto:
         choices["tp"] = _divisors(gpn, 64)
@@ -124,7 +132,8 @@ def plan_variants(data: dict[str, Any], auto: list[str]) -> list[dict[str, Any]]
             # no pipeline to interleave, so the PP=1 plan runs as plain 1F1B.
             p["pp_schedule"] = {"kind": "1f1b"}
         p["dp"] = "auto"
-        p["sequence_parallel"] = int(p.get("tp", 1)) > 1
+        # Sequence parallelism with TP, as Megatron recommends, unless the base turns it off.
+        p["sequence_parallel"] = int(p.get("tp", 1)) > 1 and sp_given is not False
         d["parallelism"] = p
         d["training"] = tr
         out.append(d)
@@ -178,6 +187,7 @@ def _row_common(sweep: str, point: Point, rs: ResolvedScenario) -> dict[str, Any
         "pp": rs.pp,
         "dp": rs.dp,
         "cp": rs.cp,
+        "sequence_parallel": rs.parallelism.sequence_parallel,
         "micro_batch": rs.training.micro_batch,
         "micro_batches": lay["micro_batches"],
         "schedule": lay["schedule"],
@@ -197,14 +207,17 @@ def evaluate_point(
         return [_failed(sweep, point, f"invalid: {err.message}", Counter())]
     drops: Counter[str] = Counter()
     rows: list[dict[str, Any]] = []
-    last_invalid = ""
-    variants = plan_variants(data, auto)
+    invalid: Counter[str] = Counter()
+    try:
+        variants = plan_variants(data, auto)
+    except UserError as err:
+        return [_failed(sweep, point, f"invalid: {err.message}", Counter())]
     for variant in variants:
         try:
             rs = resolve_dict(variant)
         except UserError as err:
             drops["invalid"] += 1
-            last_invalid = err.message
+            invalid[f"{err.path}: {err.message}" if err.path else err.message] += 1
             continue
         rep = check(rs)
         if not rep.fits:
@@ -236,9 +249,14 @@ def evaluate_point(
             row[col] = d["breakdown_s"].get(cat, 0.0)
         rows.append(row)
     if not rows:
-        reason = "no plan fits in memory" if drops["memory"] else "no valid plan"
-        if not drops["memory"] and drops["invalid"] and len(variants) == 1:
-            reason = f"invalid: {last_invalid}"
+        if drops["memory"]:
+            reason = f"no plan fits in memory ({drops['memory']} tried)"
+        else:
+            # The commonest reason the plans were refused (with one plan, its reason).
+            why, n = invalid.most_common(1)[0]
+            reason = f"invalid: {why}" if len(variants) == 1 else f"no valid plan: {why}"
+            if n < drops["invalid"]:
+                reason += f" ({n} of {drops['invalid']} plans; others for other reasons)"
         return [_failed(sweep, point, reason, drops)]
     if keep != "all":
         metric = "step_time_s" if keep == "fastest" else "usd_per_million_tokens"

@@ -62,9 +62,17 @@ def _parse(value: str) -> Any:
 
 
 def read_rows(path: Path) -> Rows:
-    """Rows already in ``path`` (a torn last line from an interruption is ignored)."""
+    """Rows already in ``path`` (a torn last line from an interruption is ignored): the
+    journal of an unfinished Parquet sweep, else the finished file."""
     j = _journal(path)
     if not j.exists():
+        if j != path and path.exists():
+            try:
+                import pyarrow.parquet as pq
+
+                return list(pq.read_table(path).to_pylist())
+            except Exception:  # not readable as Parquet (or no pyarrow): evaluate afresh
+                return []
         return []
     text = j.read_text(encoding="utf-8")
     rows: Rows = []
@@ -172,7 +180,15 @@ def _ray(
             "the Ray executor needs Ray", hint='pip install "clustersim[ray]"'
         ) from None
     if not ray.is_initialized():
-        ray.init(address=address, include_dashboard=False, log_to_driver=False)
+        try:
+            ray.init(address=address, include_dashboard=False, log_to_driver=False)
+        except ConnectionError as exc:
+            raise UserError(
+                f"could not reach the Ray cluster at '{address}': {exc}",
+                path="--address",
+                hint="start it (ray start --head) or give its address; leave --address out "
+                "for a local Ray",
+            ) from None
     remote = ray.remote(evaluate_point)
     pending = [remote.remote(*a) for a in args]
     while pending:
@@ -180,13 +196,28 @@ def _ray(
         yield ray.get(done[0])
 
 
+def _profiles_digest() -> str:
+    """A digest of every profile file on the search path: a profile edited (or written by
+    `calibrate`) between two runs changes what a point's rows would be."""
+    from ..catalog import profile_dirs
+
+    h = hashlib.sha1()
+    for d in profile_dirs():
+        for f in sorted(d.rglob("*.yaml")):
+            h.update(str(f.relative_to(d)).encode())
+            h.update(f.read_bytes())
+    return h.hexdigest()
+
+
 def run_fingerprint(spec: SweepSpec, base: dict[str, Any]) -> str:
-    """What, besides a point's own axis values, decides its rows: the base scenario and the
-    sweep's name and plan settings (a digest, carried by every point)."""
+    """What, besides a point's own axis values, decides its rows: the base scenario, the
+    sweep's name and plan settings, and the hardware and software profiles (a digest, carried
+    by every point)."""
     text = json.dumps(
         {
             "base": base,
             "sweep": spec.model_dump(mode="json", exclude={"axes", "base", "description"}),
+            "profiles": _profiles_digest(),
         },
         sort_keys=True,
         default=str,
@@ -206,8 +237,10 @@ def run_sweep(
     on_stale: Callable[[int], None] | None = None,
 ) -> Rows:
     """Evaluate every point not already in ``out``; return all rows (sorted) and write them.
-    A finished point is reused only if it came from the same base scenario and sweep settings
-    (its key covers them); ``on_stale`` is told how many rows of ``out`` were not."""
+    A finished point is reused only if it came from the same base scenario, sweep settings and
+    profiles (its key covers them), renumbered and relabelled as the spec now has it;
+    ``on_stale`` is told how many rows of ``out`` match no point of this run (they are
+    dropped)."""
     cols = columns(spec)
     out.parent.mkdir(parents=True, exist_ok=True)
     salt = run_fingerprint(spec, base)
@@ -218,7 +251,14 @@ def run_sweep(
     stale = sum(1 for r in old if str(r.get("point_key")) not in keys)
     if stale and on_stale:
         on_stale(stale)
-    rows: Rows = [r for k, v in have.items() if k in keys for r in v]
+    rows: Rows = []
+    for p in pts:
+        for r in have.get(p.key, []):
+            # The same point under the spec as it is now: its number and axis labels (an axis
+            # added, dropped or renamed since the rows were written).
+            r = {k: v for k, v in r.items() if not k.startswith("axis_")}
+            r.update(point=p.index, **{f"axis_{k}": v for k, v in p.labels.items()})
+            rows.append(r)
     todo = [p for p in pts if p.key not in have]
     # The journal holds exactly the complete points kept, before new ones are appended.
     j = _journal(out)

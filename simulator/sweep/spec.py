@@ -24,7 +24,7 @@ import json
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from ..config.reading import read_yaml
 from ..config.validation import validation_error
@@ -32,6 +32,23 @@ from ..errors import UserError
 
 AUTO_FIELDS = ("tp", "pp", "cp", "sharding", "micro_batch", "schedule", "recompute")
 MAX_POINTS = 100_000
+
+# The scenario fields each 'auto' choice sets (an axis may not set them too); enumerating TP,
+# PP or CP also sets DP and sequence parallelism.
+AUTO_PATHS: dict[str, tuple[str, ...]] = {
+    "tp": ("parallelism.tp", "parallelism.dp", "parallelism.sequence_parallel"),
+    "pp": ("parallelism.pp", "parallelism.dp", "parallelism.pp_schedule"),
+    "cp": ("parallelism.cp", "parallelism.dp"),
+    "sharding": ("parallelism.sharding",),
+    "micro_batch": ("training.micro_batch",),
+    "schedule": ("parallelism.pp_schedule",),
+    "recompute": ("parallelism.recompute",),
+}
+
+
+def _overlap(a: str, b: str) -> bool:
+    """Whether setting field path ``a`` and field path ``b`` touch the same field."""
+    return a == b or a.startswith(b + ".") or b.startswith(a + ".")
 
 
 class AutoPlan(BaseModel):
@@ -72,28 +89,83 @@ class SweepSpec(BaseModel):
     @field_validator("axes")
     @classmethod
     def _one_key(cls, axes: list[dict[str, list[Any]]]) -> list[dict[str, list[Any]]]:
+        seen: dict[str, int] = {}
         for i, ax in enumerate(axes):
             if len(ax) != 1:
                 raise ValueError(f"axes[{i}] must have exactly one key (the path or axis name)")
             (values,) = ax.values()
             if not values:
                 raise ValueError(f"axes[{i}] has no values")
+            texts = [json.dumps(v, sort_keys=True, default=str) for v in values]
+            for j, t in enumerate(texts):
+                if t in texts[:j]:
+                    raise ValueError(f"axes[{i}] repeats the value {t}: give each value once")
+            for path in _axis_paths(i, ax):
+                for other, k in seen.items():
+                    if k != i and _overlap(path, other):
+                        raise ValueError(
+                            f"axes[{k}] and axes[{i}] both set '{other}'"
+                            + ("" if other == path else f" (as '{path}')")
+                            + ": one axis per field"
+                        )
+                seen.setdefault(path, i)
         return axes
+
+    @model_validator(mode="after")
+    def _axes_leave_auto_fields_alone(self) -> SweepSpec:
+        for i, ax in enumerate(self.axes):
+            for path in _axis_paths(i, ax):
+                for f in self.auto():
+                    if any(_overlap(path, q) for q in AUTO_PATHS[f]):
+                        raise ValueError(
+                            f"axes[{i}] sets '{path}', which parallelism.{f}: auto chooses for "
+                            f"every point: drop the axis, or take {f} out of the sweep's "
+                            "parallelism: auto"
+                        )
+        return self
 
     def auto(self) -> list[str]:
         return list(AUTO_FIELDS) if self.parallelism == "auto" else self.parallelism.fields()
 
 
-def _options(axis: dict[str, list[Any]]) -> tuple[str, list[dict[str, Any]]]:
-    """An axis as (name, options): each option maps --set paths to values."""
+def _scenario_fields() -> set[str]:
+    from ..config.scenario import Scenario
+
+    return set(Scenario.model_fields)
+
+
+def _options(axis: dict[str, list[Any]], i: int = 0) -> tuple[str, list[dict[str, Any]]]:
+    """An axis as (name, options): each option maps --set paths to values. A named axis (not a
+    field path) has options that set field paths; an option of a field-path axis that is a
+    mapping is that field's value (an inline profile, say)."""
     ((key, values),) = axis.items()
+    named = "." not in key and key not in _scenario_fields()
     out = []
-    for v in values:
-        if isinstance(v, dict) and v and all(isinstance(k, str) and "." in k for k in v):
+    for j, v in enumerate(values):
+        dotted = isinstance(v, dict) and [k for k in v if isinstance(k, str) and "." in k]
+        if isinstance(v, dict) and v and (dotted or named):
+            plain = [str(k) for k in v if not (isinstance(k, str) and "." in k)]
+            if plain:
+                raise ValueError(
+                    f"axes[{i}] '{key}' option {j} sets {', '.join(repr(k) for k in plain)}: "
+                    "each key of a named axis's option is a field path, such as "
+                    "cluster.pricing.tier"
+                )
             out.append(dict(v))
+        elif named:
+            raise ValueError(
+                f"axes[{i}] '{key}' is not a scenario field, so each of its options must map "
+                "field paths to values, such as {cluster.nodes: 4, cluster.pricing.tier: spot}"
+            )
         else:
             out.append({key: v})
     return key, out
+
+
+def _axis_paths(i: int, axis: dict[str, list[Any]]) -> list[str]:
+    """Every field path the options of axis ``i`` set."""
+    _, opts = _options(axis, i)
+    return sorted({k for o in opts for k in o})
 
 
 def _set_expr(path: str, value: Any) -> str:
@@ -137,7 +209,7 @@ def load_spec(path: str | Path) -> tuple[SweepSpec, dict[str, Any], Path]:
 
 
 def points(spec: SweepSpec) -> list[Point]:
-    axes = [_options(a) for a in spec.axes]
+    axes = [_options(a, i) for i, a in enumerate(spec.axes)]
     n = 1
     for _, opts in axes:
         n *= len(opts)

@@ -1,0 +1,168 @@
+"""Sweeps that must not answer wrongly: specs whose axes contradict each other or the automatic
+plans are refused, a resumed sweep renumbers its kept points as the spec now has them, what
+decides a point's rows (profiles too) is in its key, and the answers compare points on a
+per-token basis when there is no token budget."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from conftest import REPO, run_cli
+
+from simulator.errors import UserError
+from simulator.sweep.answers import best
+from simulator.sweep.plans import evaluate_point
+from simulator.sweep.run import run_fingerprint, run_sweep
+from simulator.sweep.spec import load_spec, points
+
+BASE = REPO / "scenarios" / "llama3-8b-8xh100.yaml"
+
+
+def _write(tmp: Path, name: str = "spec.yaml", **spec: Any) -> Path:
+    p = tmp / name
+    p.write_text(yaml.safe_dump({"name": "t", "base": str(BASE), **spec}))
+    return p
+
+
+def _run(spec_path: Path, out: Path) -> list[dict[str, Any]]:
+    spec, base, _ = load_spec(spec_path)
+    return run_sweep(spec, base, points(spec), out, executor="serial")
+
+
+@pytest.mark.parametrize(
+    ("axes", "parallelism", "says"),
+    [
+        ([{"training.global_batch": [64, 64, 32]}], {}, "repeats the value 64"),
+        (
+            [{"training.global_batch": [64, 32]}, {"b": [{"training.global_batch": 16}]}],
+            {},
+            "both set 'training.global_batch'",
+        ),
+        ([{"cluster": [{"cluster.nodes": 2}]}, {"cluster.nodes": [1, 4]}], {}, "both set"),
+        ([{"parallelism.tp": [2, 8]}], {"tp": "auto"}, "parallelism.tp: auto chooses"),
+        ([{"parallelism.dp": [1, 2]}], {"pp": "auto"}, "parallelism.pp: auto chooses"),
+        (
+            [{"offer": [{"cluster.pricing.profile": "aws-p5-h100", "tier": "spot"}]}],
+            {},
+            "sets 'tier'",
+        ),
+        ([{"offer": ["aws-p5-h100", "own-dgx-h100"]}], {}, "is not a scenario field"),
+    ],
+)
+def test_contradictory_specs_are_refused(
+    tmp_path: Path, axes: list[Any], parallelism: dict[str, Any], says: str
+) -> None:
+    spec = _write(tmp_path, axes=axes, parallelism=parallelism)
+    with pytest.raises(UserError) as exc:
+        load_spec(spec)
+    assert says in exc.value.message and exc.value.file == str(spec)
+    res = run_cli("sweep", str(spec), "--out", str(tmp_path / "o.csv"))
+    assert res.returncode == 2 and "Traceback" not in res.stderr
+
+
+def test_a_field_axis_may_take_whole_mappings() -> None:
+    """An option of a field-path axis that is a mapping is that field's value."""
+    from simulator.sweep.spec import _options
+
+    _, opts = _options({"model": [{"name": "m", "layers": 2, "hidden": 64, "heads": 2}]})
+    assert opts == [{"model": {"name": "m", "layers": 2, "hidden": 64, "heads": 2}}]
+
+
+def test_a_resumed_sweep_numbers_its_points_as_the_spec_now_does(tmp_path: Path) -> None:
+    out = tmp_path / "o.csv"
+    _run(_write(tmp_path, "a.yaml", axes=[{"training.global_batch": [32, 64]}]), out)
+    spec_b = _write(tmp_path, "b.yaml", axes=[{"training.global_batch": [16, 32, 64]}])
+    rows = _run(spec_b, out)
+    assert [(r["point"], r["axis_training.global_batch"]) for r in rows] == [
+        (0, "16"),
+        (1, "32"),
+        (2, "64"),
+    ]
+    fresh = tmp_path / "fresh.csv"
+    _run(spec_b, fresh)
+    assert out.read_text() == fresh.read_text()
+
+
+def test_a_finished_parquet_sweep_is_reused(tmp_path: Path) -> None:
+    pytest.importorskip("pyarrow")
+    spec_path = _write(tmp_path, axes=[{"training.global_batch": [32, 64]}])
+    spec, base, _ = load_spec(spec_path)
+    out = tmp_path / "o.parquet"
+    first = run_sweep(spec, base, points(spec), out, executor="serial")
+    seen: list[int] = []
+    again = run_sweep(
+        spec, base, points(spec), out, executor="serial", on_point=lambda d, n: seen.append(d)
+    )
+    assert seen == [2]  # both points kept, none evaluated
+    assert [r["step_time_s"] for r in again] == [r["step_time_s"] for r in first]
+
+
+def test_an_edited_profile_changes_every_points_key(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    spec, base, _ = load_spec(_write(tmp_path, axes=[{"training.global_batch": [32]}]))
+    prof = tmp_path / "profiles"
+    prof.mkdir()
+    src = (REPO / "hardware_profiles" / "prices" / "lambda-b200.yaml").read_text()
+    (prof / "my-price.yaml").write_text(src.replace("name: lambda-b200", "name: my-price"))
+    monkeypatch.setenv("CLUSTERSIM_PROFILE_PATH", str(prof))
+    before = run_fingerprint(spec, base)
+    (prof / "my-price.yaml").write_text(src.replace("name: lambda-b200", "name: my-price") + "\n")
+    assert run_fingerprint(spec, base) != before
+
+
+def test_a_base_without_sequence_parallelism_keeps_it_off(tmp_path: Path) -> None:
+    data = yaml.safe_load(BASE.read_text())
+    data["parallelism"] = {**(data.get("parallelism") or {}), "sequence_parallel": False}
+    base = tmp_path / "base.yaml"
+    base.write_text(yaml.safe_dump(data))
+    spec = _write(
+        tmp_path, base=str(base), axes=[{"cluster.nodes": [1]}], parallelism={"tp": "auto"}
+    )
+    rows = _run(spec, tmp_path / "o.csv")
+    assert rows and all(r["sequence_parallel"] in (False, "False") for r in rows)
+
+
+def test_a_value_that_is_not_a_whole_number_is_a_failed_point() -> None:
+    spec_data = {"name": "t", "base": str(BASE), "axes": [{"cluster.nodes": [1, "two"]}]}
+    from simulator.config.loading import read_yaml
+    from simulator.sweep.spec import SweepSpec
+
+    spec = SweepSpec.model_validate({**spec_data, "parallelism": {"tp": "auto"}})
+    pts = points(spec)
+    rows = evaluate_point("t", read_yaml(BASE), pts[1], spec.auto(), "fastest")
+    assert rows[0]["status"].startswith("invalid:") and "whole numbers" in rows[0]["status"]
+
+
+def test_without_a_token_budget_time_is_per_token() -> None:
+    """A bigger batch has a longer step but more tokens per second: it is the faster plan."""
+    small = {"point": 0, "status": "ok", "step_time_s": 1.0, "tokens_per_s": 1000.0, "gpus": 8}
+    big = {"point": 1, "status": "ok", "step_time_s": 1.9, "tokens_per_s": 1100.0, "gpus": 8}
+    chosen, _ = best([small, big], "time")
+    assert chosen is big
+
+
+def test_unpriced_rows_are_neither_rented_nor_owned() -> None:
+    row = {"point": 0, "status": "ok", "step_time_s": 1.0, "tokens_per_s": 1.0, "gpus": 8}
+    for own in ("rent", "own"):
+        chosen, removed = best([{**row, "tier": ""}], "time", ownership=own)  # type: ignore[arg-type]
+        assert chosen is None and removed["ownership"] == 1
+
+
+def test_constraints_need_best_and_cost_needs_prices(tmp_path: Path) -> None:
+    spec = _write(tmp_path, axes=[{"training.global_batch": [32]}])
+    out = str(tmp_path / "o.csv")
+    res = run_cli("sweep", str(spec), "--out", out, "--deadline-days", "3")
+    assert res.returncode == 2 and "--best" in res.stderr
+    res = run_cli("sweep", str(spec), "--out", out, "--best", "time", "--deadline-days", "0")
+    assert res.returncode == 2 and "positive" in res.stderr
+    data = yaml.safe_load(BASE.read_text())
+    data["cluster"].pop("pricing", None)
+    base = tmp_path / "unpriced.yaml"
+    base.write_text(yaml.safe_dump(data))
+    unpriced = _write(tmp_path, "u.yaml", base=str(base), axes=[{"training.global_batch": [32]}])
+    res = run_cli("sweep", str(unpriced), "--out", str(tmp_path / "u.csv"), "--best", "cost")
+    assert res.returncode == 2 and "no point of the sweep has one" in res.stderr
