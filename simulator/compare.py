@@ -51,12 +51,45 @@ def _values(d: dict[str, Any]) -> dict[str, float | None]:
     }
 
 
-def _why(a: dict[str, Any], b: dict[str, Any]) -> str:
+def _step_why(a: dict[str, Any], b: dict[str, Any]) -> str:
     """The step category whose time differs most between two results."""
     cats = set(a["breakdown_s"]) | set(b["breakdown_s"])
     key = max(cats, key=lambda k: abs(a["breakdown_s"].get(k, 0.0) - b["breakdown_s"].get(k, 0.0)))
     da, db = a["breakdown_s"].get(key, 0.0), b["breakdown_s"].get(key, 0.0)
     return f"{CATEGORY_LABELS.get(key, key)}: {da:.3f} s vs {db:.3f} s per step"
+
+
+def _goodput(r: dict[str, Any]) -> float:
+    """Share of wall time that makes progress (below 1 on spot): the uninterrupted run time
+    over the time to train."""
+    c = r.get("cost") or {}
+    days, steps = c.get("time_to_train_days"), c.get("steps")
+    if not days or not steps:
+        return 1.0
+    return float(steps) * r["step_time_s"] / 86400.0 / float(days)
+
+
+def _differs(x: float, y: float) -> bool:
+    return abs(x - y) > 1e-6 * max(abs(x), abs(y))
+
+
+def _why(a: dict[str, Any], b: dict[str, Any], key: str) -> str:
+    """What makes result ``a`` better than ``b`` on metric ``key``: the step category that
+    differs most, and for time and money also the price and the time lost to interruptions."""
+    reasons = []
+    if key in ("usd_per_million_tokens", "usd_total"):
+        pa = (a.get("cost") or {}).get("usd_per_gpu_hour")
+        pb = (b.get("cost") or {}).get("usd_per_gpu_hour")
+        if pa is not None and pb is not None and _differs(pa, pb):
+            reasons.append(f"${pa:.2f} vs ${pb:.2f} per GPU-hour")
+    if key in ("usd_per_million_tokens", "usd_total", "time_to_train_days"):
+        ga, gb = _goodput(a), _goodput(b)
+        if _differs(ga, gb):
+            reasons.append(f"{ga:.1%} vs {gb:.1%} of wall time making progress")
+    tps_a, tps_b = a.get("tokens_per_s") or 0.0, b.get("tokens_per_s") or 0.0
+    if _differs(a["step_time_s"], b["step_time_s"]) or _differs(tps_a, tps_b):
+        reasons.append(_step_why(a, b))
+    return "; ".join(reasons) if reasons else "the same step"
 
 
 def _unique(names: list[str]) -> list[str]:
@@ -112,7 +145,7 @@ def compare_results(results: list[dict[str, Any]]) -> dict[str, Any]:
                 f"for {names[wi]} ({ratio:.2f}× {word} is better)"
             )
             if key != "memory_gb_per_gpu":
-                verdict += f"; why: {_why(results[bi], results[wi])}"
+                verdict += f"; why: {_why(results[bi], results[wi], key)}"
         rows.append(
             {
                 "metric": key,

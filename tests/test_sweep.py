@@ -287,6 +287,22 @@ def test_compare_never_names_a_plan_that_does_not_fit_best(tmp_path: Path) -> No
     assert res.returncode == 0 and "does not fit in GPU memory" in res.stdout
 
 
+def test_compare_explains_a_cost_gap_by_price_and_preemptions(tmp_path: Path) -> None:
+    """The same job on demand and on spot: the step is the same, so the verdicts name the
+    price and the time lost to preemptions, not a step category."""
+    from simulator.compare import compare_results
+    from simulator.config.loading import load_scenario
+    from simulator.simulate import simulate
+
+    a = simulate(load_scenario(BASE)).as_dict()
+    b = simulate(load_scenario(BASE, ["cluster.pricing.tier=spot", "name=spot"])).as_dict()
+    rep = {m["metric"]: m["verdict"] for m in compare_results([a, b])["metrics"]}
+    assert "per GPU-hour" in rep["usd_total"] and "making progress" in rep["usd_total"]
+    assert "making progress" in rep["time_to_train_days"]
+    assert "per step" not in rep["time_to_train_days"]
+    assert rep["step_time_s"].endswith("the same for all")
+
+
 def test_bundled_sweeps_load() -> None:
     for f in sorted((REPO / "scenarios" / "sweeps").glob("*.yaml")):
         spec, _base, _ = load_spec(f)

@@ -185,11 +185,28 @@ def print_simulation(d: dict[str, Any], console: Console) -> None:
         ct = Table(title=f"cost ({safe(c['model'])})", show_header=False)
         ct.add_column("item", style="cyan")
         ct.add_column("value", justify="right")
-        ct.add_row("$ per GPU-hour", f"{c['usd_per_gpu_hour']:.2f}")
-        ct.add_row("$ per step", f"{c['usd_per_step']:.2f}")
-        ct.add_row("$ per million tokens", f"{c['usd_per_million_tokens']:.3f}")
+        ct.add_row("$ per GPU-hour", _usd(c["usd_per_gpu_hour"]))
+        ct.add_row("$ per step", _usd(c["usd_per_step"]))
+        ct.add_row("$ per million tokens", _usd(c["usd_per_million_tokens"]))
         if c.get("usd_total") is not None:
-            ct.add_row("time to train", f"{c['time_to_train_days']:.1f} days")
-            ct.add_row("$ for the token budget", f"{c['usd_total']:,.0f}")
-            ct.add_row("$ on idle or lost GPU time", f"{c['usd_idle']:,.0f}")
+            ct.add_row("time to train", _duration(c["time_to_train_days"]))
+            ct.add_row("$ for the token budget", _usd(c["usd_total"]))
+            ct.add_row("$ on idle or lost GPU time", _usd(c["usd_idle"]))
         console.print(ct)
+
+
+def _usd(v: float) -> str:
+    """Dollars to the cent from $100, else to three significant figures (a fraction of a cent
+    per step still shows)."""
+    if v >= 100 or v == 0:
+        return f"{v:,.0f}" if v >= 1000 else f"{v:,.2f}"
+    return f"{v:.3g}"
+
+
+def _duration(days: float) -> str:
+    """Days from one day up, else hours, else minutes."""
+    if days >= 1:
+        return f"{days:,.1f} days"
+    if days * 24 >= 1:
+        return f"{days * 24:.1f} hours"
+    return f"{days * 1440:.1f} minutes"
