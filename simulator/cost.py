@@ -31,6 +31,7 @@ Definitions used throughout:
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -207,16 +208,19 @@ def _spot_goodput(
             "(time and cost are a lower bound)"
         )
         return 1.0
-    per_day = per_node.value * rs.nodes
+    # Preemptions strike per instance: the cluster's GPUs counted in the profile's instances.
+    size = rs.gpus_per_node if price.gpus_per_node is None else price.gpus_per_node.value
+    instances = max(1, math.ceil(rs.gpus / size - 1e-9))
+    per_day = per_node.value * instances
     ck = checkpoint(rs)
     g = goodput(per_day / 24.0, ck, step_time_s)
     if g.goodput < 0.01:
         others = [t for t, r in price.tier_rates().items() if r is not None and t != "spot"]
         raise UserError(
-            f"{per_day:g} spot preemptions a day ({per_node.value:g} per node × {rs.nodes} "
-            f"nodes) leave {g.goodput:.2%} of the time for progress, even with the best "
-            f"checkpoint interval ({g.interval_s / 60:.1f} min, {ck.write_s:.0f} s to write "
-            f"{ck.bytes / 1e9:,.0f} GB to {rs.storage.name})",
+            f"{per_day:g} spot preemptions a day ({per_node.value:g} per instance × "
+            f"{instances} instances) leave {g.goodput:.2%} of the time for progress, even "
+            f"with the best checkpoint interval ({g.interval_s / 60:.1f} min, "
+            f"{ck.write_s:.0f} s to write {ck.bytes / 1e9:,.0f} GB to {rs.storage.name})",
             file=rs.source_file,
             path="cluster.pricing.tier",
             hint=f"use the {' or '.join(others)} tier of {price.name}, or fewer nodes"
@@ -224,12 +228,12 @@ def _spot_goodput(
             else "use fewer nodes or another pricing profile",
         )
     assumptions.append(
-        f"spot: {per_day:g} preemptions per day ({per_node.value:g} per node × {rs.nodes} "
-        f"nodes); a checkpoint of {ck.bytes / 1e9:,.0f} GB takes {ck.write_s:.0f} s to write "
-        f"to {rs.storage.name} and is written every {g.interval_s / 60:.1f} min of work "
-        f"({g.interval_s / step_time_s:.0f} steps, the interval that loses least); a restart "
-        f"takes {g.restart_s / 60:.1f} min (new capacity, start-up, reading the checkpoint "
-        "back), then the work since the last "
+        f"spot: {per_day:g} preemptions per day ({per_node.value:g} per instance × "
+        f"{instances} {size:g}-GPU instances); a checkpoint of {ck.bytes / 1e9:,.0f} GB "
+        f"takes {ck.write_s:.0f} s to write to {rs.storage.name} and is written every "
+        f"{g.interval_s / 60:.1f} min of work ({g.interval_s / step_time_s:.0f} steps, the "
+        f"interval that loses least); a restart takes {g.restart_s / 60:.1f} min (new "
+        "capacity, start-up, reading the checkpoint back), then the work since the last "
         f"checkpoint is re-done: {g.goodput:.1%} of wall time makes progress, so time to "
         f"train and $ per useful step are {1.0 / g.goodput:.3f}× the uninterrupted figures"
     )
@@ -244,7 +248,8 @@ def _ownership(rs: ResolvedScenario, price: OwnershipPrice, util: float) -> _Par
             path="cluster.pricing.profile.amortisation_years",
             hint="set the hardware's depreciation period in years, e.g. 4",
         )
-    ports = rs.nodes * rs.nics_per_node if rs.network is not None else 0
+    # A single node needs no network between nodes, whatever the scenario lists.
+    ports = rs.nodes * rs.nics_per_node if rs.network is not None and rs.nodes > 1 else 0
     capex_nodes = rs.nodes * price.capex_per_node_usd.value
     capex_net = ports * price.capex_per_network_port_usd.value
     capex = capex_nodes + capex_net

@@ -246,6 +246,34 @@ def test_checkpoint_holds_weights_and_optimizer_state() -> None:
     assert ck.read_s == pytest.approx(14 * psi / 10e9)
 
 
+def test_spot_preemptions_count_the_profiles_instances_not_the_clusters_nodes() -> None:
+    """The same 8 GPUs as one 8-GPU node or eight 1-GPU nodes rent one 8-GPU instance's worth:
+    8 preemptions a day either way, not 64."""
+    one = priced(CLOUD, tier="spot", spot_preemptions_per_day=fig(8), gpus_per_node=fig(8))
+    data = copy.deepcopy(one.raw)
+    data["cluster"].update(gpus_per_node=1, nodes=8)
+    data["cluster"]["network"] = {"profile": "ib-ndr-400", "nics_per_node": 1}
+    eight = resolve_dict(data)
+    for rs in (one, eight):
+        assert any("8 preemptions per day" in a for a in cost(rs).assumptions)
+
+
+def test_ownership_refuses_a_node_size_it_does_not_price() -> None:
+    data = copy.deepcopy(priced(OWNED, gpus_per_node=fig(8)).raw)
+    data["cluster"].update(gpus_per_node=4, nodes=2)
+    data["cluster"]["network"] = {"profile": "ib-ndr-400", "nics_per_node": 4}
+    with pytest.raises(UserError) as exc:
+        resolve_dict(data)
+    assert exc.value.path == "cluster.gpus_per_node" and "8-GPU nodes" in exc.value.message
+
+
+def test_one_owned_node_buys_no_network_ports() -> None:
+    data = copy.deepcopy(priced(OWNED).raw)
+    data["cluster"]["network"] = {"profile": "ib-ndr-400", "nics_per_node": 8}
+    with_net = cost(resolve_dict(data))
+    assert with_net.breakdown["capex"] == pytest.approx(cost(priced(OWNED)).breakdown["capex"])
+
+
 def test_spot_preemption_rate_ignored_on_other_tiers() -> None:
     r = cost(priced(CLOUD, tier="on_demand", spot_preemptions_per_day=fig(4)))
     assert r.time_to_train_days == pytest.approx(10_000 / 86_400)
@@ -269,14 +297,14 @@ def test_spot_preemptions_strike_a_job_once_per_node() -> None:
     calm4 = cost(priced(CLOUD, tier="spot", nodes=4, global_batch=992))
     g = goodput(4 / 24, checkpoint(four_rs)).goodput
     assert four.time_to_train_days == pytest.approx(calm4.time_to_train_days / g)  # type: ignore[operator]
-    assert any("× 4 nodes" in line for line in four.assumptions)
+    assert any("× 4 8-GPU instances" in line for line in four.assumptions)
     # 64 nodes at 1 a day: a preemption every 22.5 minutes, yet checkpoints written every few
     # minutes keep the job moving (a first-order 25 minutes lost per preemption would say
     # more than all of the time is lost).
     big = cost(
         priced(CLOUD, tier="spot", nodes=64, global_batch=1024, spot_preemptions_per_day=fig(1))
     )
-    assert any("× 64 nodes" in line for line in big.assumptions)
+    assert any("× 64 8-GPU instances" in line for line in big.assumptions)
     calm64 = cost(priced(CLOUD, tier="spot", nodes=64, global_batch=1024))
     ratio = big.time_to_train_days / calm64.time_to_train_days  # type: ignore[operator]
     assert 1.2 < ratio < 3

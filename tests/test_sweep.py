@@ -29,7 +29,7 @@ def _spec(tmp: Path, **over: Any) -> Path:
             {
                 "offer": [
                     {"cluster.pricing.profile": "aws-p5-h100", "cluster.pricing.tier": "on_demand"},
-                    {"cluster.pricing.profile": "own-dgx-h100"},
+                    {"cluster.pricing.profile": "aws-p5-h100", "cluster.pricing.tier": "spot"},
                 ]
             },
         ],

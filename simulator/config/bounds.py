@@ -61,6 +61,7 @@ FIGURE_RANGES: dict[str, Range] = {
     "reserved_usd_per_gpu_hour": (0.0, 1e4, False, "USD per GPU-hour"),
     "spot_usd_per_gpu_hour": (0.0, 1e4, False, "USD per GPU-hour"),
     "spot_preemptions_per_day": (0.0, 1e4, False, "per day"),
+    "gpus_per_node": (1.0, 1024.0, False, "GPUs"),
     "capex_per_node_usd": (0.0, 1e9, False, "USD"),
     "capex_per_network_port_usd": (0.0, 1e8, False, "USD"),
     "power_per_gpu_w": (0.0, 1e5, False, "W"),

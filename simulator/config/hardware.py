@@ -256,6 +256,12 @@ class CloudPrice(_Profile):
         description="preemptions per day of one spot instance (node); a synchronous job is "
         "interrupted when any of its nodes is",
     )
+    gpus_per_node: Num | None = Field(
+        default=None,
+        description="GPUs in the instance the prices are quoted for: preemptions strike per "
+        "instance, so a cluster of other node sizes is counted in these instances (none: the "
+        "cluster's nodes)",
+    )
 
     def tier_rates(self) -> dict[str, Num | None]:
         """$ per GPU-hour by tier (None: the profile has no such tier)."""
@@ -279,6 +285,11 @@ class OwnershipPrice(_Profile):
     amortisation_years: Num
     opex_fraction_per_year: Num | None = Field(
         default=None, description="maintenance/staff/space per year as a fraction of capex"
+    )
+    gpus_per_node: Num | None = Field(
+        default=None,
+        description="GPUs in the node capex_per_node_usd buys: a cluster of other node sizes "
+        "is refused (none: not checked)",
     )
 
 

@@ -308,6 +308,20 @@ def resolve(
                 hint=f"use a tier the profile has ({have}), or add {tier}_usd_per_gpu_hour to "
                 "the profile",
             )
+    if (
+        isinstance(price, OwnershipPrice)
+        and price.gpus_per_node is not None
+        and price.gpus_per_node.value != c.gpus_per_node
+    ):
+        n = f"{price.gpus_per_node.value:g}"
+        raise UserError(
+            f"pricing profile '{price.name}' prices {n}-GPU nodes but the cluster has "
+            f"{c.gpus_per_node} GPUs per node",
+            file=file,
+            path="cluster.gpus_per_node",
+            hint=f"use {n} GPUs per node, or a price profile for {c.gpus_per_node}-GPU nodes "
+            f"(a copy of {price.name} with that node's capex_per_node_usd and gpus_per_node)",
+        )
     if price is not None and price.gpu != gpu.name:
         raise UserError(
             f"pricing profile '{price.name}' is for GPU '{price.gpu}' but the cluster uses "
