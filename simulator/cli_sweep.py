@@ -152,12 +152,27 @@ def sweep(
             hint="give the base scenario a cluster.pricing (or an axis over it), or use "
             "--best time",
         )
+    if (deadline_days is not None or budget_usd is not None) and not any(
+        r.get("time_to_train_days") not in (None, "") for r in ok
+    ):
+        raise UserError(
+            "--deadline-days and --budget-usd compare the whole run, and the base scenario "
+            "gives no token budget",
+            file=spec_file,
+            path="--deadline-days" if deadline_days is not None else "--budget-usd",
+            hint="set run.tokens in the base scenario (e.g. 1.0e12)",
+        )
     if best:
         ownership = None if own is None else ("own" if own else "rent")
         chosen, removed = pick(rows, best, deadline_days, budget_usd, max_gpus, ownership)  # type: ignore[arg-type]
         if chosen is None:
             why = ", ".join(f"{k}: {v}" for k, v in removed.items() if v)
             out.print(f"[red]no layout meets the constraints[/red] (removed by {why or 'none'})")
+            # What the sweep can do, for the constraint that bound.
+            for label, objective in (("fastest", "time"), ("cheapest", "cost")):
+                near, _ = pick(rows, objective)  # type: ignore[arg-type]
+                if near is not None:
+                    out.print(f"  {label} without them: " + " | ".join(_cells(near)))
         else:
             out.print(
                 "[bold]best[/bold] (" + best + "): " + " | ".join(safe(c) for c in _cells(chosen))

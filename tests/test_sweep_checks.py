@@ -166,3 +166,23 @@ def test_constraints_need_best_and_cost_needs_prices(tmp_path: Path) -> None:
     unpriced = _write(tmp_path, "u.yaml", base=str(base), axes=[{"training.global_batch": [32]}])
     res = run_cli("sweep", str(unpriced), "--out", str(tmp_path / "u.csv"), "--best", "cost")
     assert res.returncode == 2 and "no point of the sweep has one" in res.stderr
+
+
+def test_unmet_constraints_show_what_the_sweep_can_do(tmp_path: Path) -> None:
+    data = yaml.safe_load(BASE.read_text())
+    data["run"] = {"tokens": 1e9}
+    base = tmp_path / "b.yaml"
+    base.write_text(yaml.safe_dump(data))
+    spec = _write(tmp_path, base=str(base), axes=[{"training.global_batch": [32, 64]}])
+    out = str(tmp_path / "o.csv")
+    res = run_cli("sweep", str(spec), "--out", out, "--best", "time", "--deadline-days", "1e-6")
+    assert res.returncode == 0, res.stderr
+    assert "no layout meets the constraints" in res.stdout
+    assert "fastest without them" in res.stdout and "cheapest without them" in res.stdout
+    # A deadline with no token budget cannot be judged: said so, exit 2.
+    data.pop("run")
+    base2 = tmp_path / "b2.yaml"
+    base2.write_text(yaml.safe_dump(data))
+    spec2 = _write(tmp_path, "s2.yaml", base=str(base2), axes=[{"training.global_batch": [32]}])
+    res = run_cli("sweep", str(spec2), "--out", out, "--best", "time", "--deadline-days", "3")
+    assert res.returncode == 2 and "run.tokens" in res.stderr

@@ -1,11 +1,12 @@
 """Stragglers in expectation: a synchronous step runs at the pace of its slowest GPU.
 
 Every GPU of a data/tensor/pipeline-parallel job meets the others at least once a step (the
-gradient reduction), so a step lasts as long as the slowest GPU's compute. With per-GPU speed
-varying with coefficient of variation ``cv`` (the GPU profile's ``speed_cv``) and ``n`` GPUs
-that synchronise, the slowest is on average ``1 + cv · E[max of n standard normals]`` times the
-mean: the order statistic, taken directly instead of simulating draws (DESIGN.md, "a straggler
-effect at N ranks is the maximum of N draws"). The engine runs every compute span at that pace
+gradient reduction), so a step lasts as long as the slowest GPU's compute. With per-GPU compute
+time varying with coefficient of variation ``cv`` (the GPU profile's ``speed_cv``, from measured
+spreads of run time between same-model GPUs) and ``n`` GPUs that synchronise, the slowest takes
+on average ``1 + cv · E[max of n standard normals]`` times the mean: the order statistic,
+taken directly instead of simulating draws (DESIGN.md, "a straggler effect at N ranks is the
+maximum of N draws"). The engine runs every compute span at that pace
 and books the difference as ``straggler`` idle time: the time a mean-speed GPU waits.
 """
 
