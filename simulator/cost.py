@@ -178,10 +178,28 @@ def _cloud(rs: ResolvedScenario, price: CloudPrice, step_time_s: float) -> _Part
         f"${rate:.2f} per GPU-hour, price as of {price.as_of.isoformat()}",
         f"all {rs.gpus} GPUs are billed for the whole wall time, busy or idle",
     ]
-    if tier == "reserved" and price.reserved_term_years is not None:
+    kept = rs.price_utilisation  # share of the reserved term in use
+    if tier == "reserved":
+        term = (
+            f"a {price.reserved_term_years:g}-year commitment"
+            if price.reserved_term_years is not None
+            else "a commitment"
+        )
+        if kept < 1.0:
+            usd_per_hour /= kept
+            assumptions.append(
+                f"reserved price assumes {term}, kept busy {kept:.0%} of the time: each hour "
+                f"used carries {1 / kept - 1:.2f} idle hours, ${rate / kept:.2f} per GPU-hour used"
+            )
+        else:
+            assumptions.append(
+                f"reserved price assumes {term}; the run is charged only its own hours of it "
+                "(as if the rest of the term is used by other work: cluster.pricing.utilisation)"
+            )
+    elif kept < 1.0:
         assumptions.append(
-            f"reserved price assumes a {price.reserved_term_years:g}-year commitment; the run "
-            "is charged only its own hours of it"
+            f"{tier} bills only the hours used: cluster.pricing.utilisation ({kept:.0%}) does "
+            "not apply"
         )
     goodput = 1.0
     if tier == "spot":
@@ -253,7 +271,8 @@ def _ownership(rs: ResolvedScenario, price: OwnershipPrice, util: float) -> _Par
     capex_nodes = rs.nodes * price.capex_per_node_usd.value
     capex_net = ports * price.capex_per_network_port_usd.value
     capex = capex_nodes + capex_net
-    capex_h = capex / (years * HOURS_PER_YEAR)
+    kept = rs.price_utilisation  # share of the cluster's life in use (util: its GPUs' load)
+    capex_h = capex / (years * HOURS_PER_YEAR * kept)
 
     busy_w = price.power_per_gpu_w.value
     idle_w = IDLE_POWER_FRACTION * busy_w
@@ -268,8 +287,14 @@ def _ownership(rs: ResolvedScenario, price: OwnershipPrice, util: float) -> _Par
         f"ownership ({price.name}, prices as of {price.as_of.isoformat()}): capex "
         f"${capex:,.0f} = {rs.nodes} nodes × ${price.capex_per_node_usd.value:,.0f} + "
         f"{ports} network ports × ${price.capex_per_network_port_usd.value:,.0f}",
-        f"capex amortised linearly over {years:g} years ({HOURS_PER_YEAR:g} h a year): the run "
-        "is charged for the hours it uses, as if the cluster is kept busy the rest of its life",
+        f"capex amortised linearly over {years:g} years ({HOURS_PER_YEAR:g} h a year), "
+        + (
+            "the run charged for the hours it uses, as if the cluster is kept busy the rest of "
+            "its life (cluster.pricing.utilisation: 1)"
+            if kept >= 1.0
+            else f"the cluster kept busy {kept:.0%} of its life, so each hour used carries "
+            f"{1 / kept - 1:.2f} idle hours of capex and opex"
+        ),
         f"energy: GPUs draw {idle_w:.0f} W idle ({IDLE_POWER_FRACTION:g} of "
         f"{busy_w:.0f} W busy), {gpu_w:.0f} W on average at {util:.1%} utilisation, plus "
         f"{price.power_per_node_w.value:.0f} W per node; {it_w / 1000:.2f} kW IT load × PUE "
@@ -277,7 +302,7 @@ def _ownership(rs: ResolvedScenario, price: OwnershipPrice, util: float) -> _Par
     ]
     if price.opex_fraction_per_year is not None:
         frac = price.opex_fraction_per_year.value
-        breakdown["opex"] = frac * capex / HOURS_PER_YEAR
+        breakdown["opex"] = frac * capex / (HOURS_PER_YEAR * kept)
         assumptions.append(f"opex (maintenance, staff, space): {frac:.1%} of capex per year")
     else:
         assumptions.append("no opex figure given: maintenance, staff and space are not included")

@@ -258,6 +258,32 @@ def test_spot_preemptions_count_the_profiles_instances_not_the_clusters_nodes() 
         assert any("8 preemptions per day" in a for a in cost(rs).assumptions)
 
 
+def _kept(rs: ResolvedScenario, share: float) -> ResolvedScenario:
+    data = copy.deepcopy(rs.raw)
+    data["cluster"]["pricing"]["utilisation"] = share
+    return resolve_dict(data)
+
+
+def test_an_owned_cluster_busy_part_of_its_life_charges_the_idle_rest() -> None:
+    full = cost(priced(OWNED))
+    half = cost(_kept(priced(OWNED), 0.5))
+    assert half.breakdown["capex"] == pytest.approx(2 * full.breakdown["capex"])
+    assert half.breakdown["opex"] == pytest.approx(2 * full.breakdown["opex"])
+    assert half.breakdown["energy"] == pytest.approx(full.breakdown["energy"])  # only when on
+    assert half.time_to_train_days == full.time_to_train_days
+    assert any("busy 50% of its life" in a for a in half.assumptions)
+
+
+def test_a_reserved_term_used_in_part_costs_more_per_hour_used() -> None:
+    full = cost(priced(CLOUD, tier="reserved"))
+    quarter = cost(_kept(priced(CLOUD, tier="reserved"), 0.25))
+    assert quarter.usd_per_gpu_hour == pytest.approx(4 * full.usd_per_gpu_hour)
+    # On demand bills only the hours used: the share changes nothing, and says so.
+    od = cost(_kept(priced(CLOUD), 0.25))
+    assert od.usd_per_gpu_hour == pytest.approx(2.0)
+    assert any("does not apply" in a for a in od.assumptions)
+
+
 def test_ownership_refuses_a_node_size_it_does_not_price() -> None:
     data = copy.deepcopy(priced(OWNED, gpus_per_node=fig(8)).raw)
     data["cluster"].update(gpus_per_node=4, nodes=2)

@@ -346,6 +346,7 @@ def resolve(
         storage=storage,
         price=price,
         price_tier=tier,
+        price_utilisation=c.pricing.utilisation if c.pricing is not None else 1.0,
         model=model,
         training=tr,
         parallelism=par,

@@ -92,6 +92,15 @@ class PricingSpec(BaseModel):
     tier: Literal["on_demand", "reserved", "spot"] = Field(
         default="on_demand", description="cloud price tier (ignored for ownership)"
     )
+    utilisation: float = Field(
+        default=1.0,
+        gt=0,
+        le=1,
+        description="share of an owned cluster's amortisation life, or of a reserved term, kept "
+        "busy with work like this run: the run carries the idle rest, so capex, opex and "
+        "reserved rent per hour used are divided by it (on-demand and spot bill only the hours "
+        "used)",
+    )
 
 
 class ClusterSpec(BaseModel):
@@ -214,6 +223,7 @@ class ResolvedScenario(BaseModel):
     storage: StorageProfile
     price: CloudPrice | OwnershipPrice | None
     price_tier: Literal["on_demand", "reserved", "spot"]
+    price_utilisation: float = 1.0
     model: ModelSpec
     training: TrainingSpec
     parallelism: ParallelismSpec
