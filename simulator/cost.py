@@ -4,12 +4,15 @@ Two pricing models, chosen by the kind of ``cluster.pricing.profile``:
 
 * **Cloud** (:class:`~simulator.config.hardware.CloudPrice`): every GPU is rented for the whole
   wall time, busy or idle, at the $/GPU-hour of the chosen tier (``on_demand``, ``reserved`` or
-  ``spot``). On spot, preemptions cost checkpoint writes, re-done work and restarts
-  (:mod:`simulator.interruptions`).
+  ``spot``).
 * **Ownership** (:class:`~simulator.config.hardware.OwnershipPrice`): the run is charged the
   capital cost (nodes plus network ports) amortised linearly over the hardware's life, the
   energy it draws (scaled by GPU utilisation and the facility's PUE) and, where given, a yearly
   operating cost as a fraction of capex.
+
+Either way, interruptions (GPU failures, and spot preemptions) cost checkpoint writes,
+restarts and re-done work: the run makes progress a share ``goodput`` of its wall time
+(:mod:`simulator.interruptions`).
 
 Everything here is a pure function of a resolved scenario and a few figures from the simulation
 (step time, idle fraction, GPU utilisation), cheap enough to call once per point of a sweep.
@@ -18,8 +21,8 @@ Definitions used throughout:
 
 * ``usd_per_hour`` is the whole cluster's cost per hour of wall time.
 * ``usd_per_step = usd_per_hour · step_time_s / 3600 / goodput``, where ``goodput`` is the
-  fraction of wall time that makes progress (1 except on spot with a preemption rate), so the
-  per-step and per-token figures are what a *useful* step costs.
+  fraction of wall time that makes progress (below 1 where GPUs fail or spot instances are
+  reclaimed), so the per-step and per-token figures are what a *useful* step costs.
 * ``usd_per_million_tokens = usd_per_step / tokens_per_step · 1e6``.
 * With a token budget (``run.tokens``): ``steps = tokens / tokens_per_step``,
   ``time_to_train = steps · step_time / goodput`` and ``usd_total = steps · usd_per_step``.
@@ -31,7 +34,6 @@ Definitions used throughout:
 from __future__ import annotations
 
 import dataclasses
-import math
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -69,7 +71,7 @@ class CostReport:
     usd_per_hour: float
     """Whole cluster, $ per hour of wall time."""
     usd_per_step: float
-    """$ per useful optimizer step (includes spot preemption losses)."""
+    """$ per useful optimizer step (includes the time lost to interruptions)."""
     usd_per_million_tokens: float
     steps: float | None
     time_to_train_days: float | None
@@ -78,6 +80,9 @@ class CostReport:
     """$ that bought no useful computation over the run: GPUs idle within a step and, on spot,
     wall time lost to interruptions: ``(1 - goodput · (1 - idle_fraction)) · usd_total``."""
     usd_idle_per_step: float
+    goodput: float = 1.0
+    """Share of wall time that makes progress (checkpoint writes, restarts and re-done work
+    after GPU failures and spot preemptions are the rest)."""
     breakdown: dict[str, float] = field(default_factory=dict)
     """$ per hour by component: ``gpu_rental``, or ``capex``, ``energy`` and ``opex``."""
     assumptions: list[str] = field(default_factory=list)
@@ -114,10 +119,13 @@ def compute_cost(
         raise ValueError(f"gpu_utilisation must be within 0..1 (got {gpu_utilisation})")
 
     if isinstance(rs.price, CloudPrice):
-        model, usd_per_hour, goodput, breakdown, assumptions = _cloud(rs, rs.price, step_time_s)
+        model, usd_per_hour, _, breakdown, assumptions = _cloud(rs, rs.price, step_time_s)
     else:
         util = gpu_utilisation if gpu_utilisation is not None else 1.0 - idle_fraction
-        model, usd_per_hour, goodput, breakdown, assumptions = _ownership(rs, rs.price, util)
+        model, usd_per_hour, _, breakdown, assumptions = _ownership(rs, rs.price, util)
+    from .interruptions import run_goodput
+
+    goodput = run_goodput(rs, step_time_s, assumptions)
 
     tokens_per_step = rs.training.tokens_per_step
     usd_per_step = usd_per_hour * step_time_s / 3600.0 / goodput
@@ -154,6 +162,7 @@ def compute_cost(
         usd_total=total,
         usd_idle=idle,
         usd_idle_per_step=wasted * usd_per_step,
+        goodput=goodput,
         breakdown=breakdown,
         assumptions=assumptions,
     )
@@ -201,61 +210,7 @@ def _cloud(rs: ResolvedScenario, price: CloudPrice, step_time_s: float) -> _Part
             f"{tier} bills only the hours used: cluster.pricing.utilisation ({kept:.0%}) does "
             "not apply"
         )
-    goodput = 1.0
-    if tier == "spot":
-        goodput = _spot_goodput(rs, price, step_time_s, assumptions)
-    return f"cloud:{tier}", usd_per_hour, goodput, {"gpu_rental": usd_per_hour}, assumptions
-
-
-def _spot_goodput(
-    rs: ResolvedScenario, price: CloudPrice, step_time_s: float, assumptions: list[str]
-) -> float:
-    """Fraction of wall time that makes progress on spot, and the lines that explain it.
-
-    The profile's rate is per spot instance (node) and wall-clock day; a synchronous job stops
-    whenever any of its nodes is reclaimed, so independent reclaims strike the job ``nodes``
-    times as often (reclaims that take several nodes at once would make it less). Checkpoints
-    are written at the interval that maximises goodput (:mod:`simulator.interruptions`).
-    """
-    from .interruptions import checkpoint, goodput
-
-    per_node = price.spot_preemptions_per_day
-    if per_node is None:
-        assumptions.append(
-            "spot: the profile gives no preemption rate, so preemptions are not modelled "
-            "(time and cost are a lower bound)"
-        )
-        return 1.0
-    # Preemptions strike per instance: the cluster's GPUs counted in the profile's instances.
-    size = rs.gpus_per_node if price.gpus_per_node is None else price.gpus_per_node.value
-    instances = max(1, math.ceil(rs.gpus / size - 1e-9))
-    per_day = per_node.value * instances
-    ck = checkpoint(rs)
-    g = goodput(per_day / 24.0, ck, step_time_s)
-    if g.goodput < 0.01:
-        others = [t for t, r in price.tier_rates().items() if r is not None and t != "spot"]
-        raise UserError(
-            f"{per_day:g} spot preemptions a day ({per_node.value:g} per instance × "
-            f"{instances} instances) leave {g.goodput:.2%} of the time for progress, even "
-            f"with the best checkpoint interval ({g.interval_s / 60:.1f} min, "
-            f"{ck.write_s:.0f} s to write {ck.bytes / 1e9:,.0f} GB to {rs.storage.name})",
-            file=rs.source_file,
-            path="cluster.pricing.tier",
-            hint=f"use the {' or '.join(others)} tier of {price.name}, or fewer nodes"
-            if others
-            else "use fewer nodes or another pricing profile",
-        )
-    assumptions.append(
-        f"spot: {per_day:g} preemptions per day ({per_node.value:g} per instance × "
-        f"{instances} {size:g}-GPU instances); a checkpoint of {ck.bytes / 1e9:,.0f} GB "
-        f"takes {ck.write_s:.0f} s to write to {rs.storage.name} and is written every "
-        f"{g.interval_s / 60:.1f} min of work ({g.interval_s / step_time_s:.0f} steps, the "
-        f"interval that loses least); a restart takes {g.restart_s / 60:.1f} min (new "
-        "capacity, start-up, reading the checkpoint back), then the work since the last "
-        f"checkpoint is re-done: {g.goodput:.1%} of wall time makes progress, so time to "
-        f"train and $ per useful step are {1.0 / g.goodput:.3f}× the uninterrupted figures"
-    )
-    return g.goodput
+    return f"cloud:{tier}", usd_per_hour, 1.0, {"gpu_rental": usd_per_hour}, assumptions
 
 
 def _ownership(rs: ResolvedScenario, price: OwnershipPrice, util: float) -> _Parts:

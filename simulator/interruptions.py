@@ -1,6 +1,8 @@
 """Interrupted runs: checkpoints and the share of wall time that makes progress (goodput).
 
-A run that can be interrupted (a spot instance reclaimed) saves its model state every ``τ`` of
+A run is interrupted when a GPU fails (the GPU profile's ``mtbf_hours`` per GPU: a synchronous
+job stops when any of its GPUs does) and, on spot, when an instance is reclaimed (the price
+profile's preemptions per instance a day). It saves its model state every ``τ`` of
 useful work, which takes ``δ`` (the state over the storage's write bandwidth), and after an
 interruption spends ``R`` getting going again (new capacity, processes, communicators, and
 reading the last checkpoint back) before it re-does the work since that checkpoint.
@@ -23,7 +25,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from .config.hardware import CloudPrice
 from .config.scenario import ResolvedScenario
+from .errors import UserError
 from .workload.memory import bytes_per_param
 from .workload.model import param_count
 
@@ -73,6 +77,22 @@ def checkpoint(rs: ResolvedScenario) -> Checkpoint:
     return Checkpoint(bytes=size, write_s=size / (write * 1e9), read_s=size / (read * 1e9))
 
 
+def _best_interval(lam: float, delta: float) -> float:
+    """The τ that minimises wall time per unit of work, (exp(λ(τ+δ)) − 1) / τ: where its
+    derivative vanishes, (1 − x)·exp(x) = exp(−λδ) with x = λτ in (0, 1). The left side falls
+    from 1 to 0 over that interval, so bisection finds the one root (Young's √(2δ/λ) when
+    λδ is small)."""
+    c = math.exp(-lam * delta)
+    lo, hi = 0.0, 1.0
+    for _ in range(100):
+        mid = 0.5 * (lo + hi)
+        if (1.0 - mid) * math.exp(mid) > c:
+            lo = mid
+        else:
+            hi = mid
+    return max(0.5 * (lo + hi), 1e-12) / lam
+
+
 def goodput(per_hour: float, ckpt: Checkpoint, step_s: float = 0.0) -> Goodput:
     """Goodput under interruptions at ``per_hour`` per wall-clock hour, with the best checkpoint
     interval (see the module docstring). A checkpoint is taken between optimizer steps, so with
@@ -90,20 +110,85 @@ def goodput(per_hour: float, ckpt: Checkpoint, step_s: float = 0.0) -> Goodput:
     if delta <= 0:
         tau = DEFAULT_INTERVAL_MIN * 60.0
     else:
-        from scipy.optimize import minimize_scalar
-
-        # wall_per_work is unimodal in log τ; search from 1 s to a year.
-        res = minimize_scalar(
-            lambda x: wall_per_work(math.exp(x)),
-            bounds=(0.0, math.log(3.2e7)),
-            method="bounded",
-            options={"xatol": 1e-6},
-        )
-        tau = math.exp(res.x)
+        tau = _best_interval(lam, delta)
     if step_s > 0:
         steps = max(1.0, math.floor(tau / step_s))
         tau = min((steps * step_s, (steps + 1) * step_s), key=wall_per_work)
     return Goodput(1.0 / wall_per_work(tau), tau, restart)
 
 
-__all__ = ["Checkpoint", "DEFAULT_INTERVAL_MIN", "Goodput", "RESTART_MIN", "checkpoint", "goodput"]
+def run_goodput(rs: ResolvedScenario, step_s: float, notes: list[str]) -> float:
+    """The scenario's goodput with the best checkpoint interval, and lines for ``notes`` that
+    say where the interruptions come from and what they cost."""
+    rates: list[str] = []
+    per_hour = 0.0
+    mtbf = rs.gpu.mtbf_hours
+    if mtbf is not None:
+        per_hour += rs.gpus / mtbf.value
+        rates.append(
+            f"GPU failures: {rs.gpus} GPUs at one per {mtbf.value:,.0f} GPU-hours, one every "
+            f"{mtbf.value / rs.gpus:,.1f} h"
+        )
+    else:
+        notes.append(f"GPU '{rs.gpu.name}' gives no mtbf_hours: hardware failures not modelled")
+    price = rs.price
+    spot = isinstance(price, CloudPrice) and rs.price_tier == "spot"
+    if spot:
+        assert isinstance(price, CloudPrice)
+        per_node = price.spot_preemptions_per_day
+        if per_node is None:
+            notes.append(
+                "spot: the profile gives no preemption rate, so preemptions are not modelled "
+                "(time and cost are a lower bound)"
+            )
+        else:
+            # Preemptions strike per instance: the cluster counted in the profile's instances.
+            size = rs.gpus_per_node if price.gpus_per_node is None else price.gpus_per_node.value
+            instances = max(1, math.ceil(rs.gpus / size - 1e-9))
+            per_day = per_node.value * instances
+            per_hour += per_day / 24.0
+            rates.append(
+                f"spot preemptions: {per_day:g} a day ({per_node.value:g} per instance × "
+                f"{instances} {size:g}-GPU instances)"
+            )
+    if per_hour <= 0:
+        return 1.0
+    ck = checkpoint(rs)
+    g = goodput(per_hour, ck, step_s)
+    how = (
+        f"a checkpoint of {ck.bytes / 1e9:,.0f} GB takes {ck.write_s:.0f} s to write to "
+        f"{rs.storage.name}; written every {g.interval_s / 60:,.1f} min of work "
+        f"({g.interval_s / step_s:,.0f} steps, the interval that loses least)"
+    )
+    if g.goodput < 0.01:
+        hint = "use fewer GPUs, faster checkpoint storage or a more reliable part"
+        if spot:
+            assert isinstance(price, CloudPrice)
+            others = [t for t, r in price.tier_rates().items() if r is not None and t != "spot"]
+            hint = f"use the {' or '.join(others)} tier of {price.name}, or fewer nodes"
+        raise UserError(
+            f"interruptions ({'; '.join(rates)}) leave {g.goodput:.2%} of the time for "
+            f"progress, even at the best checkpoint interval: {how}",
+            file=rs.source_file,
+            path="cluster.pricing.tier" if spot else "cluster.nodes",
+            hint=hint,
+        )
+    notes.append(
+        f"interruptions: {'; '.join(rates)}. {how[0].upper()}{how[1:]}; a restart takes "
+        f"{g.restart_s / 60:.1f} min (new capacity, start-up, reading the checkpoint back), "
+        f"then the work since the last checkpoint is re-done: {g.goodput:.1%} of wall time "
+        f"makes progress, so time to train and $ per useful step are {1.0 / g.goodput:.3f}× "
+        "the uninterrupted figures"
+    )
+    return g.goodput
+
+
+__all__ = [
+    "Checkpoint",
+    "DEFAULT_INTERVAL_MIN",
+    "Goodput",
+    "RESTART_MIN",
+    "checkpoint",
+    "goodput",
+    "run_goodput",
+]

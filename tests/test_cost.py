@@ -255,7 +255,7 @@ def test_spot_preemptions_count_the_profiles_instances_not_the_clusters_nodes() 
     data["cluster"]["network"] = {"profile": "ib-ndr-400", "nics_per_node": 1}
     eight = resolve_dict(data)
     for rs in (one, eight):
-        assert any("8 preemptions per day" in a for a in cost(rs).assumptions)
+        assert any("8 a day" in a for a in cost(rs).assumptions)
 
 
 def _kept(rs: ResolvedScenario, share: float) -> ResolvedScenario:
@@ -298,6 +298,43 @@ def test_one_owned_node_buys_no_network_ports() -> None:
     data["cluster"]["network"] = {"profile": "ib-ndr-400", "nics_per_node": 8}
     with_net = cost(resolve_dict(data))
     assert with_net.breakdown["capex"] == pytest.approx(cost(priced(OWNED)).breakdown["capex"])
+
+
+def _failing(mtbf: float, **kw: Any) -> ResolvedScenario:
+    data = copy.deepcopy(priced(CLOUD, **kw).raw)
+    data["cluster"]["gpu"]["mtbf_hours"] = fig(mtbf)
+    return resolve_dict(data)
+
+
+def test_gpu_failures_interrupt_every_tier() -> None:
+    """A synchronous job stops when any GPU fails: N GPUs at one failure per MTBF GPU-hours
+    interrupt it N/MTBF times an hour; goodput follows with the best checkpoint interval."""
+    rs = _failing(1000.0)
+    r = cost(rs)
+    g = goodput(rs.gpus / 1000.0, checkpoint(rs), 10.0)
+    assert r.goodput == pytest.approx(g.goodput) and 0.9 < r.goodput < 1.0
+    assert r.time_to_train_days == pytest.approx(10_000 / 86_400 / g.goodput)
+    assert any("GPU failures: 8 GPUs" in a for a in r.assumptions)
+    # More GPUs fail more often: never more progress per hour of wall time.
+    more = cost(_failing(1000.0, nodes=4, global_batch=992))
+    assert more.goodput < r.goodput
+    # Spot adds its preemptions to the failures.
+    both = cost(_failing(1000.0, tier="spot", spot_preemptions_per_day=fig(4)))
+    assert both.goodput < cost(_failing(1000.0, tier="spot")).goodput
+    assert any("GPU failures" in a and "spot preemptions" in a for a in both.assumptions)
+
+
+def test_no_failure_figure_is_said_and_costs_nothing() -> None:
+    r = cost(priced(CLOUD))
+    assert r.goodput == 1.0
+    assert any("hardware failures not modelled" in a for a in r.assumptions)
+
+
+def test_failures_too_frequent_to_progress_are_a_user_error() -> None:
+    with pytest.raises(UserError) as exc:
+        # 512 GPUs failing once an hour each: one failure every 7 s, a restart takes 10 min
+        compute_cost(_failing(1.0, nodes=64, global_batch=1024), 10.0, 0.2)
+    assert exc.value.path == "cluster.nodes" and "GPU failures" in exc.value.message
 
 
 def test_spot_preemption_rate_ignored_on_other_tiers() -> None:
@@ -441,6 +478,7 @@ def test_as_dict_is_json_and_complete(price: dict[str, Any]) -> None:
         "usd_total",
         "usd_idle",
         "usd_idle_per_step",
+        "goodput",
         "breakdown",
         "assumptions",
     }
