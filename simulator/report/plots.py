@@ -114,12 +114,15 @@ def cost_time(rows: Rows, path: Path, title: str, best: dict[str, Any] | None = 
             textcoords="offset points",
             arrowprops={"arrowstyle": "->"},
         )
-    ax.set_xlabel("time to train (days)" if days else "step time (s)")
+    ax.set_xlabel("time to train (days)" if days else "seconds per million tokens")
     ax.set_ylabel("total cost (US$)" if days else "US$ per million tokens")
     ax.set_title(title)
     ax.grid(True, alpha=0.3)
-    # Beside the axes: inside, the legend hid a point of the buy-or-rent sweep.
-    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    if ok:
+        # Beside the axes: inside, the legend hid a point of the buy-or-rent sweep.
+        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    else:
+        ax.text(0.5, 0.5, "no point has a price", ha="center", transform=ax.transAxes)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
