@@ -137,13 +137,14 @@ class CollectivePhase(ProbeBase):
         groups = self._groups()
         impls: dict[str, str] = {}
         budget_hit = False
-        # Small sizes of every collective first, so a short budget still samples them all.
+        # Small sizes of every collective first, and the smallest always (a busy machine can
+        # spend a short budget on start-up alone), so every collective has a sample.
         for nbytes in sizes:
             if budget_hit:
                 break
             for op in COLLECTIVES:
                 for label, g, ranks in groups:
-                    if self.over_budget():
+                    if nbytes > sizes[0] and self.over_budget():
                         budget_hit = True
                         self.result["notes"].append(
                             f"time budget ({a.time_budget:g} s) reached: collectives stopped "
