@@ -195,6 +195,15 @@ def sweep(
             out.print(f"wrote {safe(p)}")
 
 
+def _schedule(r: dict[str, Any]) -> str:
+    """The pipeline schedule where there is a pipeline: '' for 1F1B, else its name."""
+    if int(r.get("pp") or 1) == 1 or r.get("schedule") in (None, "", "1f1b"):
+        return ""
+    if r.get("schedule") == "interleaved":
+        return f" (interleaved ×{r.get('virtual_stages')})"
+    return f" ({r.get('schedule')})"
+
+
 def _cells(r: dict[str, Any]) -> list[str]:
     days, usd, per_m = (
         r.get("time_to_train_days"),
@@ -204,8 +213,8 @@ def _cells(r: dict[str, Any]) -> list[str]:
     return [
         str(r["point"]),
         safe(
-            f"{r['gpus']}×{r['gpu']} TP{r['tp']} PP{r['pp']} DP{r['dp']} mb{r['micro_batch']} "
-            f"{r['sharding']} {r['recompute']}"
+            f"{r['gpus']}×{r['gpu']} TP{r['tp']} PP{r['pp']}{_schedule(r)} DP{r['dp']} "
+            f"mb{r['micro_batch']} {r['sharding']} {r['recompute']}"
         ),
         safe(r.get("tier") or "-"),
         "-" if days in (None, "") else f"{float(days):.1f}",

@@ -103,7 +103,12 @@ def plan_variants(data: dict[str, Any], auto: list[str]) -> list[dict[str, Any]]
     if "micro_batch" in auto:
         choices["micro_batch"] = list(MICRO_BATCHES)
     if "schedule" in auto:
-        choices["schedule"] = ["1f1b", "interleaved"]
+        # 1F1B, and interleaved with two virtual stages and with the base's own count.
+        base_sched = par.get("pp_schedule") or {}
+        vs = {2}
+        if isinstance(base_sched, dict) and base_sched.get("kind") == "interleaved":
+            vs.add(int(base_sched.get("virtual_stages") or 2))
+        choices["schedule"] = ["1f1b", *(("interleaved", v) for v in sorted(vs))]
     if "recompute" in auto:
         choices["recompute"] = list(RECOMPUTE)
     out = []
@@ -117,8 +122,8 @@ def plan_variants(data: dict[str, Any], auto: list[str]) -> list[dict[str, Any]]
                 tr["micro_batch"] = value
             elif name == "schedule":
                 p["pp_schedule"] = (
-                    {"kind": "interleaved", "virtual_stages": 2}
-                    if value == "interleaved"
+                    {"kind": "interleaved", "virtual_stages": value[1]}
+                    if isinstance(value, tuple)
                     else {"kind": value}
                 )
             else:
