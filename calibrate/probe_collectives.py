@@ -137,14 +137,16 @@ class CollectivePhase(ProbeBase):
         groups = self._groups()
         impls: dict[str, str] = {}
         budget_hit = False
-        # Small sizes of every collective first, and the smallest always (a busy machine can
-        # spend a short budget on start-up alone), so every collective has a sample.
+        # Small sizes of every collective first, and the two smallest always (a busy machine
+        # can spend a short budget on start-up alone), so every collective has the two points
+        # a latency-bandwidth fit needs.
+        always = set(sizes[:2])
         for nbytes in sizes:
             if budget_hit:
                 break
             for op in COLLECTIVES:
                 for label, g, ranks in groups:
-                    if nbytes > sizes[0] and self.over_budget():
+                    if nbytes not in always and self.over_budget():
                         budget_hit = True
                         self.result["notes"].append(
                             f"time budget ({a.time_budget:g} s) reached: collectives stopped "

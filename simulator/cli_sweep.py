@@ -89,6 +89,18 @@ def sweep(
     if plot:
         output_path(plot, "--plot", folder=True)
     spec, base, _ = load_spec(spec_file)
+    if deadline_days is not None or budget_usd is not None:
+        from .sweep.spec import axis_paths
+
+        paths = {p for i, a in enumerate(spec.axes) for p in axis_paths(i, a)}
+        if (base.get("run") or {}).get("tokens") is None and not paths & {"run", "run.tokens"}:
+            raise UserError(
+                "--deadline-days and --budget-usd judge the whole run, and the base scenario "
+                "gives no token budget",
+                file=spec_file,
+                path="--deadline-days" if deadline_days is not None else "--budget-usd",
+                hint="set run.tokens in the base scenario (e.g. 1.0e12)",
+            )
     if all_plans:
         spec = spec.model_copy(update={"keep": "all"})
     pts = points(spec)
@@ -152,15 +164,12 @@ def sweep(
             hint="give the base scenario a cluster.pricing (or an axis over it), or use "
             "--best time",
         )
-    if (deadline_days is not None or budget_usd is not None) and not any(
-        r.get("time_to_train_days") not in (None, "") for r in ok
-    ):
+    if budget_usd is not None and not any(r.get("usd_total") not in (None, "") for r in ok):
         raise UserError(
-            "--deadline-days and --budget-usd compare the whole run, and the base scenario "
-            "gives no token budget",
+            "--budget-usd compares what the whole run costs, and no point of the sweep has a price",
             file=spec_file,
-            path="--deadline-days" if deadline_days is not None else "--budget-usd",
-            hint="set run.tokens in the base scenario (e.g. 1.0e12)",
+            path="--budget-usd",
+            hint="give the base scenario a cluster.pricing (or an axis over it)",
         )
     if best:
         ownership = None if own is None else ("own" if own else "rent")

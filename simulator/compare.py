@@ -8,18 +8,18 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from .report.text import safe
+from .report.text import duration, safe, usd
 
-# (key, label, better: "low" or "high", format)
-METRICS = [
+# (key, label, better: "low" or "high", format: a format string or a function)
+METRICS: list[tuple[str, str, str, Any]] = [
     ("step_time_s", "step time (s)", "low", "{:.3f}"),
     ("tokens_per_s", "throughput (tokens/s)", "high", "{:,.0f}"),
     ("tokens_per_s_per_gpu", "tokens/s per GPU", "high", "{:,.0f}"),
     ("mfu", "MFU", "high", "{:.1%}"),
     ("memory_gb_per_gpu", "memory per GPU (GB)", "low", "{:.1f}"),
-    ("usd_per_million_tokens", "$ per million tokens", "low", "{:.3f}"),
-    ("time_to_train_days", "time to train (days)", "low", "{:.1f}"),
-    ("usd_total", "$ for the token budget", "low", "{:,.0f}"),
+    ("usd_per_million_tokens", "$ per million tokens", "low", usd),
+    ("time_to_train_days", "time to train", "low", duration),
+    ("usd_total", "$ for the token budget", "low", usd),
 ]
 
 CATEGORY_LABELS = {
@@ -37,6 +37,10 @@ CATEGORY_LABELS = {
 }
 
 
+def _show(fmt: Any, x: float) -> str:
+    return str(fmt(x)) if callable(fmt) else str(fmt.format(x))
+
+
 def _values(d: dict[str, Any]) -> dict[str, float | None]:
     c = d.get("cost") or {}
     return {
@@ -46,7 +50,7 @@ def _values(d: dict[str, Any]) -> dict[str, float | None]:
         "mfu": d["mfu"],
         "memory_gb_per_gpu": d["memory_gb_per_gpu"],
         "usd_per_million_tokens": c.get("usd_per_million_tokens"),
-        "time_to_train_days": c.get("time_to_train_days"),
+        "time_to_train_days": d.get("time_to_train_days"),
         "usd_total": c.get("usd_total"),
     }
 
@@ -60,13 +64,8 @@ def _step_why(a: dict[str, Any], b: dict[str, Any]) -> str:
 
 
 def _goodput(r: dict[str, Any]) -> float:
-    """Share of wall time that makes progress (below 1 on spot): the uninterrupted run time
-    over the time to train."""
-    c = r.get("cost") or {}
-    days, steps = c.get("time_to_train_days"), c.get("steps")
-    if not days or not steps:
-        return 1.0
-    return float(steps) * r["step_time_s"] / 86400.0 / float(days)
+    """Share of wall time that makes progress (below 1 where GPUs fail or spot is reclaimed)."""
+    return float(r.get("goodput") or 1.0)
 
 
 def _differs(x: float, y: float) -> bool:
@@ -74,17 +73,18 @@ def _differs(x: float, y: float) -> bool:
 
 
 def _why(a: dict[str, Any], b: dict[str, Any], key: str) -> str:
-    """What makes result ``a`` better than ``b`` on metric ``key``: the step category that
-    differs most, and for time and money also the price and the time lost to interruptions."""
+    """What makes result ``a`` better than ``b`` on metric ``key``: for time and money, a lower
+    price per GPU-hour and more wall time making progress where ``a`` has them, and the step
+    category that differs most where the step or the throughput differs."""
     reasons = []
     if key in ("usd_per_million_tokens", "usd_total"):
         pa = (a.get("cost") or {}).get("usd_per_gpu_hour")
         pb = (b.get("cost") or {}).get("usd_per_gpu_hour")
-        if pa is not None and pb is not None and _differs(pa, pb):
+        if pa is not None and pb is not None and pa < pb and _differs(pa, pb):
             reasons.append(f"${pa:.2f} vs ${pb:.2f} per GPU-hour")
     if key in ("usd_per_million_tokens", "usd_total", "time_to_train_days"):
         ga, gb = _goodput(a), _goodput(b)
-        if _differs(ga, gb):
+        if ga > gb and _differs(ga, gb):
             reasons.append(f"{ga:.1%} vs {gb:.1%} of wall time making progress")
     tps_a, tps_b = a.get("tokens_per_s") or 0.0, b.get("tokens_per_s") or 0.0
     if _differs(a["step_time_s"], b["step_time_s"]) or _differs(tps_a, tps_b):
@@ -121,7 +121,7 @@ def compare_results(results: list[dict[str, Any]]) -> dict[str, Any]:
                         "metric": key,
                         "label": label,
                         "values": column,
-                        "formatted": [None if x is None else fmt.format(x) for x in column],
+                        "formatted": [None if x is None else _show(fmt, x) for x in column],
                         "best": names[present[0][0]] if present else None,
                         "verdict": (
                             f"{label}: {names[present[0][0]]} is the only one that fits in GPU "
@@ -141,7 +141,7 @@ def compare_results(results: list[dict[str, Any]]) -> dict[str, Any]:
         else:
             word = "lower" if better == "low" else "higher"
             verdict = (
-                f"{label}: {names[bi]} is best, {fmt.format(bx)} against {fmt.format(wx)} "
+                f"{label}: {names[bi]} is best, {_show(fmt, bx)} against {_show(fmt, wx)} "
                 f"for {names[wi]} ({ratio:.2f}× {word} is better)"
             )
             if key != "memory_gb_per_gpu":
@@ -151,7 +151,7 @@ def compare_results(results: list[dict[str, Any]]) -> dict[str, Any]:
                 "metric": key,
                 "label": label,
                 "values": column,
-                "formatted": [None if x is None else fmt.format(x) for x in column],
+                "formatted": [None if x is None else _show(fmt, x) for x in column],
                 "best": names[bi],
                 "verdict": verdict,
             }

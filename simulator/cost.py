@@ -26,9 +26,11 @@ Definitions used throughout:
 * ``usd_per_million_tokens = usd_per_step / tokens_per_step · 1e6``.
 * With a token budget (``run.tokens``): ``steps = tokens / tokens_per_step``,
   ``time_to_train = steps · step_time / goodput`` and ``usd_total = steps · usd_per_step``.
-* ``usd_idle = (1 - goodput · (1 - idle_fraction)) · usd_total``: the dollars that bought no
-  useful computation: GPUs idle within a step, and on spot the wall time lost to checkpoint
-  writes, restarts and re-done work (the GPUs are paid for whether or not they compute).
+* ``usd_idle = (1 - (1 - unused) · goodput · (1 - idle_fraction)) · usd_total``: the dollars
+  that bought no useful computation: GPUs idle within a step, the wall time lost to
+  interruptions (checkpoint writes, restarts, re-done work), and the share ``unused`` of the
+  spend that pays for an owned cluster's or a reserved term's idle hours
+  (``cluster.pricing.utilisation`` below 1). The GPUs are paid for whether or not they compute.
 """
 
 from __future__ import annotations
@@ -77,8 +79,9 @@ class CostReport:
     time_to_train_days: float | None
     usd_total: float | None
     usd_idle: float | None
-    """$ that bought no useful computation over the run: GPUs idle within a step and, on spot,
-    wall time lost to interruptions: ``(1 - goodput · (1 - idle_fraction)) · usd_total``."""
+    """$ that bought no useful computation over the run: GPUs idle within a step, wall time
+    lost to interruptions, and the idle hours an owned cluster or a reserved term carries
+    (see the module docstring)."""
     usd_idle_per_step: float
     goodput: float = 1.0
     """Share of wall time that makes progress (checkpoint writes, restarts and re-done work
@@ -98,12 +101,15 @@ def compute_cost(
     step_time_s: float,
     idle_fraction: float,
     gpu_utilisation: float | None = None,
+    interruptions: tuple[float, list[str]] | None = None,
 ) -> CostReport | None:
     """The cost of ``rs`` given a simulated step time and the GPUs' idle fraction.
 
     ``idle_fraction`` is the share of GPU wall time not spent computing (0..1). For ownership
     pricing ``gpu_utilisation`` (0..1) scales the GPUs' power draw; None means
-    ``1 - idle_fraction``. Cloud prices ignore it.
+    ``1 - idle_fraction``. Cloud prices ignore it. ``interruptions``: the run's goodput and the
+    lines that explain it, where the caller has them (:func:`simulator.interruptions.run_report`);
+    None works them out.
 
     Returns None when the scenario has no pricing profile. Raises :class:`UserError` when the
     chosen cloud tier is missing from the profile, or when the profile's figures make the cost
@@ -123,13 +129,23 @@ def compute_cost(
     else:
         util = gpu_utilisation if gpu_utilisation is not None else 1.0 - idle_fraction
         model, usd_per_hour, _, breakdown, assumptions = _ownership(rs, rs.price, util)
-    from .interruptions import run_goodput
+    if interruptions is None:
+        from .interruptions import run_goodput
 
-    goodput = run_goodput(rs, step_time_s, assumptions)
+        goodput = run_goodput(rs, step_time_s, assumptions)
+    else:
+        goodput = interruptions[0]
+        assumptions += interruptions[1]
 
     tokens_per_step = rs.training.tokens_per_step
     usd_per_step = usd_per_hour * step_time_s / 3600.0 / goodput
-    wasted = 1.0 - goodput * (1.0 - idle_fraction)
+    # The part of each hour's price that pays for hours nobody uses (utilisation below 1).
+    kept = rs.price_utilisation
+    carried = breakdown.get("capex", 0.0) + breakdown.get("opex", 0.0)
+    if model == "cloud:reserved":
+        carried = usd_per_hour
+    unused = (1.0 - kept) * carried / usd_per_hour if usd_per_hour > 0 else 0.0
+    wasted = 1.0 - (1.0 - unused) * goodput * (1.0 - idle_fraction)
     usd_per_million_tokens = usd_per_step / tokens_per_step * 1e6
 
     steps: float | None = None
@@ -148,6 +164,7 @@ def compute_cost(
             if goodput < 1.0
             else ""
         )
+        + (f", and {unused:.1%} of the price pays for unused hours" if unused > 0 else "")
         + f", so {wasted:.1%} of the spend buys no useful computation"
     )
 

@@ -7,17 +7,24 @@ useful work, which takes ``δ`` (the state over the storage's write bandwidth), 
 interruption spends ``R`` getting going again (new capacity, processes, communicators, and
 reading the last checkpoint back) before it re-does the work since that checkpoint.
 
-With interruptions arriving as a Poisson process of rate ``λ`` while the job runs, the expected
-wall time to get one interval of work and its checkpoint done is the renewal result (e.g. Daly,
-"A higher order estimate of the optimum checkpoint interval for restart dumps", FGCS 2006)::
+With interruptions arriving as a Poisson process of rate ``λ`` (the GPUs are held, and can fail
+or be reclaimed, during a restart too, which then starts over), the expected wall time to get
+one interval of work and its checkpoint done is Daly's ("A higher order estimate of the optimum
+checkpoint interval for restart dumps", FGCS 22, 2006, eq. 9)::
 
-    E[T] = (1/λ + R) · (exp(λ(τ + δ)) − 1)
+    E[T] = exp(λR) / λ · (exp(λ(τ + δ)) − 1)
 
 so goodput = τ / E[T]. It tends to 1 − λ(τ/2 + R) − δ/τ when interruptions are rare, and never
 charges more lost time than has passed, as a first-order ``λ(τ/2 + R)`` does once interruptions
 come more often than every ``τ/2 + R``. The interval is the one that maximises goodput (it sits
-near Young's √(2δ/λ) when interruptions are rare); with no time to write a checkpoint, a fixed
-:data:`DEFAULT_INTERVAL_MIN` stands in, since the optimum would be to checkpoint continuously.
+near Young's √(2δ/λ) when interruptions are rare, and does not depend on R); with no time to
+write a checkpoint, a fixed :data:`DEFAULT_INTERVAL_MIN` stands in, since the optimum would be to
+checkpoint continuously.
+
+Checkpoints are written by the nodes that hold a shard of the state: every node where the
+optimizer state is sharded over data parallelism (ZeRO/FSDP, Megatron's distributed
+optimizer), else the nodes of one data-parallel replica (plain DDP saves one copy); a restart
+reads the state back on every node.
 """
 
 from __future__ import annotations
@@ -61,14 +68,18 @@ class Goodput:
 
 def checkpoint(rs: ResolvedScenario) -> Checkpoint:
     """The model state a restart needs (working weights, master weights and optimizer states;
-    no gradients), written and read by every node at once (each rank its shard, as Megatron's
-    and PyTorch's distributed checkpoints do): per-node bandwidth times nodes, capped by the
-    storage system's aggregate."""
+    no gradients), written by the nodes that hold a shard of it (see the module docstring) and
+    read back by every node: per-node bandwidth times those nodes, capped by the storage
+    system's aggregate."""
     params = param_count(rs.model, rs.training.seq_len)
     w, _, opt = bytes_per_param(rs)
     size = params * (w + opt)
     st = rs.storage
-    write = st.write_gbps_per_client.value * rs.nodes
+    if rs.parallelism.zero_stage >= 1:
+        writers = rs.nodes
+    else:  # one replica's model-parallel group: TP x PP x CP GPUs
+        writers = min(rs.nodes, max(1, math.ceil(rs.tp * rs.pp * rs.cp / rs.gpus_per_node)))
+    write = st.write_gbps_per_client.value * writers
     if st.aggregate_write_gbps is not None:
         write = min(write, st.aggregate_write_gbps.value)
     read = st.read_gbps_per_client.value * rs.nodes
@@ -103,9 +114,11 @@ def goodput(per_hour: float, ckpt: Checkpoint, step_s: float = 0.0) -> Goodput:
     lam = per_hour / 3600.0
     delta = ckpt.write_s
 
+    restart_factor = math.exp(min(lam * restart, 700.0)) / lam
+
     def wall_per_work(tau: float) -> float:
         # expm1 keeps small λ(τ+δ) exact; the exponent is capped where goodput is ~0 anyway
-        return (1.0 / lam + restart) * math.expm1(min(lam * (tau + delta), 700.0)) / tau
+        return restart_factor * math.expm1(min(lam * (tau + delta), 700.0)) / tau
 
     if delta <= 0:
         tau = DEFAULT_INTERVAL_MIN * 60.0
@@ -115,6 +128,25 @@ def goodput(per_hour: float, ckpt: Checkpoint, step_s: float = 0.0) -> Goodput:
         steps = max(1.0, math.floor(tau / step_s))
         tau = min((steps * step_s, (steps + 1) * step_s), key=wall_per_work)
     return Goodput(1.0 / wall_per_work(tau), tau, restart)
+
+
+@dataclass(frozen=True)
+class RunReport:
+    """The whole run, priced or not: the share of wall time that makes progress, and the
+    time to train the token budget (``run.tokens``; None without one)."""
+
+    goodput: float
+    time_to_train_days: float | None
+    notes: list[str]
+
+
+def run_report(rs: ResolvedScenario, step_s: float) -> RunReport:
+    notes: list[str] = []
+    g = run_goodput(rs, step_s, notes)
+    days = None
+    if rs.run.tokens is not None:
+        days = rs.run.tokens / rs.training.tokens_per_step * step_s / g / 86400.0
+    return RunReport(g, days, notes)
 
 
 def run_goodput(rs: ResolvedScenario, step_s: float, notes: list[str]) -> float:
@@ -155,6 +187,11 @@ def run_goodput(rs: ResolvedScenario, step_s: float, notes: list[str]) -> float:
         return 1.0
     ck = checkpoint(rs)
     g = goodput(per_hour, ck, step_s)
+    if rs.storage.technology == "local_nvme":
+        notes.append(
+            f"checkpoints go to {rs.storage.name}, node-local storage a failed or reclaimed "
+            "node takes with it: a real run also copies them to shared storage (not timed)"
+        )
     how = (
         f"a checkpoint of {ck.bytes / 1e9:,.0f} GB takes {ck.write_s:.0f} s to write to "
         f"{rs.storage.name}; written every {g.interval_s / 60:,.1f} min of work "
@@ -188,7 +225,9 @@ __all__ = [
     "DEFAULT_INTERVAL_MIN",
     "Goodput",
     "RESTART_MIN",
+    "RunReport",
     "checkpoint",
     "goodput",
     "run_goodput",
+    "run_report",
 ]

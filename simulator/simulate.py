@@ -14,6 +14,7 @@ from .cost import CostReport, compute_cost
 from .engine.periodic import run_periodic
 from .engine.sim import EngineResult, run_engine
 from .errors import UserError
+from .interruptions import RunReport, run_report
 from .metrics import Metrics, compute_metrics
 from .workload.memory import memory_report
 
@@ -30,6 +31,7 @@ class SimResult:
     metrics: Metrics
     cost: CostReport | None
     engine: EngineResult
+    run: RunReport
 
     def as_dict(self) -> dict[str, Any]:
         m = self.metrics
@@ -58,6 +60,9 @@ class SimResult:
             "per_class": m.per_class,
             "params": m.params,
             "events": m.events,
+            "goodput": self.run.goodput,
+            "time_to_train_days": self.run.time_to_train_days,
+            "interruptions": self.run.notes,
             "cost": self.cost.as_dict() if self.cost else None,
         }
 
@@ -91,8 +96,14 @@ def simulate(
     met = compute_metrics(rs, eng)
     if scaling:
         _scaling(rs, met)
-    cost = compute_cost(rs, met.step_time_s, min(1.0, max(0.0, met.idle_fraction)))
-    return SimResult(rs, met, cost, eng)
+    run = run_report(rs, met.step_time_s)
+    cost = compute_cost(
+        rs,
+        met.step_time_s,
+        min(1.0, max(0.0, met.idle_fraction)),
+        interruptions=(run.goodput, run.notes),
+    )
+    return SimResult(rs, met, cost, eng, run)
 
 
 def reference_layout(rs: ResolvedScenario) -> ResolvedScenario | None:

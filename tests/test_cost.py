@@ -176,7 +176,8 @@ def test_spot_preemptions_cost_at_least_as_much_as_none() -> None:
 
 
 def _monte_carlo(per_hour: float, tau: float, delta: float, restart: float, n: int) -> float:
-    """Goodput of n checkpoint intervals under Poisson interruptions, drawn one by one."""
+    """Goodput of n checkpoint intervals under Poisson interruptions, drawn one by one; an
+    interruption during a restart starts the restart over."""
     import numpy as np
 
     rng = np.random.default_rng(7)
@@ -187,7 +188,10 @@ def _monte_carlo(per_hour: float, tau: float, delta: float, restart: float, n: i
             if x >= need:
                 wall += need
                 break
-            wall += x + restart
+            wall += x
+            while (y := rng.exponential(1.0 / lam)) < restart:
+                wall += y
+            wall += restart
     return n * tau / wall
 
 
@@ -219,6 +223,19 @@ def test_checkpoints_fall_between_steps(step_s: float) -> None:
     steps = g.interval_s / step_s
     assert steps >= 1 and steps == pytest.approx(round(steps))
     assert g.goodput <= free.goodput + 1e-12  # a constraint never helps
+
+
+def test_checkpoint_writers_are_the_nodes_holding_a_shard() -> None:
+    """Plain DDP saves one replica's copy (one node writes here); with the optimizer state
+    sharded over DP every node writes its shard. Every node reads on a restart."""
+    data = inline_scenario(nodes=4, seq_len=1000, global_batch=992)
+    ddp = resolve_dict(data)
+    data["parallelism"] = {"sharding": {"kind": "zero", "stage": 1}}
+    zero1 = resolve_dict(data)
+    a, b = checkpoint(ddp), checkpoint(zero1)
+    assert a.bytes == pytest.approx(b.bytes)
+    assert a.write_s == pytest.approx(4 * b.write_s)
+    assert a.read_s == pytest.approx(b.read_s)
 
 
 def test_slower_checkpoint_storage_never_makes_more_progress() -> None:
@@ -272,6 +289,11 @@ def test_an_owned_cluster_busy_part_of_its_life_charges_the_idle_rest() -> None:
     assert half.breakdown["energy"] == pytest.approx(full.breakdown["energy"])  # only when on
     assert half.time_to_train_days == full.time_to_train_days
     assert any("busy 50% of its life" in a for a in half.assumptions)
+    # The idle half of capex and opex is spend that buys no computation.
+    unused = 0.5 * (half.breakdown["capex"] + half.breakdown["opex"]) / half.usd_per_hour
+    assert half.usd_idle == pytest.approx(  # idle within a step: 0.25
+        (1 - (1 - unused) * half.goodput * 0.75) * half.usd_total  # type: ignore[operator]
+    )
 
 
 def test_a_reserved_term_used_in_part_costs_more_per_hour_used() -> None:

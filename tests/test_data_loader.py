@@ -61,3 +61,22 @@ def test_every_reader_reads_its_replicas_share() -> None:
     # First and last stage each read the step once: twice the step's bytes in all.
     assert sum(per_node) == pytest.approx(2 * total)
     assert len(per_node) == rs.nodes
+
+
+def test_stacks_without_the_megatron_loader_read_on_every_rank() -> None:
+    """torchtitan, FSDP and DDP build a data loader per rank: with TP each rank of the group
+    reads the same samples; without a pipeline or TP the two rules agree."""
+    assert Layout(tp=2, cp=1, dp=4, pp=2, gpus_per_node=8).loader_ranks_per_node(False) == (8, 8)
+    data = inline_scenario("llama3-8b", nodes=2, gpus_per_node=8, global_batch=32, tp=2)
+    megatron = resolve_dict(data)
+    titan = resolve_dict({**data, "software": "torchtitan"})
+    lay = Layout(megatron.tp, megatron.cp, megatron.dp, megatron.pp, megatron.gpus_per_node)
+    total = megatron.training.tokens_per_step * megatron.training.input_bytes_per_token
+    assert sum(loader_bytes_per_node(megatron, lay)) == pytest.approx(total)
+    assert sum(loader_bytes_per_node(titan, lay)) == pytest.approx(2 * total)
+    plain = resolve_dict({**inline_scenario("llama3-8b", nodes=2, global_batch=32)})
+    plain_titan = resolve_dict(
+        {**inline_scenario("llama3-8b", nodes=2, global_batch=32), "software": "torchtitan"}
+    )
+    lay1 = Layout(1, 1, 16, 1, 8)
+    assert loader_bytes_per_node(plain, lay1) == loader_bytes_per_node(plain_titan, lay1)

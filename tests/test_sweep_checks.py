@@ -186,3 +186,44 @@ def test_unmet_constraints_show_what_the_sweep_can_do(tmp_path: Path) -> None:
     spec2 = _write(tmp_path, "s2.yaml", base=str(base2), axes=[{"training.global_batch": [32]}])
     res = run_cli("sweep", str(spec2), "--out", out, "--best", "time", "--deadline-days", "3")
     assert res.returncode == 2 and "run.tokens" in res.stderr
+
+
+def test_priced_and_unpriced_points_compare_in_the_same_units(tmp_path: Path) -> None:
+    """Time to train comes from the run (GPU failures need no price), so an unpriced point
+    is not 'faster' for being measured in seconds per million tokens against days."""
+    spec = _write(
+        tmp_path,
+        axes=[{"offer": [{"cluster.pricing": None}, {"cluster.pricing.tier": "spot"}]}],
+    )
+    rows = _run(spec, tmp_path / "o.csv")
+    assert all(r["time_to_train_days"] not in (None, "") for r in rows)
+    unpriced, spot = rows
+    assert float(spot["goodput"]) < float(unpriced["goodput"]) <= 1.0
+    chosen, _ = best(rows, "time")
+    assert chosen is not None and chosen["point"] == unpriced["point"]
+
+
+def test_a_base_tp_keeps_its_sequence_parallelism(tmp_path: Path) -> None:
+    """With TP from the base and only recomputation enumerated, sequence parallelism stays as
+    the base has it (unset: off), so a plan that needs it is not called fitting."""
+    data = yaml.safe_load((REPO / "scenarios" / "llama3-70b-64xh100.yaml").read_text())
+    data["parallelism"].pop("sequence_parallel")
+    base = tmp_path / "b.yaml"
+    base.write_text(yaml.safe_dump(data))
+    spec = _write(
+        tmp_path, base=str(base), axes=[{"cluster.nodes": [8]}], parallelism={"recompute": "auto"}
+    )
+    rows = _run(spec, tmp_path / "o.csv")
+    assert all(r.get("sequence_parallel") in (None, "", False, "False") for r in rows)
+
+
+def test_axes_the_plans_keep_are_allowed_and_equal_numbers_are_one_value(tmp_path: Path) -> None:
+    load_spec(
+        _write(
+            tmp_path,
+            axes=[{"parallelism.sequence_parallel": [True, False]}],
+            parallelism={"tp": "auto"},
+        )
+    )
+    with pytest.raises(UserError, match="repeats"):
+        load_spec(_write(tmp_path, "d.yaml", axes=[{"run.tokens": [1.0e11, 100000000000]}]))

@@ -142,6 +142,11 @@ class SoftwareProfile(_Profile):
         description="whether the stack has a fused (flash) attention kernel (a scenario's "
         "training.flash_attention overrides it; unset: it has)",
     )
+    loader_on_pipeline_ends: SourcedFlag | None = Field(
+        default=None,
+        description="only TP rank 0 of the first and last pipeline stages reads training data "
+        "and broadcasts it to its TP group (unset: every rank reads its DP replica's samples)",
+    )
     grad_reduce_fp32: SourcedFlag | None = Field(
         default=None,
         description="under bf16 or fp8 mixed precision the stack accumulates gradients in an "

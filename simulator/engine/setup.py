@@ -37,12 +37,14 @@ from .stragglers import pace as straggler_pace
 
 
 def loader_bytes_per_node(rs: ResolvedScenario, lay: Layout) -> list[float]:
-    """Training data each node reads per step: every reader rank (TP rank 0 on the first and
-    last pipeline stages, :meth:`Layout.loader_ranks_per_node`) reads its DP replica's share
-    of the step's samples in full."""
+    """Training data each node reads per step: every reader rank (under a Megatron-style stack
+    TP rank 0 on the first and last pipeline stages, else every rank:
+    :meth:`Layout.loader_ranks_per_node`) reads its DP replica's share of the step's samples
+    in full."""
     total = rs.training.tokens_per_step * rs.training.input_bytes_per_token
     per_reader = total / rs.dp
-    return [n * per_reader for n in lay.loader_ranks_per_node()]
+    ends = on(rs.software.loader_on_pipeline_ends)
+    return [n * per_reader for n in lay.loader_ranks_per_node(ends)]
 
 
 # The per-pass programs a simulation builds (``_build_programs``).

@@ -80,12 +80,18 @@ class Layout:
         return range(stage * block, (stage + 1) * block)
 
     @functools.cache  # noqa: B019 (a frozen, hashable value: one entry per layout)
-    def loader_ranks_per_node(self) -> tuple[int, ...]:
-        """Ranks per node that read training data: TP rank 0 of every DP×CP coordinate on the
-        first and the last pipeline stage (Megatron builds its data iterators there; the first
-        stage needs the tokens, the last the labels, and TP rank 0 broadcasts to its group)."""
+    def loader_ranks_per_node(self, pipeline_ends: bool = True) -> tuple[int, ...]:
+        """Ranks per node that read training data. ``pipeline_ends``: TP rank 0 of every DP×CP
+        coordinate on the first and the last pipeline stage (Megatron builds its data iterators
+        there; the first stage needs the tokens, the last the labels, and TP rank 0 broadcasts
+        to its group); else every rank."""
+        nodes = -(-self.world // self.gpus_per_node)
+        if not pipeline_ends:
+            return tuple(
+                min(self.gpus_per_node, self.world - n * self.gpus_per_node) for n in range(nodes)
+            )
         block = self.tp * self.cp * self.dp
-        counts = [0] * -(-self.world // self.gpus_per_node)
+        counts = [0] * nodes
         for stage in {0, self.pp - 1}:
             for rank in range(stage * block, (stage + 1) * block, self.tp):
                 counts[rank // self.gpus_per_node] += 1

@@ -10,7 +10,7 @@ from rich.table import Table
 
 from ..check import CheckReport
 from ..config.hardware import Sourced, _Profile
-from .text import safe
+from .text import duration, safe, usd
 
 
 def fmt_num(x: float) -> str:
@@ -156,6 +156,10 @@ def print_simulation(d: dict[str, Any], console: Console) -> None:
         )
     fit = "fits" if d["fits"] else "[red]does NOT fit[/red]"
     t.add_row("memory per GPU", f"{d['memory_gb_per_gpu']:.1f} GB ({fit})")
+    if d.get("goodput", 1.0) < 1.0:
+        t.add_row("wall time making progress", f"{100 * d['goodput']:.1f} % (interruptions)")
+    if d.get("time_to_train_days") is not None:
+        t.add_row("time to train", duration(d["time_to_train_days"]))
     console.print(t)
     b = Table(title="where the step goes (mean over rank classes)")
     b.add_column("category")
@@ -185,28 +189,10 @@ def print_simulation(d: dict[str, Any], console: Console) -> None:
         ct = Table(title=f"cost ({safe(c['model'])})", show_header=False)
         ct.add_column("item", style="cyan")
         ct.add_column("value", justify="right")
-        ct.add_row("$ per GPU-hour", _usd(c["usd_per_gpu_hour"]))
-        ct.add_row("$ per step", _usd(c["usd_per_step"]))
-        ct.add_row("$ per million tokens", _usd(c["usd_per_million_tokens"]))
+        ct.add_row("$ per GPU-hour", usd(c["usd_per_gpu_hour"]))
+        ct.add_row("$ per step", usd(c["usd_per_step"]))
+        ct.add_row("$ per million tokens", usd(c["usd_per_million_tokens"]))
         if c.get("usd_total") is not None:
-            ct.add_row("time to train", _duration(c["time_to_train_days"]))
-            ct.add_row("$ for the token budget", _usd(c["usd_total"]))
-            ct.add_row("$ on idle or lost GPU time", _usd(c["usd_idle"]))
+            ct.add_row("$ for the token budget", usd(c["usd_total"]))
+            ct.add_row("$ on idle or lost GPU time", usd(c["usd_idle"]))
         console.print(ct)
-
-
-def _usd(v: float) -> str:
-    """Dollars to the cent from $100, else to three significant figures (a fraction of a cent
-    per step still shows)."""
-    if v >= 100 or v == 0:
-        return f"{v:,.0f}" if v >= 1000 else f"{v:,.2f}"
-    return f"{v:.3g}"
-
-
-def _duration(days: float) -> str:
-    """Days from one day up, else hours, else minutes."""
-    if days >= 1:
-        return f"{days:,.1f} days"
-    if days * 24 >= 1:
-        return f"{days * 24:.1f} hours"
-    return f"{days * 1440:.1f} minutes"

@@ -8,6 +8,7 @@ cannot break the markup. JSON and CSV output does not pass through here: it stay
 
 from __future__ import annotations
 
+import math
 import unicodedata
 
 from rich.markup import escape
@@ -29,3 +30,24 @@ def plain(text: object) -> str:
 def safe(text: object) -> str:
     """``text`` ready to embed in rich markup: :func:`plain`, then markup-escaped."""
     return escape(plain(text))
+
+
+def usd(v: float) -> str:
+    """Dollars: whole from $1,000, to the cent from $1, else to three significant figures (a
+    fraction of a cent per step still shows, without an exponent)."""
+    if v == 0 or not math.isfinite(v):
+        return f"{v:g}"
+    if abs(v) >= 1000:
+        return f"{v:,.0f}"
+    if abs(v) >= 1:
+        return f"{v:,.2f}"
+    return f"{v:.{2 - math.floor(math.log10(abs(v)))}f}"
+
+
+def duration(days: float) -> str:
+    """A run's length: days from one day up, else hours, else minutes."""
+    if days >= 1:
+        return f"{days:,.1f} days"
+    if days * 24 >= 1:
+        return f"{days * 24:.1f} hours"
+    return f"{days * 1440:.1f} minutes"

@@ -10,13 +10,15 @@ Objective = Literal["time", "cost", "usd-per-token"]
 
 
 def time_of(r: dict[str, Any]) -> float | None:
-    """Days to train when the scenario has a token budget, else seconds per million tokens
-    (per token, so that points with other batch sizes or sequence lengths compare)."""
+    """Days to train when the scenario has a token budget, else wall seconds per million
+    tokens (per token, so that points with other batch sizes or sequence lengths compare;
+    with the time lost to interruptions, as the days have it)."""
     v = r.get("time_to_train_days")
     if v not in (None, ""):
         return float(v)
     tps = _num(r.get("tokens_per_s"))
-    return 1e6 / tps if tps else None
+    good = _num(r.get("goodput")) or 1.0
+    return 1e6 / (tps * good) if tps else None
 
 
 def cost_of(r: dict[str, Any]) -> float | None:

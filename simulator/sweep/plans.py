@@ -20,6 +20,7 @@ from ..config.scenario import ResolvedScenario
 from ..cost import compute_cost
 from ..engine.sim import CATEGORIES
 from ..errors import UserError
+from ..interruptions import run_report
 from ..simulate import simulate
 from .spec import Point
 
@@ -62,6 +63,7 @@ COLUMNS = [
     "model_tflops_per_gpu",
     "usd_per_gpu_hour",
     "usd_per_million_tokens",
+    "goodput",
     "time_to_train_days",
     "usd_total",
     "usd_idle",
@@ -137,8 +139,10 @@ def plan_variants(data: dict[str, Any], auto: list[str]) -> list[dict[str, Any]]
             # no pipeline to interleave, so the PP=1 plan runs as plain 1F1B.
             p["pp_schedule"] = {"kind": "1f1b"}
         p["dp"] = "auto"
-        # Sequence parallelism with TP, as Megatron recommends, unless the base turns it off.
-        p["sequence_parallel"] = int(p.get("tp", 1)) > 1 and sp_given is not False
+        if "tp" in choices:
+            # Sequence parallelism with TP, as Megatron recommends, unless the base turns it
+            # off; with TP from the base, the base's choice stands.
+            p["sequence_parallel"] = int(p.get("tp", 1)) > 1 and sp_given is not False
         d["parallelism"] = p
         d["training"] = tr
         out.append(d)
@@ -230,7 +234,14 @@ def evaluate_point(
             continue
         try:
             d, idle = _simulate_unpriced(variant, rs)
-            cost = compute_cost(rs, d["step_time_s"], min(1.0, max(0.0, idle)))
+            # Interruptions with this point's price (spot adds preemptions to GPU failures).
+            run = run_report(rs, d["step_time_s"])
+            cost = compute_cost(
+                rs,
+                d["step_time_s"],
+                min(1.0, max(0.0, idle)),
+                interruptions=(run.goodput, run.notes),
+            )
         except UserError as err:  # e.g. a price tier the profile does not offer
             return [_failed(sweep, point, f"invalid: {err.message}", drops)]
         c = cost.as_dict() if cost else {}
@@ -245,7 +256,8 @@ def evaluate_point(
             model_tflops_per_gpu=d["model_tflops_per_gpu"],
             usd_per_gpu_hour=c.get("usd_per_gpu_hour"),
             usd_per_million_tokens=c.get("usd_per_million_tokens"),
-            time_to_train_days=c.get("time_to_train_days"),
+            goodput=run.goodput,
+            time_to_train_days=run.time_to_train_days,
             usd_total=c.get("usd_total"),
             usd_idle=c.get("usd_idle"),
         )

@@ -197,13 +197,15 @@ def _ray(
 
 
 def _profiles_digest() -> str:
-    """A digest of every profile file on the search path: a profile edited (or written by
-    `calibrate`) between two runs changes what a point's rows would be."""
+    """A digest of every profile file on the search path and of the simulator's own code: a
+    profile edited (or written by `calibrate`), or another version of the model, between two
+    runs changes what a point's rows would be."""
     from ..catalog import profile_dirs
 
     h = hashlib.sha1()
-    for d in profile_dirs():
-        for f in sorted(d.rglob("*.yaml")):
+    code = Path(__file__).resolve().parents[1]
+    for d, pattern in [*((d, "*.yaml") for d in profile_dirs()), (code, "*.py")]:
+        for f in sorted(d.rglob(pattern)):
             h.update(str(f.relative_to(d)).encode())
             h.update(f.read_bytes())
     return h.hexdigest()

@@ -34,16 +34,28 @@ AUTO_FIELDS = ("tp", "pp", "cp", "sharding", "micro_batch", "schedule", "recompu
 MAX_POINTS = 100_000
 
 # The scenario fields each 'auto' choice sets (an axis may not set them too); enumerating TP,
-# PP or CP also sets DP and sequence parallelism.
+# PP or CP also sets DP. (Sequence parallelism and a pipeline schedule from the base or an axis
+# are kept where they apply.)
 AUTO_PATHS: dict[str, tuple[str, ...]] = {
-    "tp": ("parallelism.tp", "parallelism.dp", "parallelism.sequence_parallel"),
-    "pp": ("parallelism.pp", "parallelism.dp", "parallelism.pp_schedule"),
+    "tp": ("parallelism.tp", "parallelism.dp"),
+    "pp": ("parallelism.pp", "parallelism.dp"),
     "cp": ("parallelism.cp", "parallelism.dp"),
     "sharding": ("parallelism.sharding",),
     "micro_batch": ("training.micro_batch",),
     "schedule": ("parallelism.pp_schedule",),
     "recompute": ("parallelism.recompute",),
 }
+
+
+def _same(v: Any) -> Any:
+    """A value as YAML means it: 1.0e11 and 100000000000 are the same number."""
+    if isinstance(v, float) and v.is_integer():
+        return int(v)
+    if isinstance(v, dict):
+        return {k: _same(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [_same(x) for x in v]
+    return v
 
 
 def _overlap(a: str, b: str) -> bool:
@@ -96,11 +108,11 @@ class SweepSpec(BaseModel):
             (values,) = ax.values()
             if not values:
                 raise ValueError(f"axes[{i}] has no values")
-            texts = [json.dumps(v, sort_keys=True, default=str) for v in values]
+            texts = [json.dumps(_same(v), sort_keys=True, default=str) for v in values]
             for j, t in enumerate(texts):
                 if t in texts[:j]:
                     raise ValueError(f"axes[{i}] repeats the value {t}: give each value once")
-            for path in _axis_paths(i, ax):
+            for path in axis_paths(i, ax):
                 for other, k in seen.items():
                     if k != i and _overlap(path, other):
                         raise ValueError(
@@ -114,7 +126,7 @@ class SweepSpec(BaseModel):
     @model_validator(mode="after")
     def _axes_leave_auto_fields_alone(self) -> SweepSpec:
         for i, ax in enumerate(self.axes):
-            for path in _axis_paths(i, ax):
+            for path in axis_paths(i, ax):
                 for f in self.auto():
                     if any(_overlap(path, q) for q in AUTO_PATHS[f]):
                         raise ValueError(
@@ -162,7 +174,7 @@ def _options(axis: dict[str, list[Any]], i: int = 0) -> tuple[str, list[dict[str
     return key, out
 
 
-def _axis_paths(i: int, axis: dict[str, list[Any]]) -> list[str]:
+def axis_paths(i: int, axis: dict[str, list[Any]]) -> list[str]:
     """Every field path the options of axis ``i`` set."""
     _, opts = _options(axis, i)
     return sorted({k for o in opts for k in o})
@@ -232,4 +244,4 @@ def points(spec: SweepSpec) -> list[Point]:
     return out
 
 
-__all__ = ["AUTO_FIELDS", "AutoPlan", "Point", "SweepSpec", "load_spec", "points"]
+__all__ = ["AUTO_FIELDS", "AutoPlan", "Point", "SweepSpec", "axis_paths", "load_spec", "points"]
