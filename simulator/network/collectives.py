@@ -200,7 +200,9 @@ def phases(
     # A flat ring or tree spanning nodes: every step pays the slower tier's latency. NCCL
     # builds one ring (or tree) per channel and sends each through a different NIC
     # (rail-aligned), so a node's g members share its crossing traffic: each rank's NIC carries
-    # 1/g of the traffic a rank moves, unless its fabric port is the tighter bound.
+    # 1/g of the traffic a rank moves, unless its fabric port is the tighter bound. A pipelined
+    # ring runs at its slowest link's pace, so where the fabric (PCIe through the host, say) is
+    # slower than the NIC the phase takes the fabric's time (a share above 1).
     if algo == "tree" and coll == "all_reduce":
         # NCCL's tree: a chain through the g GPUs of each node, a binary tree over the k
         # nodes; reduce up and broadcast down, pipelined through every level.
@@ -210,7 +212,8 @@ def phases(
     else:
         out = _flat(coll, algo, n, size, "network", max(network.alpha, fabric.alpha))
     share = max(1.0 / g, network.bandwidth / fabric.bandwidth) if fabric.bandwidth > 0 else 1.0
-    share = min(1.0, share)
+    if g <= 1:
+        share = 1.0  # one rank per node: nothing crosses the fabric
     # NCCL's hops between nodes: up and down the tree's levels (NCCL counts log2i(k) of them),
     # or a ring's crossings; never more than the steps the phase already charges α for, so a
     # lower α never makes the collective slower.
