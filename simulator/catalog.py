@@ -146,6 +146,12 @@ def find_scenario(name: str) -> Path:
     p = Path(name)
     if p.is_file():
         return p
+    if p.exists():
+        raise UserError(
+            "is a folder, not a scenario file" if p.is_dir() else "is not a regular file",
+            file=name,
+            hint="give a scenario YAML file",
+        )
     bundled = bundled_scenarios_dir()
     for cand in (bundled / p.name, bundled / f"{p.name}.yaml", bundled / f"{p.stem}.yaml"):
         if cand.is_file():

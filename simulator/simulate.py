@@ -5,7 +5,7 @@ No global state: sweeps may call it thousands of times, in any process.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from .config.loading import resolve_dict
@@ -32,6 +32,7 @@ class SimResult:
     cost: CostReport | None
     engine: EngineResult
     run: RunReport
+    notes: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         m = self.metrics
@@ -63,6 +64,7 @@ class SimResult:
             "goodput": self.run.goodput,
             "time_to_train_days": self.run.time_to_train_days,
             "interruptions": self.run.notes,
+            "notes": self.notes,
             "cost": self.cost.as_dict() if self.cost else None,
         }
 
@@ -85,9 +87,43 @@ def _check_full_size(rs: ResolvedScenario) -> None:
         )
 
 
+def _node_aligned(rs: ResolvedScenario) -> bool:
+    from .network.topology import Layout
+    from .workload.memory import shard_group
+
+    sh = shard_group(rs)
+    lay = Layout(rs.tp, rs.cp, rs.dp, rs.pp, rs.gpus_per_node, sh if sh < rs.dp_cp else 0)
+    return lay.node_aligned()
+
+
+def _full_or_periodic(rs: ResolvedScenario) -> EngineResult:
+    try:
+        _check_full_size(rs)
+    except UserError:
+        return run_periodic(rs)
+    return run_engine(rs, full=True)
+
+
 def simulate(
     rs: ResolvedScenario, full: bool = False, trace: bool = False, scaling: bool = True
 ) -> SimResult:
+    notes: list[str] = []
+    if not full and not _node_aligned(rs):
+        # Groups that straddle nodes differ from rank to rank: simulate every rank where that
+        # is affordable, else say that the one simulated per stage may be the faster kind.
+        try:
+            _check_full_size(rs)
+            full = True
+            notes.append(
+                "some TP/CP/shard/stage groups straddle node boundaries and others do not, so "
+                "every rank was simulated (full mode)"
+            )
+        except UserError:
+            notes.append(
+                "some TP/CP/shard/stage groups straddle node boundaries and others do not; "
+                "symmetric mode simulated one rank per stage and may be optimistic: use GPUs "
+                "per node that the group sizes divide (or that divide them)"
+            )
     if full:
         _check_full_size(rs)
     # Symmetric mode extrapolates the steady state where that is exact; a trace or the full
@@ -103,7 +139,7 @@ def simulate(
         min(1.0, max(0.0, met.idle_fraction)),
         interruptions=(run.goodput, run.notes),
     )
-    return SimResult(rs, met, cost, eng, run)
+    return SimResult(rs, met, cost, eng, run, notes)
 
 
 def reference_layout(rs: ResolvedScenario) -> ResolvedScenario | None:
@@ -181,7 +217,7 @@ def _scaling(rs: ResolvedScenario, met: Metrics) -> None:
             "tokens_per_s_per_gpu": met.tokens_per_s / met.gpus,
         }
         return
-    rm = compute_metrics(ref, run_periodic(ref))
+    rm = compute_metrics(ref, run_periodic(ref) if _node_aligned(ref) else _full_or_periodic(ref))
     per_gpu = met.tokens_per_s / met.gpus
     ref_per_gpu = rm.tokens_per_s / rm.gpus
     met.scaling_efficiency = per_gpu / ref_per_gpu

@@ -9,6 +9,7 @@ import json
 from typing import Any
 
 import pytest
+from conftest import inline_scenario, resolve_inline
 from test_engine import COMM, SLOW_STORAGE, UNIFORM, assert_accounting, scenario, sim
 
 from simulator.catalog import bundled_scenarios
@@ -263,3 +264,39 @@ def test_bundled_scenario_simulates_and_accounts(path) -> None:
     assert m.busy_s + sum(m.idle_s.values()) == pytest.approx(m.step_time_s, rel=1e-3)
     assert_accounting(res, rel=1e-3)
     json.dumps(res.as_dict())
+
+
+@pytest.mark.parametrize(
+    ("gpn", "par"),
+    [
+        (6, {"tp": 4, "pp": 2}),  # the second TP group straddles nodes 0 and 1
+        (6, {"cp": 4}),
+        (8, {"sharding": {"kind": "fsdp", "strategy": "hybrid_shard", "shard_group": 3}}),
+    ],
+    ids=["tp4-on-6", "cp4-on-6", "shard3-on-8"],
+)
+def test_groups_straddling_nodes_are_simulated_rank_by_rank(gpn: int, par: dict[str, Any]) -> None:
+    """One rank per stage stands for every rank only where each group sits on nodes as the
+    first does; otherwise simulate runs every rank (and says so), as --full does."""
+    from simulator.simulate import simulate
+
+    nodes = 4 if gpn == 6 else 3
+    data = inline_scenario("llama3-8b", gpus_per_node=gpn, nodes=nodes, global_batch=48, **par)
+    rs = resolve_dict(data)
+    auto = simulate(rs, scaling=False)
+    full = simulate(rs, full=True, scaling=False)
+    assert auto.metrics.mode == "full" and auto.notes
+    assert auto.metrics.step_time_s == pytest.approx(full.metrics.step_time_s, rel=1e-12)
+    aligned = simulate(resolve_inline("llama3-8b", nodes=2, global_batch=32, tp=4), scaling=False)
+    assert aligned.metrics.mode != "full" and not aligned.notes
+
+
+def test_no_input_to_read_is_no_stall() -> None:
+    from simulator.simulate import simulate
+
+    data = inline_scenario("llama3-8b", nodes=2, global_batch=32, tp=2)
+    data["training"]["input_bytes_per_token"] = 0
+    rs = resolve_dict(data)
+    for full in (False, True):
+        m = simulate(rs, full=full, scaling=False).metrics
+        assert m.breakdown_s["data_stall"] == 0 and m.step_time_s > 0

@@ -162,3 +162,40 @@ def test_full_mode_past_its_size_is_refused_before_it_starts(tmp_path: Path) -> 
     g.write_text(yaml.safe_dump(small))
     res = run_cli("simulate", str(g), "--full")
     assert res.returncode == 2 and "16392 GPUs is above the limit of 16384" in res.stderr
+
+
+@pytest.mark.parametrize(
+    ("parallelism", "path", "says"),
+    [
+        (
+            {"sharding": {"kind": "fsdp", "strategy": "hybrid_shard", "shard_group": 3}},
+            "parallelism.sharding.shard_group",
+            "does not divide the 16 DP×CP ranks",
+        ),
+        (
+            {"sharding": {"kind": "fsdp", "strategy": "full_shard", "shard_group": 4}},
+            "parallelism.sharding.shard_group",
+            "applies to hybrid_shard",
+        ),
+        (
+            {"pp": 2, "pp_schedule": {"kind": "interleaved", "virtual_stages": 1}},
+            "parallelism.pp_schedule",
+            "",
+        ),
+        (
+            {
+                "pp": 2,
+                "pp_schedule": {"kind": "interleaved", "virtual_stages": 16},
+                "stage_layers": [10, 22],
+            },
+            "parallelism.stage_layers",
+            "at least 16 layers",
+        ),
+    ],
+    ids=["shard-group-not-dividing", "shard-group-without-hybrid", "one-chunk", "empty-chunks"],
+)
+def test_sharding_and_chunk_checks(parallelism: dict[str, Any], path: str, says: str) -> None:
+    data = inline_scenario("llama3-8b", nodes=2, global_batch=32, **parallelism)
+    with pytest.raises(UserError) as exc:
+        resolve_dict(data)
+    assert (exc.value.path or "").startswith(path) and says in exc.value.message

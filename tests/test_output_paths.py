@@ -110,3 +110,23 @@ def test_table_output_into_a_closed_pipe_exits_0() -> None:
         err = p.stderr.read().decode()
         assert p.wait(timeout=60) == 0, (fmt, err)
         assert "Traceback" not in err
+
+
+def test_trace_never_replaces_a_pipe_and_writes_through_a_link(tmp_path: Path) -> None:
+    """An atomic write renames a new file over the target: over a FIFO or a device that would
+    put a regular file in its place, so they are refused; a symbolic link keeps pointing at
+    its file, which gets the trace."""
+    import os
+
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    res = run_cli("simulate", SCENARIO, "--no-scaling", "--trace", str(fifo))
+    assert res.returncode == 2 and "not a regular file" in res.stderr
+    assert fifo.is_fifo()
+    real = tmp_path / "real.json"
+    real.write_text("old")
+    link = tmp_path / "link.json"
+    link.symlink_to(real)
+    res = run_cli("simulate", SCENARIO, "--no-scaling", "--trace", str(link))
+    assert res.returncode == 0, res.stderr
+    assert link.is_symlink() and real.read_text().lstrip().startswith("{")

@@ -210,6 +210,23 @@ def resolve(
             path="parallelism.tp",
             hint="use a TP that divides the KV heads or is a multiple of them",
         )
+    sh = par.sharding
+    if isinstance(sh, FSDPSharding) and sh.shard_group is not None:
+        if sh.strategy != "hybrid_shard":
+            raise UserError(
+                f"shard_group applies to hybrid_shard; {sh.strategy} shards over all of DP×CP",
+                file=file,
+                path="parallelism.sharding.shard_group",
+                hint="remove shard_group, or use strategy: hybrid_shard",
+            )
+        if (dp * par.cp) % sh.shard_group:
+            raise UserError(
+                f"shard_group {sh.shard_group} does not divide the {dp * par.cp} DP×CP ranks",
+                file=file,
+                path="parallelism.sharding.shard_group",
+                hint="use a divisor of DP×CP: "
+                + ", ".join(str(d) for d in _divisors(dp * par.cp)[:12]),
+            )
     v = par.virtual_stages
     if par.stage_layers is not None:
         sl = par.stage_layers
@@ -220,6 +237,14 @@ def resolve(
                 file=file,
                 path="parallelism.stage_layers",
                 hint="fix the list or remove it for even stages",
+            )
+        if v > 1 and len(sl) == par.pp and min(sl) < v:
+            raise UserError(
+                f"with {v} virtual stages each pipeline rank needs at least {v} layers (one per "
+                f"model chunk); stage_layers gives one {min(sl)}",
+                file=file,
+                path="parallelism.stage_layers",
+                hint=f"give each rank at least {v} layers, or list all {par.pp * v} chunks",
             )
     elif model.layers % (par.pp * v):
         what = f"PP={par.pp}" + (f" × {v} virtual stages" if v > 1 else "")

@@ -24,7 +24,11 @@ class Interleaved(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
     kind: Literal["interleaved"] = "interleaved"
     virtual_stages: int = Field(
-        default=2, strict=True, ge=1, le=512, description="model chunks per pipeline rank"
+        default=2,
+        strict=True,
+        ge=2,
+        le=512,
+        description="model chunks per pipeline rank (one chunk is 1f1b)",
     )
 
 

@@ -41,6 +41,7 @@ def _clean_loc(loc: tuple[Any, ...]) -> tuple[Any, ...]:
             and (
                 item in tags
                 or item.startswith("function-")
+                or item.startswith("constrained-")
                 or item.startswith("literal[")
                 # a union member's class name (AutoPlan, PricingSpec...): fields are lower-case
                 or (item[:1].isupper() and item.isidentifier())
@@ -115,10 +116,31 @@ def validation_error(
             near = [synonym]
         if near:
             hint = f"did you mean '{near[0]}'?"
-    more = len({_loc(_walk(tuple(e["loc"]), root)[0]) for e in errors}) - 1
+    # Other problems, not counting the other forms of the same union field failing (a model
+    # given as a mapping is not also a wrong preset name).
+    where, branch = _union_point(tuple(err["loc"]))
+    others = [
+        e
+        for e in errors
+        if not (
+            branch is not None
+            and _union_point(tuple(e["loc"]))[0] == where
+            and _union_point(tuple(e["loc"]))[1] != branch
+        )
+    ]
+    more = len({_loc(_walk(tuple(e["loc"]), root)[0]) for e in others}) - 1
     if more > 0:
         msg += f" (and {more} more problem{'s' if more > 1 else ''})"
     return UserError(msg, file=file, path=path or None, hint=hint)
+
+
+def _union_point(loc: tuple[Any, ...]) -> tuple[tuple[Any, ...], Any]:
+    """Where a union's member tag first appears in ``loc`` (the path before it) and the tag
+    (None where the location has no union member)."""
+    for i, item in enumerate(loc):
+        if _clean_loc((item,)) == ():
+            return loc[:i], item
+    return loc, None
 
 
 def _walk(loc: tuple[Any, ...], root: Any) -> tuple[tuple[Any, ...], Any]:

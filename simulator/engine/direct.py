@@ -337,6 +337,8 @@ class _Walk:
         per_node = loader_bytes_per_node(rs, sim.lay)
         busiest = max(range(len(per_node)), key=per_node.__getitem__)
         t = st.latency_ms.value * 1e-3 * sim.m
+        if per_node[busiest] <= 0:
+            return t  # no input to read (input_bytes_per_token: 0)
         links: list[tuple[Any, float]] = [(("storage_client", busiest), 1.0)]
         if st.aggregate_read_gbps is not None:
             links.append((("storage_agg",), sum(per_node) / per_node[busiest]))

@@ -328,9 +328,11 @@ class SimulationBase(LinkSharing):
         yield self.env.timeout(st.latency_ms.value * 1e-3 * self.m)
         busiest = max(range(len(per_node)), key=per_node.__getitem__)
         nodes = [n for n, b in enumerate(per_node) if b > 0] if self.full else [busiest]
+        if per_node[busiest] <= 0:
+            nodes = []  # no input to read (input_bytes_per_token: 0)
         # Symmetric mode: the busiest node's read stands for all, as many of them as the
         # storage system's total load divided by one.
-        weight = sum(per_node) / per_node[busiest]
+        weight = sum(per_node) / per_node[busiest] if nodes else 0.0
         jobs = []
         for node in nodes:
             links: list[tuple[tuple, float]] = [(("storage_client", node), 1.0)]

@@ -75,6 +75,18 @@ class Layout:
             return [self.rank(t, c, d, i) for i in range(self.pp)]
         raise ValueError(f"unknown group kind {kind!r}")
 
+    def node_aligned(self) -> bool:
+        """Whether every TP, CP, shard, DP and pipeline group sits on nodes the same way as the
+        first one: each group's span of consecutive ranks (TP; TP×CP; TP×CP×shard; a stage's
+        TP×CP×DP) either fills whole nodes or fits inside one. Symmetric mode simulates one
+        rank per stage and is exact only then (with 6 GPUs a node and TP 4, the second TP group
+        straddles two nodes and is slower than the first)."""
+        g = self.gpus_per_node
+        spans = [self.tp, self.tp * self.cp, self.tp * self.cp * self.dp]
+        if self.shard:
+            spans.append(self.tp * self.cp * self.shard)
+        return all(span % g == 0 or g % span == 0 for span in spans)
+
     def stage_members(self, stage: int) -> range:
         block = self.tp * self.cp * self.dp
         return range(stage * block, (stage + 1) * block)

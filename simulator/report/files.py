@@ -33,7 +33,8 @@ def output_path(path: str | Path, option: str, folder: bool = False) -> Path:
     else:
         if p.is_dir() or raw.endswith(("/", os.sep)):
             raise UserError(f"{raw} is a folder", path=option, hint="give a file name inside it")
-        target = p.parent
+        _refuse_special(p, option)
+        target = Path(os.path.realpath(p)).parent
     try:
         target.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -47,10 +48,27 @@ def output_path(path: str | Path, option: str, folder: bool = False) -> Path:
     return p
 
 
+def _refuse_special(p: Path, option: str | None = None) -> None:
+    """A device, a FIFO or a socket (directly or behind a link) is not a file an atomic rename
+    may replace: refuse it rather than put a regular file in its place."""
+    if os.path.lexists(p) and p.exists() and not p.is_file() and not p.is_dir():
+        raise UserError(
+            f"{p} is not a regular file (a device, pipe or socket)",
+            file=None if option else str(p),
+            path=option,
+            hint="give a file path",
+        )
+
+
 def write_atomic(path: str | Path, text: str) -> Path:
+    """Write ``text`` to ``path`` atomically; through a symbolic link, to the file it names (the
+    link stays)."""
     p = Path(path)
     if p.is_dir() or not str(path).strip():
         raise UserError("cannot write: the path is a folder", file=str(p), hint="give a file name")
+    _refuse_special(p)
+    if p.is_symlink():
+        p = Path(os.path.realpath(p))
     try:
         p.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", dir=p.parent)

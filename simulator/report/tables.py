@@ -161,6 +161,8 @@ def print_simulation(d: dict[str, Any], console: Console) -> None:
     if d.get("time_to_train_days") is not None:
         t.add_row("time to train", duration(d["time_to_train_days"]))
     console.print(t)
+    for note in d.get("notes") or []:
+        console.print(f"[yellow]note:[/yellow] {safe(note)}")
     b = Table(title="where the step goes (mean over rank classes)")
     b.add_column("category")
     b.add_column("seconds", justify="right")
