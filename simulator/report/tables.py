@@ -150,9 +150,12 @@ def print_simulation(d: dict[str, Any], console: Console) -> None:
     t.add_row("MFU", f"{100 * d['mfu']:.1f} %")
     if d.get("scaling_efficiency") is not None:
         ref = d.get("scaling_reference") or {}
+        gb = ref.get("global_batch")
+        own = round(d["samples_per_s"] * d["step_time_s"])  # this scenario's global batch
+        weak = f" at global batch {gb}, not {own}" if gb is not None and gb != own else ""
         t.add_row(
             "scaling efficiency",
-            f"{100 * d['scaling_efficiency']:.1f} % (vs {ref.get('gpus')} GPUs)",
+            f"{100 * d['scaling_efficiency']:.1f} % (vs {ref.get('gpus')} GPUs{weak})",
         )
     fit = "fits" if d["fits"] else "[red]does NOT fit[/red]"
     t.add_row("memory per GPU", f"{d['memory_gb_per_gpu']:.1f} GB ({fit})")
