@@ -141,6 +141,19 @@ def load_catalog() -> Catalog:
     return _load(profile_dirs())
 
 
+def find_sweep(name: str) -> Path:
+    """A sweep spec: the path as given, or a bundled sweep (``scenarios/sweeps/``) by file name
+    or stem."""
+    p = Path(name)
+    if p.exists():
+        return p
+    bundled = bundled_scenarios_dir() / "sweeps"
+    for cand in (bundled / p.name, bundled / f"{p.name}.yaml", bundled / f"{p.stem}.yaml"):
+        if cand.is_file():
+            return cand
+    return p
+
+
 def find_scenario(name: str) -> Path:
     """A scenario file: the path as given, or a bundled scenario by file name or stem."""
     p = Path(name)

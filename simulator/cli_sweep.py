@@ -15,7 +15,9 @@ from .report.text import safe
 
 @app.command()
 def sweep(
-    spec_file: Annotated[str, typer.Argument(help="sweep spec YAML (see scenarios/sweeps/)")],
+    spec_file: Annotated[
+        str, typer.Argument(help="sweep spec YAML, or a bundled sweep's name (scenarios/sweeps/)")
+    ],
     out_file: Annotated[str, typer.Option("--out", help=".csv, .jsonl or .parquet")] = (
         "results/sweep.csv"
     ),
@@ -88,6 +90,9 @@ def sweep(
     output_path(out_file, "--out")
     if plot:
         output_path(plot, "--plot", folder=True)
+    from .catalog import find_sweep
+
+    spec_file = str(find_sweep(spec_file))
     spec, base, _ = load_spec(spec_file)
     if deadline_days is not None or budget_usd is not None:
         from .sweep.spec import axis_paths

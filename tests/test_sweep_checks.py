@@ -227,3 +227,12 @@ def test_axes_the_plans_keep_are_allowed_and_equal_numbers_are_one_value(tmp_pat
     )
     with pytest.raises(UserError, match="repeats"):
         load_spec(_write(tmp_path, "d.yaml", axes=[{"run.tokens": [1.0e11, 100000000000]}]))
+
+
+def test_a_bundled_sweep_runs_by_name(tmp_path: Path) -> None:
+    from simulator.catalog import find_sweep
+
+    assert find_sweep("gpu-generations").name == "gpu-generations.yaml"
+    assert find_sweep("gpu-generations.yaml").is_file()
+    res = run_cli("sweep", "no-such-sweep", "--out", str(tmp_path / "o.csv"))
+    assert res.returncode == 2 and "no-such-sweep" in res.stderr
