@@ -306,6 +306,7 @@ class ResolvedScenario(BaseModel):
             "schedule": par.pp_schedule.kind,
             "zero_stage": par.zero_stage,
             "recompute": par.recompute,
+            "precision": self.training.precision,
         }
 
     def stage_layers(self) -> list[int]:

@@ -147,7 +147,10 @@ def print_simulation(d: dict[str, Any], console: Console) -> None:
     )
     t.add_row("model TFLOP/s per GPU", f"{d['model_tflops_per_gpu']:.1f}")
     t.add_row("hardware TFLOP/s per GPU", f"{d['hardware_tflops_per_gpu']:.1f}")
-    t.add_row("MFU", f"{100 * d['mfu']:.1f} %")
+    # MFU against the peak of the precision the GEMMs run in (fp8 against the fp8 peak, as
+    # Composer and NeMo report it).
+    peak = " (of the fp8 peak)" if lay.get("precision") == "fp8" else ""
+    t.add_row("MFU", f"{100 * d['mfu']:.1f} %{peak}")
     if d.get("scaling_efficiency") is not None:
         ref = d.get("scaling_reference") or {}
         gb = ref.get("global_batch")
