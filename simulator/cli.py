@@ -7,6 +7,7 @@ consoles in :mod:`simulator.cli_common`.
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import Annotated, Any
 
@@ -193,7 +194,17 @@ def simulate(
             res.engine.trace or [],
             {"scenario": rs.name, "mode": d["mode"], "step_time_s": d["step_time_s"]},
         )
-        err.print(f"trace written to {safe(trace)} (open in ui.perfetto.dev)")
+        size = os.path.getsize(trace)
+        err.print(
+            f"trace written to {safe(trace)} ({len(res.engine.trace or []):,} events, "
+            f"{size / 1e6:,.0f} MB; open in ui.perfetto.dev)"
+        )
+        if size > 500e6:
+            err.print(
+                "note: a JSON trace this large may not open in the browser UI (it holds the "
+                "whole file in memory); drop --full (symmetric mode draws one rank per stage) "
+                "or use fewer micro-batches"
+            )
     if fmt == Fmt.json:
         _json(d)
     elif fmt == Fmt.csv:

@@ -144,8 +144,8 @@ def test_trace_shows_both_copies_on_the_compute_stream() -> None:
     res = sim(with_copy(DP8), trace=True)
     assert res.engine.trace is not None
     names = {(e["name"], e["tid"]) for e in res.engine.trace if e.get("ph") == "X"}
-    assert ("grad_bucket_copy_in", 0) in names
-    assert ("grad_bucket_copy_out", 0) in names
+    assert ("grad_bucket_copy_in", 1) in names  # thread 1: the compute stream
+    assert ("grad_bucket_copy_out", 1) in names
     # once per step per layer (8) and for the embedding and the head: not per micro-batch
     copies = [e for e in res.engine.trace if e.get("name") == "grad_bucket_copy_in"]
     assert len(copies) == 8 + 2

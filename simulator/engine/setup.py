@@ -283,11 +283,19 @@ class SimulationBase(LinkSharing):
         tid = STREAMS.index(stream)
         if self.full:
             tid += 10 * (rank % self.rs.gpus_per_node)
+        # Whole nanoseconds for both ends, the duration their difference: spans that touch
+        # stay touching after Perfetto rounds to ns (separately rounded floats could overlap
+        # by 1 ns, and Perfetto drops a slice that overlaps its neighbour).
+        t0 = round(start * 1e9)
+        t1 = round((start + dur) * 1e9)
+        if t1 <= t0:
+            return
+        pid, tid = pid + 1, tid + 1  # ids from 1: Perfetto treats pid/tid 0 specially
         ev: dict[str, Any] = {
             "name": name,
             "ph": "X",
-            "ts": start * 1e6,
-            "dur": dur * 1e6,
+            "ts": t0 / 1e3,
+            "dur": (t1 - t0) / 1e3,
             "pid": pid,
             "tid": tid,
         }
@@ -334,18 +342,34 @@ class SimulationBase(LinkSharing):
         # storage system's total load divided by one.
         weight = sum(per_node) / per_node[busiest] if nodes else 0.0
         jobs = []
+        done_at: dict[int, float] = {}
         for node in nodes:
             links: list[tuple[tuple, float]] = [(("storage_client", node), 1.0)]
             if st.aggregate_read_gbps is not None:
                 links.append((("storage_agg",), 1.0 if self.full else weight))
-            jobs.append(self.net.transfer(links, per_node[node]))
+            job = self.net.transfer(links, per_node[node])
+
+            def mark(_ev: Any, n: int = node) -> None:
+                done_at[n] = self.env.now
+
+            job.callbacks.append(mark)
+            jobs.append(job)
         yield self.env.all_of(jobs)
         self.loader_done = self.env.now
         if self.tracing:
-            for r in (
-                self.ranks if not self.full else [n * rs.gpus_per_node for n in range(rs.nodes)]
-            ):
-                self._emit(r, "io", "read next batch", t0, self.env.now - t0)
+            # Only where data is read: each node until its own read ends (full mode), or the
+            # classes of the stages that read (symmetric mode: the busiest node's read).
+            if self.full:
+                spans = [(n * rs.gpus_per_node, done_at.get(n, self.env.now)) for n in nodes]
+            else:
+                ends = on(rs.software.loader_on_pipeline_ends)
+                spans = [
+                    (r, self.env.now)
+                    for r in self.ranks
+                    if nodes and (not ends or self.lay.coords(r)[3] in (0, self.p - 1))
+                ]
+            for r, end in spans:
+                self._emit(r, "io", "read next batch", t0, end - t0)
 
     def _trace_program(self, rank: int, prog: Program, reps: int, t0: float) -> None:
         t = t0
@@ -362,13 +386,14 @@ class SimulationBase(LinkSharing):
 
     def _trace_meta(self) -> None:
         meta = []
-        pids = sorted({e["pid"] for e in self.trace} | ({0} if not self.trace else set()))
+        # Event ids are one more than the node/stage and stream index (see _emit).
+        pids = sorted({e["pid"] for e in self.trace} | ({1} if not self.trace else set()))
         for pid in pids:
-            label = f"node {pid}" if self.full else f"stage {pid} (rank class)"
+            label = f"node {pid - 1}" if self.full else f"stage {pid - 1} (rank class)"
             meta.append({"name": "process_name", "ph": "M", "pid": pid, "args": {"name": label}})
             tids = sorted({e["tid"] for e in self.trace if e["pid"] == pid})
             for tid in tids:
-                local, stream = divmod(tid, 10) if self.full else (0, tid)
+                local, stream = divmod(tid - 1, 10) if self.full else (0, tid - 1)
                 name = STREAMS[stream] + (f" (gpu {local})" if self.full else "")
                 meta.append(
                     {

@@ -87,8 +87,13 @@ class LinkSharing:
         return size > 1 and self.topo.shape(rep, kind).per_node > 1
 
     def _analytic_groups(self) -> set[str]:
-        """Group kinds whose traffic stays on links nothing else uses: timed analytically."""
+        """Group kinds whose traffic stays on links nothing else uses: timed analytically.
+        Where groups sit on nodes unevenly (TP4 on 6-GPU nodes), one rank's group shape does
+        not stand for the others': every collective then goes through the flow network, rank
+        by rank."""
         out: set[str] = set()
+        if not self.lay.node_aligned():
+            return out
         active = [
             k
             for k, n in (
@@ -117,7 +122,7 @@ class LinkSharing:
         streams whose transfers can cross its TP links. A pass that starts while those are idle
         (and launches nothing on them) has TP to itself. ``None`` where this does not hold."""
         rs = self.rs
-        if self.full or rs.tp <= 1 or "tp" in self._analytic:
+        if self.full or rs.tp <= 1 or "tp" in self._analytic or not self.lay.node_aligned():
             return None
         if self.topo.shape(self.ranks[0], "tp").nodes > 1:
             return None

@@ -277,7 +277,9 @@ class Simulation(PassRunner):
             else:
                 ev.succeed()
 
-        label = lambda: f"send {kind}{mb} → stage {dst_stage}"  # noqa: E731
+        # With model chunks, the pass it feeds (as the passes are named: micro-batch.chunk).
+        what = f"{kind}{mb}.{chunk}" if self.v > 1 else f"{kind}{mb}"
+        label = lambda: f"send {what} → stage {dst_stage}"  # noqa: E731
         return self._submit(
             rank, stream, self.comm.send(rank, dst, size, started, delivered, label)
         )

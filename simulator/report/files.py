@@ -104,4 +104,4 @@ def _mode_for(p: Path) -> int:
 
 
 def write_json(path: str | Path, obj: Any) -> Path:
-    return write_atomic(path, json.dumps(obj, indent=1, default=str) + "\n")
+    return write_atomic(path, json.dumps(obj, default=str, separators=(",", ":")) + "\n")
