@@ -303,3 +303,18 @@ def test_no_input_to_read_is_no_stall() -> None:
     for full in (False, True):
         m = simulate(rs, full=full, scaling=False).metrics
         assert m.breakdown_s["data_stall"] == 0 and m.step_time_s > 0
+
+
+def test_straddling_tp_groups_are_not_timed_from_rank_0s_group() -> None:
+    """TP4 on 6-GPU nodes: ranks 4-7 form a TP group across two nodes, so TP cannot be timed
+    analytically from rank 0's in-node group; the flow network times each group, and the step
+    waits for the slow one."""
+    from simulator.engine.sim import Simulation
+
+    data = inline_scenario("llama3-8b", gpus_per_node=6, nodes=2, global_batch=12, tp=4)
+    rs = resolve_dict(data)
+    assert Simulation(rs, full=True)._analytic == set()
+    straddling = simulate(rs, scaling=False).metrics.step_time_s
+    inside = resolve_dict(inline_scenario("llama3-8b", nodes=2, global_batch=16, tp=4))
+    per_sample = simulate(inside, scaling=False).metrics.step_time_s / 16 * 12
+    assert straddling > per_sample * 1.05  # the straddling group's TP crosses the network
