@@ -318,3 +318,17 @@ def test_straddling_tp_groups_are_not_timed_from_rank_0s_group() -> None:
     inside = resolve_dict(inline_scenario("llama3-8b", nodes=2, global_batch=16, tp=4))
     per_sample = simulate(inside, scaling=False).metrics.step_time_s / 16 * 12
     assert straddling > per_sample * 1.05  # the straddling group's TP crosses the network
+
+
+def test_full_mode_reports_each_stage_as_the_mean_of_its_ranks() -> None:
+    """A straddling TP group is slower than an in-node one: full mode's breakdown averages the
+    stage's ranks (each rank's categories sum to the step, so the mean does too)."""
+    from simulator.engine.sim import run_engine
+
+    data = inline_scenario("llama3-8b", gpus_per_node=6, nodes=2, global_batch=12, tp=4)
+    res = run_engine(resolve_dict(data), full=True)
+    members = [r for r in res.ranks.values() if r.stage == 0]
+    tp = sorted(r.acc["comm_tp"] for r in members)
+    assert tp[-1] > tp[0] * 1.5  # the straddling group's ranks
+    assert res.classes[0].acc["comm_tp"] == pytest.approx(sum(tp) / len(tp))
+    assert sum(res.classes[0].acc.values()) == pytest.approx(res.step_time, rel=1e-9)

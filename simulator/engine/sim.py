@@ -284,6 +284,15 @@ class Simulation(PassRunner):
             rank, stream, self.comm.send(rank, dst, size, started, delivered, label)
         )
 
+    def _stage_class(self, stage: int) -> RankResult:
+        """The result that stands for a stage: its representative in symmetric mode; in full
+        mode the mean over its ranks (they differ where groups straddle nodes unevenly, or
+        under a straggler or failure of one rank)."""
+        members = self.lay.stage_members(stage)
+        if not self.full:
+            return self.results[members[0]]
+        return _mean_result([self.results[r] for r in members])
+
     # -- run ------------------------------------------------------------------------------------
     def run(self) -> EngineResult:
         self.loader_done = 0.0
@@ -309,7 +318,7 @@ class Simulation(PassRunner):
         for r in self.results.values():
             r.acc[tail] += finish - r.finish
             r.acc["data_stall"] += step - finish
-        classes = {s: self.results[self.lay.stage_members(s)[0]] for s in range(self.p)}
+        classes = {s: self._stage_class(s) for s in range(self.p)}
         if self.tracing:
             self._trace_meta()
         return EngineResult(
@@ -321,6 +330,14 @@ class Simulation(PassRunner):
             self.trace if self.tracing else None,
             self.loader_done,
         )
+
+
+def _mean_result(members: list[RankResult]) -> RankResult:
+    """A stage's ranks as one class: each category's mean, the latest finish."""
+    n = len(members)
+    out = RankResult(members[0].rank, members[0].stage, max(r.finish for r in members))
+    out.acc = {k: sum(r.acc[k] for r in members) / n for k in members[0].acc}
+    return out
 
 
 class _Prefetched:
