@@ -42,6 +42,7 @@ from typing import Any, Literal
 from .config.hardware import CloudPrice, OwnershipPrice
 from .config.scenario import ResolvedScenario
 from .errors import UserError
+from .interruptions import RunReport, run_report
 
 HOURS_PER_YEAR = 8766.0
 """Hours in an average (Julian) year, 365.25 · 24: amortisation and yearly opex use it."""
@@ -101,15 +102,15 @@ def compute_cost(
     step_time_s: float,
     idle_fraction: float,
     gpu_utilisation: float | None = None,
-    interruptions: tuple[float, list[str]] | None = None,
+    run: RunReport | None = None,
 ) -> CostReport | None:
     """The cost of ``rs`` given a simulated step time and the GPUs' idle fraction.
 
     ``idle_fraction`` is the share of GPU wall time not spent computing (0..1). For ownership
     pricing ``gpu_utilisation`` (0..1) scales the GPUs' power draw; None means
-    ``1 - idle_fraction``. Cloud prices ignore it. ``interruptions``: the run's goodput and the
-    lines that explain it, where the caller has them (:func:`simulator.interruptions.run_report`);
-    None works them out.
+    ``1 - idle_fraction``. Cloud prices ignore it. ``run``: the run's goodput, time to train and
+    the lines that explain them, where the caller has them
+    (:func:`simulator.interruptions.run_report`); None works them out.
 
     Returns None when the scenario has no pricing profile. Raises :class:`UserError` when the
     chosen cloud tier is missing from the profile, or when the profile's figures make the cost
@@ -125,17 +126,14 @@ def compute_cost(
         raise ValueError(f"gpu_utilisation must be within 0..1 (got {gpu_utilisation})")
 
     if isinstance(rs.price, CloudPrice):
-        model, usd_per_hour, _, breakdown, assumptions = _cloud(rs, rs.price, step_time_s)
+        model, usd_per_hour, breakdown, assumptions = _cloud(rs, rs.price)
     else:
         util = gpu_utilisation if gpu_utilisation is not None else 1.0 - idle_fraction
-        model, usd_per_hour, _, breakdown, assumptions = _ownership(rs, rs.price, util)
-    if interruptions is None:
-        from .interruptions import run_goodput
-
-        goodput = run_goodput(rs, step_time_s, assumptions)
-    else:
-        goodput = interruptions[0]
-        assumptions += interruptions[1]
+        model, usd_per_hour, breakdown, assumptions = _ownership(rs, rs.price, util)
+    if run is None:
+        run = run_report(rs, step_time_s)
+    goodput = run.goodput
+    assumptions += run.notes
 
     tokens_per_step = rs.training.tokens_per_step
     usd_per_step = usd_per_hour * step_time_s / 3600.0 / goodput
@@ -149,12 +147,10 @@ def compute_cost(
     usd_per_million_tokens = usd_per_step / tokens_per_step * 1e6
 
     steps: float | None = None
-    days: float | None = None
     total: float | None = None
     idle: float | None = None
     if rs.run.tokens is not None:
         steps = rs.run.tokens / tokens_per_step
-        days = steps * step_time_s / goodput / 86400.0
         total = steps * usd_per_step
         idle = wasted * total
     assumptions.append(
@@ -175,7 +171,7 @@ def compute_cost(
         usd_per_step=usd_per_step,
         usd_per_million_tokens=usd_per_million_tokens,
         steps=steps,
-        time_to_train_days=days,
+        time_to_train_days=run.time_to_train_days,
         usd_total=total,
         usd_idle=idle,
         usd_idle_per_step=wasted * usd_per_step,
@@ -185,8 +181,8 @@ def compute_cost(
     )
 
 
-_Parts = tuple[str, float, float, dict[str, float], list[str]]
-"""model name, $ per cluster-hour, goodput, breakdown, assumption lines."""
+_Parts = tuple[str, float, dict[str, float], list[str]]
+"""model name, $ per cluster-hour, breakdown, assumption lines."""
 
 
 def _tier_rate(price: CloudPrice, tier: Tier) -> float:
@@ -195,7 +191,7 @@ def _tier_rate(price: CloudPrice, tier: Tier) -> float:
     return rate.value
 
 
-def _cloud(rs: ResolvedScenario, price: CloudPrice, step_time_s: float) -> _Parts:
+def _cloud(rs: ResolvedScenario, price: CloudPrice) -> _Parts:
     tier: Tier = rs.price_tier
     rate = _tier_rate(price, tier)
     usd_per_hour = rate * rs.gpus
@@ -227,7 +223,7 @@ def _cloud(rs: ResolvedScenario, price: CloudPrice, step_time_s: float) -> _Part
             f"{tier} bills only the hours used: cluster.pricing.utilisation ({kept:.0%}) does "
             "not apply"
         )
-    return f"cloud:{tier}", usd_per_hour, 1.0, {"gpu_rental": usd_per_hour}, assumptions
+    return f"cloud:{tier}", usd_per_hour, {"gpu_rental": usd_per_hour}, assumptions
 
 
 def _ownership(rs: ResolvedScenario, price: OwnershipPrice, util: float) -> _Parts:
@@ -279,4 +275,4 @@ def _ownership(rs: ResolvedScenario, price: OwnershipPrice, util: float) -> _Par
     else:
         assumptions.append("no opex figure given: maintenance, staff and space are not included")
     usd_per_hour = sum(breakdown.values())
-    return "ownership", usd_per_hour, 1.0, breakdown, assumptions
+    return "ownership", usd_per_hour, breakdown, assumptions

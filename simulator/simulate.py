@@ -137,7 +137,7 @@ def simulate(
         rs,
         met.step_time_s,
         min(1.0, max(0.0, met.idle_fraction)),
-        interruptions=(run.goodput, run.notes),
+        run=run,
     )
     return SimResult(rs, met, cost, eng, run, notes)
 

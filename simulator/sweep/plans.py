@@ -240,7 +240,7 @@ def evaluate_point(
                 rs,
                 d["step_time_s"],
                 min(1.0, max(0.0, idle)),
-                interruptions=(run.goodput, run.notes),
+                run=run,
             )
         except UserError as err:  # e.g. a price tier the profile does not offer
             return [_failed(sweep, point, f"invalid: {err.message}", drops)]
