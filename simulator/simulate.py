@@ -88,12 +88,9 @@ def _check_full_size(rs: ResolvedScenario) -> None:
 
 
 def _node_aligned(rs: ResolvedScenario) -> bool:
-    from .network.topology import Layout
-    from .workload.memory import shard_group
+    from .network.topology import layout_of
 
-    sh = shard_group(rs)
-    lay = Layout(rs.tp, rs.cp, rs.dp, rs.pp, rs.gpus_per_node, sh if sh < rs.dp_cp else 0)
-    return lay.node_aligned()
+    return layout_of(rs).node_aligned()
 
 
 def _full_or_periodic(rs: ResolvedScenario) -> EngineResult:

@@ -77,14 +77,14 @@ class Layout:
 
     def node_aligned(self) -> bool:
         """Whether every TP, CP, shard, DP and pipeline group sits on nodes the same way as the
-        first one: each group's span of consecutive ranks (TP; TP×CP; TP×CP×shard; a stage's
-        TP×CP×DP) either fills whole nodes or fits inside one. Symmetric mode simulates one
-        rank per stage and is exact only then (with 6 GPUs a node and TP 4, the second TP group
-        straddles two nodes and is slower than the first)."""
+        first one: each group's span of consecutive ranks (TP; TP×CP; a shard group's TP×shard,
+        its members TP apart; a stage's TP×CP×DP) either fills whole nodes or fits inside one.
+        Symmetric mode simulates one rank per stage and is exact only then (with 6 GPUs a node
+        and TP 4, the second TP group straddles two nodes and is slower than the first)."""
         g = self.gpus_per_node
         spans = [self.tp, self.tp * self.cp, self.tp * self.cp * self.dp]
         if self.shard:
-            spans.append(self.tp * self.cp * self.shard)
+            spans.append(self.tp * self.shard)
         return all(span % g == 0 or g % span == 0 for span in spans)
 
     def stage_members(self, stage: int) -> range:
@@ -110,10 +110,15 @@ class Layout:
         return tuple(counts)
 
 
+def layout_of(rs: ResolvedScenario) -> Layout:
+    """The scenario's ranks laid out (TP fastest, then CP, DP, PP) with its shard group."""
+    return Layout(rs.tp, rs.cp, rs.dp, rs.pp, rs.gpus_per_node, shard_group(rs))
+
+
 class Topology:
     def __init__(self, rs: ResolvedScenario) -> None:
         self.rs = rs
-        self.layout = Layout(rs.tp, rs.cp, rs.dp, rs.pp, rs.gpus_per_node, shard_group(rs))
+        self.layout = layout_of(rs)
         f = rs.fabric
         self.fabric_bw = f.bandwidth_gbps.value * 1e9 * f.achievable_fraction.value
         self.fabric_alpha = f.latency_us.value * 1e-6
