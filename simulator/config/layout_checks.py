@@ -1,0 +1,198 @@
+"""The checks that a resolved layout and price make sense together: degrees against heads,
+layers, batch and sequence, sharding groups, pipeline chunks, and a price profile against the
+GPU, its node size and the chosen tier. Each failure is one
+:class:`~simulator.errors.UserError` naming the file, the field path and what to do."""
+
+from __future__ import annotations
+
+from ..errors import UserError
+from .hardware import CloudPrice, GPUProfile, OwnershipPrice
+from .parallelism import FSDPSharding, ParallelismSpec
+from .workload import ModelSpec, TrainingSpec
+
+# Micro-batches × pipeline stages × virtual stages the event engine is asked to run in one step:
+# the Megatron-LM 1T run (512 micro-batches, PP 64, interleaved) is 65,536.
+MAX_PIPELINE_PASSES = 1 << 21
+
+
+def check_layout(
+    model: ModelSpec, par: ParallelismSpec, tr: TrainingSpec, dp: int, file: str | None
+) -> None:
+    """The parallel layout against the model and the training batch."""
+    if model.heads % par.tp:
+        raise UserError(
+            f"TP={par.tp} does not divide the {model.heads} attention heads of {model.name}",
+            file=file,
+            path="parallelism.tp",
+            hint=f"use a TP that divides {model.heads}: "
+            + ", ".join(str(d) for d in _divisors(model.heads) if d <= 64),
+        )
+    if model.n_kv_heads % par.tp and par.tp % model.n_kv_heads:
+        raise UserError(
+            f"TP={par.tp} and the {model.n_kv_heads} KV heads of {model.name} do not divide "
+            "one another",
+            file=file,
+            path="parallelism.tp",
+            hint="use a TP that divides the KV heads or is a multiple of them",
+        )
+    sh = par.sharding
+    if isinstance(sh, FSDPSharding) and sh.shard_group is not None:
+        if sh.strategy != "hybrid_shard":
+            raise UserError(
+                f"shard_group applies to hybrid_shard; {sh.strategy} shards over all of DP×CP",
+                file=file,
+                path="parallelism.sharding.shard_group",
+                hint="remove shard_group, or use strategy: hybrid_shard",
+            )
+        if (dp * par.cp) % sh.shard_group:
+            raise UserError(
+                f"shard_group {sh.shard_group} does not divide the {dp * par.cp} DP×CP ranks",
+                file=file,
+                path="parallelism.sharding.shard_group",
+                hint="use a divisor of DP×CP: "
+                + ", ".join(str(d) for d in _divisors(dp * par.cp)[:12]),
+            )
+    v = par.virtual_stages
+    if par.stage_layers is not None:
+        sl = par.stage_layers
+        if len(sl) not in (par.pp, par.pp * v) or sum(sl) != model.layers or min(sl) < 1:
+            raise UserError(
+                f"stage_layers must list {par.pp * v} positive counts summing to "
+                f"{model.layers} layers (got {len(sl)} summing to {sum(sl)})",
+                file=file,
+                path="parallelism.stage_layers",
+                hint="fix the list or remove it for even stages",
+            )
+        if v > 1 and len(sl) == par.pp and min(sl) < v:
+            raise UserError(
+                f"with {v} virtual stages each pipeline rank needs at least {v} layers (one per "
+                f"model chunk); stage_layers gives one {min(sl)}",
+                file=file,
+                path="parallelism.stage_layers",
+                hint=f"give each rank at least {v} layers, or list all {par.pp * v} chunks",
+            )
+    elif model.layers % (par.pp * v):
+        what = f"PP={par.pp}" + (f" × {v} virtual stages" if v > 1 else "")
+        raise UserError(
+            f"{what} does not divide the {model.layers} layers of {model.name}",
+            file=file,
+            path="parallelism.pp",
+            hint="pick a PP that divides the layers, or give uneven parallelism.stage_layers",
+        )
+    if tr.global_batch % (dp * tr.micro_batch):
+        raise UserError(
+            f"global batch {tr.global_batch} is not a multiple of DP·micro_batch = "
+            f"{dp}·{tr.micro_batch} = {dp * tr.micro_batch}",
+            file=file,
+            path="training.global_batch",
+            hint=f"use a global batch that is a multiple of {dp * tr.micro_batch}",
+        )
+    if par.cp > 1 and tr.seq_len % (2 * par.cp):  # Megatron/TE: 2·CP load-balanced chunks
+        raise UserError(
+            f"CP={par.cp} splits each sequence into 2·CP = {2 * par.cp} chunks, which do not "
+            f"divide the sequence length {tr.seq_len}",
+            file=file,
+            path="parallelism.cp",
+            hint=f"make seq_len a multiple of {2 * par.cp}, or pick another CP",
+        )
+    if par.sequence_parallel and (par.tp == 1 or (tr.seq_len // par.cp) % par.tp):
+        raise UserError(
+            "sequence_parallel needs TP > 1"
+            if par.tp == 1
+            else f"sequence_parallel splits the {tr.seq_len // par.cp} tokens of a sequence "
+            f"(per CP rank) over TP={par.tp}, which does not divide them",
+            file=file,
+            path="parallelism.sequence_parallel",
+            hint="set tp above 1, a seq_len that TP divides, or sequence_parallel: false",
+        )
+    if par.dp_bucket_copy and par.zero_stage >= 1:
+        raise UserError(
+            "dp_bucket_copy models DDP's gradient bucket copies, which only plain data "
+            f"parallelism makes; sharding {_sharding_name(par)} has no DDP buckets",
+            file=file,
+            path="parallelism.dp_bucket_copy",
+            hint="set dp_bucket_copy: false, or sharding: {kind: zero, stage: 0}",
+        )
+    if v > 1 and par.pp == 1:
+        raise UserError(
+            "the interleaved schedule needs PP > 1",
+            file=file,
+            path="parallelism.pp_schedule",
+            hint="use kind: 1f1b, or raise pp",
+        )
+    if par.pp > 1 and v > 1 and (tr.global_batch // (dp * tr.micro_batch)) % par.pp:
+        raise UserError(
+            "the interleaved schedule needs the micro-batch count to be a multiple of PP "
+            f"(got {tr.global_batch // (dp * tr.micro_batch)} micro-batches, PP={par.pp})",
+            file=file,
+            path="training.global_batch",
+            hint="change global_batch or micro_batch, or use the 1f1b schedule",
+        )
+    passes = (tr.global_batch // (dp * tr.micro_batch)) * par.pp * v
+    if passes > MAX_PIPELINE_PASSES:
+        raise UserError(
+            f"{tr.global_batch // (dp * tr.micro_batch):,} micro-batches through {par.pp * v} "
+            f"pipeline stage(s) is {passes:,} passes per step, more than a planner simulates "
+            f"({MAX_PIPELINE_PASSES:,})",
+            file=file,
+            path="training.global_batch",
+            hint="raise micro_batch or DP, or lower global_batch: the step time per sample "
+            "does not change past a few hundred micro-batches",
+        )
+
+
+def check_pricing(
+    price: CloudPrice | OwnershipPrice | None,
+    tier: str,
+    gpu: GPUProfile,
+    gpus_per_node: int,
+    file: str | None,
+) -> None:
+    """The price profile against the chosen tier, the cluster's node size and its GPU."""
+    if isinstance(price, CloudPrice):
+        rates = price.tier_rates()
+        if rates[tier] is None:
+            have = ", ".join(t for t, r in rates.items() if r is not None)
+            raise UserError(
+                f"pricing profile '{price.name}' has no {tier} price",
+                file=file,
+                path="cluster.pricing.tier",
+                hint=f"use a tier the profile has ({have}), or add {tier}_usd_per_gpu_hour to "
+                "the profile",
+            )
+    if (
+        isinstance(price, OwnershipPrice)
+        and price.gpus_per_node is not None
+        and price.gpus_per_node.value != gpus_per_node
+    ):
+        n = f"{price.gpus_per_node.value:g}"
+        raise UserError(
+            f"pricing profile '{price.name}' prices {n}-GPU nodes but the cluster has "
+            f"{gpus_per_node} GPUs per node",
+            file=file,
+            path="cluster.gpus_per_node",
+            hint=f"use {n} GPUs per node, or a price profile for {gpus_per_node}-GPU nodes "
+            f"(a copy of {price.name} with that node's capex_per_node_usd and gpus_per_node)",
+        )
+    if price is not None and price.gpu != gpu.name:
+        raise UserError(
+            f"pricing profile '{price.name}' is for GPU '{price.gpu}' but the cluster uses "
+            f"'{gpu.name}'",
+            file=file,
+            path="cluster.pricing.profile",
+            hint=f"pick a price profile for {gpu.name} (`clustersim profiles list`)",
+        )
+
+
+def _sharding_name(par: ParallelismSpec) -> str:
+    sh = par.sharding
+    if isinstance(sh, FSDPSharding):
+        return f"FSDP {sh.strategy}"
+    return f"ZeRO-{sh.stage}"
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+__all__ = ["MAX_PIPELINE_PASSES", "check_layout", "check_pricing"]
