@@ -31,9 +31,10 @@ from ..workload.ops import (
 from .clock import BucketEnvironment
 from .comm import Comm, Job, Stream
 from .compute import OpTimer, Program, build_program, twin_suffixes
-from .results import STREAMS, RankResult
+from .results import RankResult
 from .sharing import LinkSharing
 from .stragglers import pace as straggler_pace
+from .tracing import Tracing
 
 
 def loader_bytes_per_node(rs: ResolvedScenario, lay: Layout) -> list[float]:
@@ -62,7 +63,7 @@ PROGRAMS = (
 )
 
 
-class SimulationBase(LinkSharing):
+class SimulationBase(Tracing, LinkSharing):
     # The per-pass programs (``PROGRAMS``), set from ``_build_programs``.
     p_fwd: Program
     p_bwd: Program
@@ -268,43 +269,6 @@ class SimulationBase(LinkSharing):
         return out
 
     # -- helpers ------------------------------------------------------------------------------
-    def _emit(
-        self,
-        rank: int,
-        stream: str,
-        name: str,
-        start: float,
-        dur: float,
-        args: dict[str, Any] | None = None,
-    ) -> None:
-        if not self.tracing or dur <= 0:
-            return
-        pid = self.lay.node(rank) if self.full else self.lay.coords(rank)[3]
-        tid = STREAMS.index(stream)
-        if self.full:
-            tid += 10 * (rank % self.rs.gpus_per_node)
-        # Whole nanoseconds for both ends, the duration their difference: spans that touch
-        # stay touching after Perfetto rounds to ns (separately rounded floats could overlap
-        # by 1 ns, and Perfetto drops a slice that overlaps its neighbour).
-        t0 = round(start * 1e9)
-        t1 = round((start + dur) * 1e9)
-        if t1 <= t0:
-            return
-        pid, tid = pid + 1, tid + 1  # ids from 1: Perfetto treats pid/tid 0 specially
-        ev: dict[str, Any] = {
-            "name": name,
-            "ph": "X",
-            "ts": t0 / 1e3,
-            "dur": (t1 - t0) / 1e3,
-            "pid": pid,
-            "tid": tid,
-        }
-        if self.full:
-            ev["args"] = {"rank": rank}
-        if args:
-            ev.setdefault("args", {}).update(args)
-        self.trace.append(ev)
-
     def _stream(self, rank: int, name: str) -> Stream:
         st = self._streams.get((rank, name))
         if st is None:
@@ -371,39 +335,7 @@ class SimulationBase(LinkSharing):
             for r, end in spans:
                 self._emit(r, "io", "read next batch", t0, end - t0)
 
-    def _trace_program(self, rank: int, prog: Program, reps: int, t0: float) -> None:
-        t = t0
-        for _ in range(reps):
-            for it in prog.items:
-                stream = "compute" if it.cat == "compute" else it.cat[5:]
-                self._emit(rank, stream, it.name, t, it.dur)
-                t += it.dur
-
     def _count_events(self) -> int:
         # SimPy numbers every event it schedules with a running counter.
         eid = getattr(self.env, "_eid", None)
         return int(next(eid)) if eid is not None else 0
-
-    def _trace_meta(self) -> None:
-        meta = []
-        # Event ids are one more than the node/stage and stream index (see _emit).
-        pids = sorted({e["pid"] for e in self.trace} | ({1} if not self.trace else set()))
-        for pid in pids:
-            label = f"node {pid - 1}" if self.full else f"stage {pid - 1} (rank class)"
-            meta.append({"name": "process_name", "ph": "M", "pid": pid, "args": {"name": label}})
-            tids = sorted({e["tid"] for e in self.trace if e["pid"] == pid})
-            for tid in tids:
-                local, stream = divmod(tid - 1, 10) if self.full else (0, tid - 1)
-                name = STREAMS[stream] + (f" (gpu {local})" if self.full else "")
-                meta.append(
-                    {
-                        "name": "thread_name",
-                        "ph": "M",
-                        "pid": pid,
-                        "tid": tid,
-                        "args": {"name": name},
-                    }
-                )
-        self.trace = meta + sorted(
-            self.trace, key=lambda e: (e["pid"], e["tid"], e["ts"], -e["dur"])
-        )
