@@ -1,0 +1,209 @@
+"""Interrupted runs: GPU failures and spot preemptions, checkpoints written at the best
+interval, and the goodput time and cost grow by (the renewal formula against a Monte Carlo of
+the same process, its limits, and how the cost model uses it)."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+from conftest import fig, inline_scenario
+from test_cost import CLOUD, cost, priced
+
+from simulator.config.loading import resolve_dict
+from simulator.config.scenario import ResolvedScenario
+from simulator.cost import compute_cost
+from simulator.errors import UserError
+from simulator.interruptions import RESTART_MIN, checkpoint, goodput
+
+
+def test_spot_preemptions_cost_at_least_as_much_as_none() -> None:
+    calm = cost(priced(CLOUD, tier="spot"))
+    stormy = cost(priced(CLOUD, tier="spot", spot_preemptions_per_day=fig(4)))
+    assert calm.usd_per_hour == pytest.approx(stormy.usd_per_hour)  # same rental rate
+    assert stormy.usd_total >= calm.usd_total  # type: ignore[operator]
+    assert stormy.usd_per_step >= calm.usd_per_step
+    assert stormy.time_to_train_days >= calm.time_to_train_days  # type: ignore[operator]
+    # Time and $ grow by 1/goodput at the best checkpoint interval.
+    g = goodput(4 / 24, checkpoint(priced(CLOUD, tier="spot"))).goodput
+    assert 0.8 < g < 1.0
+    assert stormy.time_to_train_days == pytest.approx(calm.time_to_train_days / g)  # type: ignore[operator]
+    assert stormy.usd_total == pytest.approx(calm.usd_total / g)  # type: ignore[operator]
+    # The $ that bought nothing: the idle quarter of each step and the time lost to preemptions.
+    assert stormy.usd_idle == pytest.approx((1 - g * 0.75) * stormy.usd_total)  # type: ignore[operator]
+    assert any("preemption" in line for line in stormy.assumptions)
+    assert any("not modelled" in line for line in calm.assumptions)
+
+
+def _monte_carlo(per_hour: float, tau: float, delta: float, restart: float, n: int) -> float:
+    """Goodput of n checkpoint intervals under Poisson interruptions, drawn one by one; an
+    interruption during a restart starts the restart over."""
+    import numpy as np
+
+    rng = np.random.default_rng(7)
+    lam, wall, need = per_hour / 3600.0, 0.0, tau + delta
+    for _ in range(n):
+        while True:
+            x = rng.exponential(1.0 / lam)
+            if x >= need:
+                wall += need
+                break
+            wall += x
+            while (y := rng.exponential(1.0 / lam)) < restart:
+                wall += y
+            wall += restart
+    return n * tau / wall
+
+
+@pytest.mark.parametrize("per_day", [1.0, 8.0, 64.0])
+def test_spot_goodput_matches_a_monte_carlo_of_the_same_process(per_day: float) -> None:
+    """The renewal formula against drawn interruptions, at rare and at frequent preemptions
+    (64 a day on one node: more often than the 25 minutes a first-order model charges)."""
+    ck = checkpoint(priced(CLOUD, tier="spot"))
+    g = goodput(per_day / 24, ck)
+    assert g.restart_s == pytest.approx(RESTART_MIN * 60 + ck.read_s)
+    mc = _monte_carlo(per_day / 24, g.interval_s, ck.write_s, g.restart_s, 20_000)
+    assert g.goodput == pytest.approx(mc, rel=0.03)
+    # The interval is the best one: a longer or shorter one makes less progress.
+    for f in (0.8, 1.25):
+        other = _monte_carlo(per_day / 24, g.interval_s * f, ck.write_s, g.restart_s, 20_000)
+        assert other <= g.goodput * 1.03
+    # Rare preemptions: the first-order loss, λ(τ/2 + R) + δ/τ.
+    if per_day == 1.0:
+        lam = per_day / 86400
+        first = lam * (g.interval_s / 2 + g.restart_s) + ck.write_s / g.interval_s
+        assert 1 - g.goodput == pytest.approx(first, rel=0.05)
+
+
+@pytest.mark.parametrize("step_s", [7.0, 600.0, 5000.0])
+def test_checkpoints_fall_between_steps(step_s: float) -> None:
+    ck = checkpoint(priced(CLOUD, tier="spot"))
+    free = goodput(8 / 24, ck)
+    g = goodput(8 / 24, ck, step_s)
+    steps = g.interval_s / step_s
+    assert steps >= 1 and steps == pytest.approx(round(steps))
+    assert g.goodput <= free.goodput + 1e-12  # a constraint never helps
+
+
+def test_checkpoint_writers_are_the_nodes_holding_a_shard() -> None:
+    """Plain DDP saves one replica's copy (one node writes here); with the optimizer state
+    sharded over DP every node writes its shard. Every node reads on a restart."""
+    data = inline_scenario(nodes=4, seq_len=1000, global_batch=992)
+    ddp = resolve_dict(data)
+    data["parallelism"] = {"sharding": {"kind": "zero", "stage": 1}}
+    zero1 = resolve_dict(data)
+    a, b = checkpoint(ddp), checkpoint(zero1)
+    assert a.bytes == pytest.approx(b.bytes)
+    assert a.write_s == pytest.approx(4 * b.write_s)
+    assert a.read_s == pytest.approx(b.read_s)
+
+
+def test_slower_checkpoint_storage_never_makes_more_progress() -> None:
+    fast = priced(CLOUD, tier="spot", spot_preemptions_per_day=fig(8))
+    data = copy.deepcopy(fast.raw)
+    data["cluster"]["storage"]["write_gbps_per_client"] = fig(0.5)
+    data["cluster"]["storage"]["read_gbps_per_client"] = fig(0.5)
+    slow = resolve_dict(data)
+    a, b = checkpoint(fast), checkpoint(slow)
+    assert b.write_s == pytest.approx(a.write_s * 10) and b.bytes == a.bytes
+    assert goodput(8 / 24, b).goodput < goodput(8 / 24, a).goodput
+    assert cost(slow).time_to_train_days > cost(fast).time_to_train_days  # type: ignore[operator]
+
+
+def test_checkpoint_holds_weights_and_optimizer_state() -> None:
+    rs = priced(CLOUD, tier="spot")
+    from simulator.workload.model import param_count
+
+    psi = param_count(rs.model, rs.training.seq_len)
+    ck = checkpoint(rs)
+    # bf16 weights, fp32 master weights and two Adam moments: 14 bytes per parameter, written
+    # at the test storage's 5 GB/s per node and read at 10 GB/s.
+    assert ck.bytes == pytest.approx(14 * psi)
+    assert ck.write_s == pytest.approx(14 * psi / 5e9)
+    assert ck.read_s == pytest.approx(14 * psi / 10e9)
+
+
+def test_spot_preemptions_count_the_profiles_instances_not_the_clusters_nodes() -> None:
+    """The same 8 GPUs as one 8-GPU node or eight 1-GPU nodes rent one 8-GPU instance's worth:
+    8 preemptions a day either way, not 64."""
+    one = priced(CLOUD, tier="spot", spot_preemptions_per_day=fig(8), gpus_per_node=fig(8))
+    data = copy.deepcopy(one.raw)
+    data["cluster"].update(gpus_per_node=1, nodes=8)
+    data["cluster"]["network"] = {"profile": "ib-ndr-400", "nics_per_node": 1}
+    eight = resolve_dict(data)
+    for rs in (one, eight):
+        assert any("8 a day" in a for a in cost(rs).assumptions)
+
+
+def _failing(mtbf: float, **kw: Any) -> ResolvedScenario:
+    data = copy.deepcopy(priced(CLOUD, **kw).raw)
+    data["cluster"]["gpu"]["mtbf_hours"] = fig(mtbf)
+    return resolve_dict(data)
+
+
+def test_gpu_failures_interrupt_every_tier() -> None:
+    """A synchronous job stops when any GPU fails: N GPUs at one failure per MTBF GPU-hours
+    interrupt it N/MTBF times an hour; goodput follows with the best checkpoint interval."""
+    rs = _failing(1000.0)
+    r = cost(rs)
+    g = goodput(rs.gpus / 1000.0, checkpoint(rs), 10.0)
+    assert r.goodput == pytest.approx(g.goodput) and 0.9 < r.goodput < 1.0
+    assert r.time_to_train_days == pytest.approx(10_000 / 86_400 / g.goodput)
+    assert any("GPU failures: 8 GPUs" in a for a in r.assumptions)
+    # More GPUs fail more often: never more progress per hour of wall time.
+    more = cost(_failing(1000.0, nodes=4, global_batch=992))
+    assert more.goodput < r.goodput
+    # Spot adds its preemptions to the failures.
+    both = cost(_failing(1000.0, tier="spot", spot_preemptions_per_day=fig(4)))
+    assert both.goodput < cost(_failing(1000.0, tier="spot")).goodput
+    assert any("GPU failures" in a and "spot preemptions" in a for a in both.assumptions)
+
+
+def test_no_failure_figure_is_said_and_costs_nothing() -> None:
+    r = cost(priced(CLOUD))
+    assert r.goodput == 1.0
+    assert any("hardware failures not modelled" in a for a in r.assumptions)
+
+
+def test_failures_too_frequent_to_progress_are_a_user_error() -> None:
+    with pytest.raises(UserError) as exc:
+        # 512 GPUs failing once an hour each: one failure every 7 s, a restart takes 10 min
+        compute_cost(_failing(1.0, nodes=64, global_batch=1024), 10.0, 0.2)
+    assert exc.value.path == "cluster.nodes" and "GPU failures" in exc.value.message
+
+
+def test_spot_preemption_rate_ignored_on_other_tiers() -> None:
+    r = cost(priced(CLOUD, tier="on_demand", spot_preemptions_per_day=fig(4)))
+    assert r.time_to_train_days == pytest.approx(10_000 / 86_400)
+
+
+def test_spot_preempted_too_often_to_progress_is_a_user_error() -> None:
+    rs = priced(CLOUD, tier="spot", spot_preemptions_per_day=fig(10_000))
+    with pytest.raises(UserError) as exc:
+        compute_cost(rs, 10.0, 0.2)
+    assert exc.value.path == "cluster.pricing.tier"
+    assert "% of the time for progress" in exc.value.message
+    # The hint names the tiers this profile has.
+    assert exc.value.hint is not None and "on_demand or reserved" in exc.value.hint
+
+
+def test_spot_preemptions_strike_a_job_once_per_node() -> None:
+    """A synchronous job stops when any of its nodes is reclaimed: 4 nodes at 1 a day each are
+    preempted 4 times a day."""
+    four_rs = priced(CLOUD, tier="spot", nodes=4, global_batch=992, spot_preemptions_per_day=fig(1))
+    four = cost(four_rs)
+    calm4 = cost(priced(CLOUD, tier="spot", nodes=4, global_batch=992))
+    g = goodput(4 / 24, checkpoint(four_rs)).goodput
+    assert four.time_to_train_days == pytest.approx(calm4.time_to_train_days / g)  # type: ignore[operator]
+    assert any("× 4 8-GPU instances" in line for line in four.assumptions)
+    # 64 nodes at 1 a day: a preemption every 22.5 minutes, yet checkpoints written every few
+    # minutes keep the job moving (a first-order 25 minutes lost per preemption would say
+    # more than all of the time is lost).
+    big = cost(
+        priced(CLOUD, tier="spot", nodes=64, global_batch=1024, spot_preemptions_per_day=fig(1))
+    )
+    assert any("× 64 8-GPU instances" in line for line in big.assumptions)
+    calm64 = cost(priced(CLOUD, tier="spot", nodes=64, global_batch=1024))
+    ratio = big.time_to_train_days / calm64.time_to_train_days  # type: ignore[operator]
+    assert 1.2 < ratio < 3
