@@ -11,12 +11,8 @@ import csv
 from pathlib import Path
 
 import pytest
-from conftest import resolve_inline
 
-from simulator.config.loading import resolve_dict
 from simulator.config.workload import ModelSpec
-from simulator.workload.comm import step_comm
-from simulator.workload.memory import stage_params
 from simulator.workload.model import (
     attention_core_flops_per_token,
     forward_flops_per_token,
@@ -305,101 +301,3 @@ def test_table1_layout_is_whole(row: dict[str, float]) -> None:
     assert int(row["global_batch_size"]) % dp == 0
     assert int(row["attention_heads"]) % tp == 0
     assert int(row["layers"]) % pp == 0
-
-
-# --------------------------------------------------------------------------------------------
-# Communication bytes per step
-# --------------------------------------------------------------------------------------------
-
-
-def _comm(rs, stage: int = 0, group: str | None = None, phase: str | None = None):
-    return [
-        it
-        for it in step_comm(rs, stage)
-        if (group is None or it.group == group) and (phase is None or it.phase == phase)
-    ]
-
-
-def test_tp_all_reduces_per_layer_without_sp() -> None:
-    """Megatron TP: two all-reduces per layer forward and two backward, each of the full
-    micro-batch activation (b·s·h 16-bit values)."""
-    rs = resolve_inline("llama3-8b", tp=8, pp=1, global_batch=16, seq_len=4096)
-    m = rs.micro_batches
-    act = 4096 * rs.model.hidden * 2
-    fwd = _comm(rs, group="tp", phase="forward")
-    layer_fwd = [it for it in fwd if it.calls == rs.model.layers * m]
-    assert len(layer_fwd) == 2
-    assert all(it.op == "all_reduce" and it.bytes == act for it in layer_fwd)
-    bwd = _comm(rs, group="tp", phase="backward")
-    assert sum(it.calls for it in bwd if it.bytes == act) == sum(
-        it.calls for it in fwd if it.bytes == act
-    )
-
-
-def test_sp_replaces_all_reduce_by_reduce_scatter_and_all_gather() -> None:
-    kw = dict(tp=8, pp=1, global_batch=16, seq_len=4096)
-    no_sp = resolve_inline("llama3-8b", **kw)
-    sp = resolve_inline("llama3-8b", sequence_parallel=True, **kw)
-    ops = {it.op for it in _comm(sp, group="tp") if it.bytes > 1e6}
-    assert ops == {"all_gather", "reduce_scatter"}
-
-    def layer_bytes(rs):
-        return sum(it.total_bytes for it in _comm(rs, group="tp") if it.bytes > 1e6)
-
-    # Same buffer sizes; an all-reduce is a reduce-scatter plus an all-gather.
-    assert layer_bytes(sp) == pytest.approx(2 * layer_bytes(no_sp), rel=0.01)
-
-
-def test_full_recompute_repeats_only_the_layer_collectives() -> None:
-    kw = dict(tp=8, pp=1, global_batch=16, seq_len=4096)
-    rs = resolve_inline("llama3-8b", recompute="full", **kw)
-    rec = _comm(rs, group="tp", phase="recompute")
-    m = rs.micro_batches
-    # The two closing all-reduces of every layer, once more per micro-batch; not the
-    # embedding's reduction nor the loss statistics (neither is recomputed).
-    assert sum(it.calls for it in rec) == 2 * rs.model.layers * m
-    assert all(it.bytes == 4096 * rs.model.hidden * 2 for it in rec)
-    none = resolve_inline("llama3-8b", recompute="none", **kw)
-    assert not _comm(none, phase="recompute")
-
-
-def test_dp_gradient_bytes() -> None:
-    rs = resolve_inline("llama3-8b", tp=2, pp=1, global_batch=64, grad_reduce_dtype="bf16")
-    dp = _comm(rs, group="dp")
-    assert {it.op for it in dp} == {"all_reduce"}
-    assert sum(it.total_bytes for it in dp) == pytest.approx(stage_params(rs, 0) * 2)
-    assert all(it.bytes <= rs.dp_bucket_bytes + 1 for it in dp)
-    fp32 = resolve_dict(rs.raw, ["training.grad_reduce_dtype=fp32"])
-    assert sum(it.total_bytes for it in _comm(fp32, group="dp")) == pytest.approx(
-        stage_params(rs, 0) * 4
-    )
-    # Unset, the default stack's choice: Megatron reduces bf16 training's gradients in fp32.
-    raw = dict(rs.raw)
-    raw["training"] = {k: v for k, v in raw["training"].items() if k != "grad_reduce_dtype"}
-    stack = resolve_dict(raw)
-    assert sum(it.total_bytes for it in _comm(stack, group="dp")) == pytest.approx(
-        stage_params(rs, 0) * 4
-    )
-
-
-def test_zero3_gathers_weights_every_microbatch() -> None:
-    rs = resolve_inline("llama3-8b", global_batch=32, sharding={"kind": "zero", "stage": 3})
-    gathers = [it for it in _comm(rs, group="dp") if it.op == "all_gather"]
-    assert len(gathers) == 1
-    assert gathers[0].bytes == pytest.approx(stage_params(rs, 0) * 2)
-    assert gathers[0].calls == 2 * rs.micro_batches
-    z1 = resolve_inline("llama3-8b", global_batch=32, sharding={"kind": "zero", "stage": 1})
-    g1 = [it for it in _comm(z1, group="dp") if it.op == "all_gather"]
-    assert g1[0].calls == 1
-    rs_ops = {it.op for it in _comm(z1, group="dp")}
-    assert rs_ops == {"reduce_scatter", "all_gather"}
-
-
-def test_pipeline_p2p_bytes() -> None:
-    rs = resolve_inline("llama3-8b", tp=2, pp=4, global_batch=8, micro_batch=1, seq_len=4096)
-    m = rs.micro_batches
-    expected = 4096 * rs.model.hidden * 2 / 2  # one micro-batch's activation, per TP rank
-    for stage, sends in [(0, m), (1, 2 * m), (2, 2 * m), (3, m)]:
-        (p2p,) = _comm(rs, stage, group="pp")
-        assert p2p.bytes == expected
-        assert p2p.calls == sends
