@@ -75,7 +75,7 @@ def checkpoint(rs: ResolvedScenario) -> Checkpoint:
     w, _, opt = bytes_per_param(rs)
     size = params * (w + opt)
     st = rs.storage
-    if rs.parallelism.zero_stage >= 1:
+    if rs.zero_stage >= 1:
         writers = rs.nodes
     else:  # one replica's model-parallel group: TP x PP x CP GPUs
         writers = min(rs.nodes, max(1, math.ceil(rs.tp * rs.pp * rs.cp / rs.gpus_per_node)))

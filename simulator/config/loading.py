@@ -26,7 +26,7 @@ from .hardware import (
 from .layout_checks import check_layout, check_pricing
 from .parallelism import Overlap
 from .reading import apply_sets, parse_yaml, read_yaml
-from .scenario import ModelPresetRef, ProfileRef, ResolvedScenario, Scenario
+from .scenario import ModelPresetRef, ProfileRef, ResolvedScenario, Scenario, gathers_once
 from .software import SoftwareProfile
 from .validation import validation_error
 from .workload import ModelSpec
@@ -208,7 +208,8 @@ def resolve(
     check_pricing(price, tier, gpu, c.gpus_per_node, file)
     name = sc.name or (Path(file).stem if file else "scenario")
     software = _resolve_profile(sc.software, SoftwareProfile, ("software",), file, "software")
-    par = par.model_copy(update={"overlap": _stack_overlap(par.overlap, software)})
+    once = gathers_once(par, software)
+    par = par.model_copy(update={"overlap": _stack_overlap(par.overlap, software, once)})
     return ResolvedScenario(
         name=name,
         source_file=file,
@@ -234,9 +235,13 @@ def resolve(
     )
 
 
-def _stack_overlap(written: Overlap, stack: SoftwareProfile) -> Overlap:
-    """The software stack's overlap behaviour, with what the scenario sets explicitly on top."""
+def _stack_overlap(written: Overlap, stack: SoftwareProfile, gathers_once: bool) -> Overlap:
+    """The software stack's overlap behaviour, with what the scenario sets explicitly on top.
+    A stack that gathers once under pipeline parallelism (``pp_gathers_once``) reduces the
+    gradients after the stage's last backward, with no backward left to hide them behind."""
     base = {name: getattr(stack.overlap, name).value for name in Overlap.model_fields}
+    if gathers_once:
+        base["dp_grad"] = False
     base.update({name: getattr(written, name) for name in written.model_fields_set})
     return Overlap(**base)
 

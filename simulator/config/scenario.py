@@ -120,6 +120,12 @@ class ClusterSpec(BaseModel):
         # `pricing: NAME` names a price profile, as `gpu: NAME` names a GPU profile.
         return {"profile": v} if isinstance(v, str) else v
 
+    @field_validator("network", mode="before")
+    @classmethod
+    def _network_by_name(cls, v: Any) -> Any:
+        # `network: NAME` names a network profile, with its defaults for NICs and topology.
+        return {"profile": v} if isinstance(v, str) else v
+
 
 class ModelPresetRef(BaseModel):
     """A model preset by name, with any architecture field overridden."""
@@ -206,6 +212,12 @@ class Scenario(BaseModel):
     reference: Reference | None = None
 
 
+def gathers_once(par: ParallelismSpec, software: SoftwareProfile) -> bool:
+    """See :attr:`ResolvedScenario.gathers_once`."""
+    flag = software.pp_gathers_once
+    return par.pp > 1 and par.zero_stage >= 2 and flag is not None and flag.value
+
+
 class ResolvedScenario(BaseModel):
     """Everything looked up, checked and ready to simulate."""
 
@@ -280,6 +292,20 @@ class ResolvedScenario(BaseModel):
             return tr.grad_reduce_dtype == "fp32"
         flag = self.software.grad_reduce_fp32
         return tr.precision in ("bf16", "fp8") and flag is not None and flag.value
+
+    @property
+    def gathers_once(self) -> bool:
+        """ZeRO-2/3 or FSDP under pipeline parallelism on a stack that keeps the stage's
+        parameters gathered and its gradients unsharded until the step's last backward
+        (software ``pp_gathers_once``)."""
+        return gathers_once(self.parallelism, self.software)
+
+    @property
+    def zero_stage(self) -> int:
+        """The ZeRO stage the run behaves as: the sharding written, except where the stack
+        gathers once under pipeline parallelism (:attr:`gathers_once`), which moves and holds
+        what ZeRO-1 does."""
+        return 1 if self.gathers_once else self.parallelism.zero_stage
 
     @property
     def dp_cp(self) -> int:

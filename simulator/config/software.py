@@ -153,6 +153,13 @@ class SoftwareProfile(_Profile):
         "fp32 buffer and reduces them over DP in fp32 (a scenario's training.grad_reduce_dtype "
         "overrides it; unset: 16-bit)",
     )
+    pp_gathers_once: SourcedFlag | None = Field(
+        default=None,
+        description="under pipeline parallelism, ZeRO-2/3 and FSDP keep a stage's gathered "
+        "parameters and unsharded gradients through the step's micro-batches: one parameter "
+        "all-gather per step and one gradient reduce-scatter after the last backward, ZeRO-1's "
+        "traffic and memory (unset: sharded state is gathered and reduced every micro-batch)",
+    )
     comm_sms: Num = Field(
         description="streaming multiprocessors a data-parallel collective's kernels hold while "
         "it overlaps computation: compute loses that share of the GPU for the overlap"

@@ -105,7 +105,7 @@ def may_walk(rs: ResolvedScenario) -> bool:
     if rs.pp <= 1 or par.overlap.pp_p2p or rs.run.stragglers != "off":
         return False
     if rs.dp_cp > 1:
-        z = par.zero_stage
+        z = rs.zero_stage
         if z >= 3 or par.overlap.dp_grad or shard_group(rs) < rs.dp_cp:
             return False
         if z in (1, 2) and par.overlap.param_gather:

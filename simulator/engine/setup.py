@@ -95,7 +95,7 @@ class SimulationBase(Tracing, LinkSharing):
         self.p = rs.pp
         self.v = rs.parallelism.virtual_stages
         self.m = rs.micro_batches
-        self.z = rs.parallelism.zero_stage
+        self.z = rs.zero_stage
         self.ov = rs.parallelism.overlap
         self.tracing = trace
         self.trace: list[dict[str, Any]] = []

@@ -97,7 +97,7 @@ def step_comm(rs: ResolvedScenario, stage: int = 0) -> list[CommItem]:
         items.append(CommItem("pp", "p2p", pp_message_bytes(rs), sends, 2, "forward+backward"))
 
     if rs.dp_cp > 1:
-        z = rs.parallelism.zero_stage
+        z = rs.zero_stage
         g = grad_bytes_per_param(rs)
         params = stage_params(rs, stage)
         n = shard_group(rs)

@@ -249,7 +249,7 @@ def inflight_microbatches(rs: ResolvedScenario, stage: int) -> float:
 def stage_memory(rs: ResolvedScenario, stage: int) -> StageMemory:
     params = stage_params(rs, stage)
     w_b, g_b, o_b = bytes_per_param(rs)
-    z = rs.parallelism.zero_stage
+    z = rs.zero_stage
     n = shard_group(rs)
     weights = params * w_b / (n if z >= 3 else 1)
     grads = params * g_b / (n if z >= 2 else 1)
