@@ -10,8 +10,10 @@ after the last backward.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
-from conftest import inline_scenario
+from conftest import inline_scenario, run_cli, write_yaml
 
 from simulator.config.loading import resolve_dict
 from simulator.simulate import simulate
@@ -88,3 +90,15 @@ def test_network_by_name_is_the_profile_with_its_defaults() -> None:
     base["cluster"]["network"] = {"profile": "ib-ndr-400"}
     long = resolve_dict(base)
     assert short.network == long.network and short.nics_per_node == long.nics_per_node
+
+
+def test_deepspeed_refuses_zero2_under_a_pipeline(tmp_path: Path) -> None:
+    data = _data("deepspeed", {"kind": "zero", "stage": 2})
+    path = write_yaml(tmp_path / "ds.yaml", data)
+    res = run_cli("simulate", str(path))
+    assert res.returncode == 2
+    assert "parallelism.sharding" in res.stderr and "ZeRO-2" in res.stderr
+    assert "Traceback" not in res.stderr
+    # ZeRO-1 under a pipeline, and ZeRO-2 without one, run.
+    resolve_dict(_data("deepspeed", ZERO1))
+    resolve_dict(_data("deepspeed", {"kind": "zero", "stage": 2}, pp=1))

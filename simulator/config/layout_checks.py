@@ -8,6 +8,7 @@ from __future__ import annotations
 from ..errors import UserError
 from .hardware import CloudPrice, GPUProfile, OwnershipPrice
 from .parallelism import FSDPSharding, ParallelismSpec
+from .software import SoftwareProfile
 from .workload import ModelSpec, TrainingSpec
 
 # Micro-batches × pipeline stages × virtual stages the event engine is asked to run in one step:
@@ -184,6 +185,21 @@ def check_pricing(
         )
 
 
+def check_stack(par: ParallelismSpec, software: SoftwareProfile, file: str | None) -> None:
+    """What the software stack cannot run."""
+    cap = software.pp_max_zero_stage
+    if par.pp > 1 and cap is not None and par.zero_stage > cap.value:
+        raise UserError(
+            f"{software.display_name} cannot run {_sharding_name(par)} with pipeline "
+            f"parallelism (PP={par.pp}): it allows ZeRO stage {cap.value:g} at most there "
+            f"({cap.source})",
+            file=file,
+            path="parallelism.sharding",
+            hint=f"use sharding: {{kind: zero, stage: {cap.value:g}}}, pp: 1, or a stack that "
+            "shards under pipelines (torchtitan)",
+        )
+
+
 def _sharding_name(par: ParallelismSpec) -> str:
     sh = par.sharding
     if isinstance(sh, FSDPSharding):
@@ -195,4 +211,4 @@ def _divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
 
-__all__ = ["MAX_PIPELINE_PASSES", "check_layout", "check_pricing"]
+__all__ = ["MAX_PIPELINE_PASSES", "check_layout", "check_pricing", "check_stack"]

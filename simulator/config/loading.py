@@ -23,7 +23,7 @@ from .hardware import (
     OwnershipPrice,
     StorageProfile,
 )
-from .layout_checks import check_layout, check_pricing
+from .layout_checks import check_layout, check_pricing, check_stack
 from .parallelism import Overlap
 from .reading import apply_sets, parse_yaml, read_yaml
 from .scenario import ModelPresetRef, ProfileRef, ResolvedScenario, Scenario, gathers_once
@@ -208,6 +208,7 @@ def resolve(
     check_pricing(price, tier, gpu, c.gpus_per_node, file)
     name = sc.name or (Path(file).stem if file else "scenario")
     software = _resolve_profile(sc.software, SoftwareProfile, ("software",), file, "software")
+    check_stack(par, software, file)
     once = gathers_once(par, software)
     par = par.model_copy(update={"overlap": _stack_overlap(par.overlap, software, once)})
     return ResolvedScenario(

@@ -160,6 +160,10 @@ class SoftwareProfile(_Profile):
         "all-gather per step and one gradient reduce-scatter after the last backward, ZeRO-1's "
         "traffic and memory (unset: sharded state is gathered and reduced every micro-batch)",
     )
+    pp_max_zero_stage: Num | None = Field(
+        default=None,
+        description="the highest ZeRO stage the stack runs with pipeline parallelism (unset: any)",
+    )
     comm_sms: Num = Field(
         description="streaming multiprocessors a data-parallel collective's kernels hold while "
         "it overlaps computation: compute loses that share of the GPU for the overlap"
