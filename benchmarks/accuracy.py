@@ -44,6 +44,7 @@ SETS = (
     "nemo-b200-fp8",
     "nccl-tests",
     "h100-eager-layers",
+    "megascale-megatron",
 )
 KERNELS = ROOT / "benchmarks" / "results" / "h100-kernels-2026-11-23.json"
 TABLE4 = VALIDATION / "published" / "korthikanti2022_table4.csv"

@@ -213,7 +213,7 @@ class NetworkProfile(_Profile):
     """Inter-node network: one NIC port type and its switches."""
 
     kind: Literal["network"] = "network"
-    technology: Literal["infiniband", "roce", "ethernet_tcp"]
+    technology: Literal["infiniband", "omnipath", "roce", "ethernet_tcp"]
     port_gbps: Num = Field(description="per-port line rate, Gb/s (bits)")
     latency_us: Num = Field(description="end-to-end small-message latency, microseconds")
     achievable_fraction: Num = Field(description="fraction of line rate collectives reach")
