@@ -45,6 +45,7 @@ SETS = (
     "nccl-tests",
     "h100-eager-layers",
     "megascale-megatron",
+    "bloom-176b",
 )
 KERNELS = ROOT / "benchmarks" / "results" / "h100-kernels-2026-11-23.json"
 TABLE4 = VALIDATION / "published" / "korthikanti2022_table4.csv"

@@ -5,7 +5,8 @@ mechanisms carry over. Each scenario says what its source states (``reference``)
 assumes that the source does not.
 
 Sets: MegaScale's Megatron-LM baseline (Jiang et al., NSDI 2024, Table 2: GPT 175B on 256 to
-12,288 GPUs, strong scaling at two batch sizes).
+12,288 GPUs, strong scaling at two batch sizes); BLOOM-176B's training logs (BigScience,
+Megatron-DeepSpeed on 384 A100, at the full batch and at the ramp-up's 16 sequences).
 """
 
 from __future__ import annotations
@@ -38,17 +39,7 @@ def megascale() -> None:
             ROOT / "megascale-megatron" / f"{name}.yaml",
             {
                 "name": name,
-                "cluster": {
-                    "gpu": "a100-sxm4-80gb",
-                    "gpus_per_node": 8,
-                    "fabric": "nvlink3-nvswitch",
-                    "network": {
-                        "profile": "roce-200",
-                        "nics_per_node": 8,
-                        "topology": {"kind": "rail_optimized"},
-                    },
-                    "nodes": gpus // 8,
-                },
+                "cluster": _a100_cluster(gpus // 8, "roce-200", 8, "rail_optimized"),
                 "model": _gpt_175b_megascale(),
                 "training": {
                     "seq_len": 2048,
@@ -76,6 +67,78 @@ def megascale() -> None:
         )
 
 
+BLOOM_SRC = (
+    "BLOOM-176B training log, {where} (scenarios/validation/published/bloom176b_tr11.csv): "
+    "{v} s per iteration ({tf} TFLOP/s logged, hardware FLOPs with recomputation)"
+)
+BLOOM_ASSUMES = (
+    "A100 SXM4 80GB on NVSwitch, 8 per node; Jean Zay's four Omni-Path links per node as "
+    "omnipath-100 x 4; Megatron-DeepSpeed with DeepSpeed's pipeline engine and BF16 optimizer "
+    "(megatron-deepspeed stack, ZeRO-1); DeepSpeed's 'type:transformer|embedding' partition as "
+    "5, 6 x 10, 5 layers; dropout off"
+)
+
+
+def bloom() -> None:
+    for r in csv.DictReader((PUB / "bloom176b_tr11.csv").open()):
+        name = f"bloom-176b-{r['row']}"
+        _write(
+            ROOT / "bloom-176b" / f"{name}.yaml",
+            {
+                "name": name,
+                "cluster": _a100_cluster(48, "omnipath-100", 4, "fat_tree"),
+                "model": {
+                    "name": "bloom-176b",
+                    "layers": 70,
+                    "hidden": 14336,
+                    "heads": 112,
+                    "vocab": 250880,
+                    "mlp": "gelu",
+                    "norm": "layernorm",
+                    "position": "alibi",
+                    "tied_embeddings": True,
+                    "linear_bias": True,
+                    "dropout": False,
+                },
+                "training": {
+                    "seq_len": 2048,
+                    "global_batch": int(r["global_batch"]),
+                    "micro_batch": int(r["micro_batch"]),
+                    "precision": "bf16",
+                    "flash_attention": False,
+                },
+                "parallelism": {
+                    "tp": 4,
+                    "pp": 12,
+                    "stage_layers": [5] + [6] * 10 + [5],
+                    "pp_schedule": {"kind": "1f1b"},
+                    "sharding": {"kind": "zero", "stage": 1},
+                    "recompute": "full",
+                },
+                "software": "megatron-deepspeed",
+                "reference": {
+                    "metric": "step_time_s",
+                    "value": float(r["iteration_time_s"]),
+                    "source": BLOOM_SRC.format(
+                        where=r["source"], v=r["iteration_time_s"], tf=r["tflops_logged"]
+                    ),
+                    "assumes": BLOOM_ASSUMES,
+                },
+            },
+        )
+
+
+def _a100_cluster(nodes: int, network: str, nics: int, topology: str) -> dict[str, Any]:
+    """Nodes of eight A100 SXM4 80GB on NVSwitch, with ``nics`` ports of ``network`` each."""
+    return {
+        "gpu": "a100-sxm4-80gb",
+        "gpus_per_node": 8,
+        "fabric": "nvlink3-nvswitch",
+        "network": {"profile": network, "nics_per_node": nics, "topology": {"kind": topology}},
+        "nodes": nodes,
+    }
+
+
 def _gpt_175b_megascale() -> dict[str, Any]:
     """MegaScale's Table 1 175B model: 96 layers, hidden 12288, 128 heads, vocabulary 64,000."""
     return {
@@ -97,3 +160,4 @@ def _gpt_175b_megascale() -> dict[str, Any]:
 if __name__ == "__main__":
     Path(ROOT).mkdir(parents=True, exist_ok=True)
     megascale()
+    bloom()

@@ -221,7 +221,9 @@ BANDS = {
     "nemo-b200-fp8": 0.07,
     "nccl-tests": 0.21,
     "h100-eager-layers": 0.06,
-    "megascale-megatron": 0.05,  # held out: never used to set a profile value
+    # Held out: never used to set a profile value.
+    "megascale-megatron": 0.05,
+    "bloom-176b": 0.26,  # a known miss: the per-micro-batch rate is ~20% optimistic
 }
 
 

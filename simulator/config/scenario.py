@@ -308,6 +308,15 @@ class ResolvedScenario(BaseModel):
         return 1 if self.gathers_once else self.parallelism.zero_stage
 
     @property
+    def grads_all_reduced(self) -> bool:
+        """The DP gradient reduction is a full all-reduce: plain data parallelism, or ZeRO-1 on
+        a stack whose ranks all-reduce the whole gradient before each updates its own shard
+        (software ``zero1_grad_all_reduce``); otherwise sharded state is reduce-scattered."""
+        z = self.zero_stage
+        flag = self.software.zero1_grad_all_reduce
+        return z == 0 or (z == 1 and flag is not None and flag.value)
+
+    @property
     def dp_cp(self) -> int:
         """Ranks that hold the same parameters: the data-parallel replicas and, within each,
         the context-parallel ranks (each computes gradients on its slice of the sequences).

@@ -160,6 +160,11 @@ class SoftwareProfile(_Profile):
         "all-gather per step and one gradient reduce-scatter after the last backward, ZeRO-1's "
         "traffic and memory (unset: sharded state is gathered and reduced every micro-batch)",
     )
+    zero1_grad_all_reduce: SourcedFlag | None = Field(
+        default=None,
+        description="ZeRO-1 all-reduces the whole gradient (each rank then updates its shard) "
+        "instead of reduce-scattering it (unset: reduce-scatter)",
+    )
     pp_max_zero_stage: Num | None = Field(
         default=None,
         description="the highest ZeRO stage the stack runs with pipeline parallelism (unset: any)",

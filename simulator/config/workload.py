@@ -30,7 +30,11 @@ class ModelSpec(BaseModel):
     vocab: int = Field(strict=True, ge=1, le=1 << 24)
     mlp: Literal["swiglu", "gelu"] = "swiglu"
     norm: Literal["rmsnorm", "layernorm"] = "rmsnorm"
-    position: Literal["rope", "learned"] = "rope"
+    position: Literal["rope", "alibi", "learned"] = Field(
+        default="rope",
+        description="rope and alibi have no parameters (ALiBi's bias rides on the attention "
+        "scores); learned adds a max_positions x hidden table",
+    )
     max_positions: int | None = Field(
         default=None,
         strict=True,

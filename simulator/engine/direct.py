@@ -310,7 +310,7 @@ class _Walk:
         gather_kind = "dp_shard" if sim.shard_n < rs.dp_cp else "dp"
         if rs.dp_cp > 1:
             total, n = sim._grad_buckets(s)
-            coll = "all_reduce" if sim.z == 0 else "reduce_scatter"
+            coll = "all_reduce" if rs.grads_all_reduced else "reduce_scatter"
             t0 = t
             reps = n * (sim.m if sim.z >= 2 else 1)  # ZeRO-2: every micro-batch's gradients
             t = self._collective(rank, gather_kind, coll, total / n, t, repeat=reps)

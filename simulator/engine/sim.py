@@ -65,7 +65,7 @@ class Simulation(PassRunner):
 
         dp_ep = self.comm.endpoint(rank, gather_kind)
         collective = self.comm.collective
-        grad_coll = "all_reduce" if self.z == 0 else "reduce_scatter"
+        grad_coll = "all_reduce" if rs.grads_all_reduced else "reduce_scatter"
 
         def launch_dp(nbytes: float) -> None:
             label = lambda: f"{grad_coll} {nbytes / 1e6:.0f} MB"  # noqa: E731

@@ -105,10 +105,11 @@ def step_comm(rs: ResolvedScenario, stage: int = 0) -> list[CommItem]:
             for b in dp_buckets(rs, stage):
                 items.append(CommItem("dp", "all_reduce", b, 1, rs.dp_cp, "backward"))
         else:
+            coll = "all_reduce" if rs.grads_all_reduced else "reduce_scatter"
             for b in dp_buckets(rs, stage):
                 # ZeRO-2/3 and FSDP keep no full gradient: every micro-batch's is
                 # reduce-scattered.
-                items.append(CommItem("dp", "reduce_scatter", b, 1 if z < 2 else m, n, "backward"))
+                items.append(CommItem("dp", coll, b, 1 if z < 2 else m, n, "backward"))
             if n < rs.dp_cp:  # hybrid sharding: then all-reduce the shard across replicas
                 items.append(
                     CommItem("dp", "all_reduce", params * g / n, 1, rs.dp_cp // n, "backward")

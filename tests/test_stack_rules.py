@@ -1,4 +1,6 @@
-"""FSDP under pipeline parallelism on a stack that gathers once per step.
+"""What a software stack does with sharded state, and the scenario shorthands beside them.
+
+FSDP under pipeline parallelism on a stack that gathers once per step:
 
 torchtitan keeps FSDP2's parameters gathered after forward when PP is on, and
 torch.distributed.pipelining runs every micro-batch's backward without gradient sync or
@@ -6,6 +8,9 @@ resharding, reduce-scattering once after the last backward. Per step that is one
 of the stage's parameters and one reduce-scatter of its gradients, with the unsharded
 parameters and gradients held meanwhile: what ZeRO-1 moves and holds, the reduction exposed
 after the last backward.
+
+DeepSpeed's pipeline engine refuses ZeRO-2/3, and with its BF16 optimizer all-reduces the whole
+fp32 gradient before each rank updates its ZeRO-1 shard.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ import pytest
 from conftest import inline_scenario, run_cli, write_yaml
 
 from simulator.config.loading import resolve_dict
+from simulator.errors import UserError
 from simulator.simulate import simulate
 from simulator.workload.comm import comm_summary
 from simulator.workload.memory import memory_report
@@ -102,3 +108,40 @@ def test_deepspeed_refuses_zero2_under_a_pipeline(tmp_path: Path) -> None:
     # ZeRO-1 under a pipeline, and ZeRO-2 without one, run.
     resolve_dict(_data("deepspeed", ZERO1))
     resolve_dict(_data("deepspeed", {"kind": "zero", "stage": 2}, pp=1))
+
+
+def test_megatron_deepspeed_zero1_all_reduces_the_whole_gradient() -> None:
+    from simulator.workload.comm import step_comm
+
+    ds1 = resolve_dict(_data("megatron-deepspeed", ZERO1))
+    ds0 = resolve_dict(_data("megatron-deepspeed", {"kind": "zero", "stage": 0}))
+    assert ds1.grads_all_reduced and ds0.grads_all_reduced
+    mt1 = resolve_dict(_data("megatron-core", ZERO1))
+    assert not mt1.grads_all_reduced
+
+    def grad_items(rs):  # type: ignore[no-untyped-def]
+        return [
+            (i.op, i.total_bytes)
+            for i in step_comm(rs, 0)
+            if i.group == "dp" and i.phase == "backward"
+        ]
+
+    # The gradient moves as plain DP's does; ZeRO-1 adds the weights' all-gather and keeps
+    # the optimizer states sharded.
+    assert grad_items(ds1) == grad_items(ds0)
+    assert {c for c, _ in grad_items(mt1)} == {"reduce_scatter"}
+    assert memory_report(ds1).peak.optimizer_gb < memory_report(ds0).peak.optimizer_gb
+    with pytest.raises(UserError, match="ZeRO stage 1 at most"):
+        resolve_dict(_data("megatron-deepspeed", {"kind": "zero", "stage": 2}))
+
+
+def test_alibi_and_rope_have_no_position_parameters() -> None:
+    from simulator.workload.model import param_count
+
+    def params(position: str) -> float:
+        data = inline_scenario({"preset": "llama3-8b", "position": position, "max_positions": 2048})
+        rs = resolve_dict(data)
+        return param_count(rs.model, rs.training.seq_len)
+
+    assert params("alibi") == params("rope")
+    assert params("learned") == params("rope") + 2048 * 4096
