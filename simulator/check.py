@@ -88,6 +88,10 @@ def _candidate_changes(rs: ResolvedScenario) -> list[str]:
     tp2 = rs.tp * 2
     if m.heads % tp2 == 0 and tp2 <= rs.gpus_per_node:
         out.append(f"parallelism.tp={tp2}")
+    if rs.gathers_once:
+        # Under a pipeline this stack holds every stage's weights and gradients whole; without
+        # one, its FSDP shards them again.
+        out.append("parallelism.pp=1")
     for pp in (rs.pp * 2, rs.pp * 4):
         if m.layers % pp == 0 and rs.gpus % (pp * rs.tp * rs.cp) == 0:
             out.append(f"parallelism.pp={pp}")

@@ -121,13 +121,7 @@ def simulate(
                 "symmetric mode simulated one rank per stage and may be optimistic: use GPUs "
                 "per node that the group sizes divide (or that divide them)"
             )
-    if rs.gathers_once:
-        notes.append(
-            f"under pipeline parallelism, {rs.software.display_name} keeps each stage's gathered "
-            "parameters and unsharded gradients through the step's micro-batches: one "
-            "all-gather per step and one reduce-scatter after the last backward (ZeRO-1's "
-            "traffic and memory)"
-        )
+    notes.extend(rs.sharding_notes())
     if full:
         _check_full_size(rs)
     # Symmetric mode extrapolates the steady state where that is exact; a trace or the full

@@ -110,29 +110,80 @@ def test_deepspeed_refuses_zero2_under_a_pipeline(tmp_path: Path) -> None:
     resolve_dict(_data("deepspeed", {"kind": "zero", "stage": 2}, pp=1))
 
 
-def test_megatron_deepspeed_zero1_all_reduces_the_whole_gradient() -> None:
+def test_megatron_deepspeed_zero1_all_reduces_the_whole_gradient_in_bf16() -> None:
     from simulator.workload.comm import step_comm
+    from simulator.workload.memory import stage_params
 
     ds1 = resolve_dict(_data("megatron-deepspeed", ZERO1))
-    ds0 = resolve_dict(_data("megatron-deepspeed", {"kind": "zero", "stage": 0}))
-    assert ds1.grads_all_reduced and ds0.grads_all_reduced
     mt1 = resolve_dict(_data("megatron-core", ZERO1))
-    assert not mt1.grads_all_reduced
+    assert ds1.grads_all_reduced and not mt1.grads_all_reduced
 
-    def grad_items(rs):  # type: ignore[no-untyped-def]
-        return [
-            (i.op, i.total_bytes)
-            for i in step_comm(rs, 0)
-            if i.group == "dp" and i.phase == "backward"
-        ]
+    def grads(rs):  # type: ignore[no-untyped-def]
+        items = [i for i in step_comm(rs, 0) if i.group == "dp" and i.phase == "backward"]
+        return {i.op for i in items}, sum(i.total_bytes for i in items)
 
-    # The gradient moves as plain DP's does; ZeRO-1 adds the weights' all-gather and keeps
-    # the optimizer states sharded.
-    assert grad_items(ds1) == grad_items(ds0)
-    assert {c for c, _ in grad_items(mt1)} == {"reduce_scatter"}
-    assert memory_report(ds1).peak.optimizer_gb < memory_report(ds0).peak.optimizer_gb
-    with pytest.raises(UserError, match="ZeRO stage 1 at most"):
-        resolve_dict(_data("megatron-deepspeed", {"kind": "zero", "stage": 2}))
+    # The whole gradient all-reduced, cast from its fp32 buffer to bf16 on the wire...
+    params = stage_params(ds1, 0)
+    assert grads(ds1) == ({"all_reduce"}, pytest.approx(params * 2.0))
+    assert grads(mt1) == ({"reduce_scatter"}, pytest.approx(params * 4.0))
+    # ...while the bf16 gradients stay allocated beside the fp32 buffer.
+    assert memory_report(ds1).stages[0].gradients_gb * 1e9 == pytest.approx(params * 6.0)
+    assert memory_report(mt1).stages[0].gradients_gb * 1e9 == pytest.approx(params * 4.0)
+
+
+def test_megatron_deepspeed_bf16_shards_the_optimizer_at_zero_stage_0() -> None:
+    zero0 = {"kind": "zero", "stage": 0}
+    bf16 = resolve_dict(_data("megatron-deepspeed", zero0))
+    assert bf16.zero_stage == 1 and bf16.layout()["zero_stage"] == 0
+    assert any("ZeRO-1 equivalent" in n for n in bf16.sharding_notes())
+    written1 = resolve_dict(_data("megatron-deepspeed", ZERO1))
+    assert memory_report(bf16).peak.total_gb == pytest.approx(memory_report(written1).peak.total_gb)
+    fp16 = _data("megatron-deepspeed", zero0)
+    fp16["training"]["precision"] = "fp16"
+    assert resolve_dict(fp16).zero_stage == 0
+
+
+@pytest.mark.parametrize(
+    ("change", "path"),
+    [
+        ({"sharding": {"kind": "zero", "stage": 2}}, "parallelism.sharding"),
+        ({"pp_schedule": {"kind": "interleaved", "virtual_stages": 2}}, "parallelism.pp_schedule"),
+        ({"pp_schedule": {"kind": "gpipe"}}, "parallelism.pp_schedule"),
+    ],
+)
+@pytest.mark.parametrize("stack", ["deepspeed", "megatron-deepspeed"])
+def test_deepspeed_pipelines_refuse_what_the_engine_cannot_run(
+    stack: str, change: dict, path: str
+) -> None:
+    data = _data(stack, ZERO1)
+    data["parallelism"].update(change)
+    with pytest.raises(UserError) as err:
+        resolve_dict(data)
+    assert err.value.path == path
+
+
+def test_first_and_last_stages_exchange_the_tied_embedding_gradient() -> None:
+    from simulator.workload.comm import comm_summary
+
+    def run(vocab: int, tied: bool, full: bool = False) -> tuple[float, float]:
+        model = {"preset": "llama3-8b", "vocab": vocab, "tied_embeddings": tied}
+        data = inline_scenario(model, nodes=2, gpus_per_node=8, global_batch=8, tp=8, pp=2)
+        rs = resolve_dict(data)
+        assert rs.dp == 1
+        res = simulate(rs, scaling=False, full=full)
+        return res.metrics.breakdown_s.get("comm_dp", 0.0), comm_summary(rs).get("embedding", 0)
+
+    untied, none = run(128_000, tied=False)
+    assert untied == 0.0 and none == 0
+    t1, b1 = run(128_000, tied=True)
+    t2, b2 = run(256_000, tied=True)
+    t3, _ = run(384_000, tied=True)
+    # One TP rank's vocabulary shard of fp32 gradient, at a fixed latency plus bytes over the
+    # NIC's rate: linear in the vocabulary.
+    assert b1 == 128_000 * 4096 / 8 * 4 and b2 == pytest.approx(2 * b1)
+    assert t3 - t2 == pytest.approx(t2 - t1, rel=1e-6) and t2 - t1 > 0
+    assert 0 < 2 * t1 - t2 < 1e-3
+    assert run(128_000, tied=True, full=True)[0] == pytest.approx(t1, rel=1e-9)
 
 
 def test_alibi_and_rope_have_no_position_parameters() -> None:
@@ -145,3 +196,44 @@ def test_alibi_and_rope_have_no_position_parameters() -> None:
 
     assert params("alibi") == params("rope")
     assert params("learned") == params("rope") + 2048 * 4096
+
+
+def test_torchtitan_under_a_pipeline_reduces_one_layer_at_a_time_for_any_sharding() -> None:
+    from simulator.workload.comm import dp_buckets
+    from simulator.workload.memory import layer_params_per_rank
+
+    # torchtitan has no ZeRO-1 of its own: a written ZeRO-1 runs as FSDP2 under PP too, and
+    # is then the same plan as FSDP.
+    zero1 = resolve_dict(_data("torchtitan", ZERO1))
+    fsdp = resolve_dict(_data("torchtitan", FSDP))
+    assert zero1.gathers_once and not zero1.parallelism.overlap.dp_grad
+    assert simulate(zero1, scaling=False).metrics.step_time_s == pytest.approx(
+        simulate(fsdp, scaling=False).metrics.step_time_s, rel=1e-12
+    )
+    # FSDP2 reduce-scatters each block's gradients in one collective.
+    layer = layer_params_per_rank(fsdp) * 4.0  # fp32 reduction
+    assert max(dp_buckets(fsdp, 1)) <= layer * (1 + 1e-9)
+    bucketed = _data("torchtitan", FSDP)
+    bucketed["parallelism"]["dp_bucket_mb"] = 1000.0
+    assert max(dp_buckets(resolve_dict(bucketed), 1)) > layer
+
+
+def test_a_stage_cap_is_a_whole_zero_stage(tmp_path: Path) -> None:
+    data = _data("deepspeed", ZERO1)
+    data["software"] = {"profile": "deepspeed", "pp_max_zero_stage": {"value": 1.5, "source": "x"}}
+    res = run_cli("simulate", str(write_yaml(tmp_path / "cap.yaml", data)))
+    assert res.returncode == 2 and "pp_max_zero_stage" in res.stderr
+    assert "Traceback" not in res.stderr
+
+
+def test_check_offers_dropping_the_pipeline_where_it_unshards_fsdp() -> None:
+    from simulator.check import find_levers
+
+    data = inline_scenario(
+        "llama3-70b", nodes=4, gpus_per_node=8, global_batch=64, tp=2, pp=2, sharding=FSDP
+    )
+    data["software"] = "torchtitan"
+    rs = resolve_dict(data)
+    assert not memory_report(rs).fits
+    levers = [c for lever in find_levers(rs) for c in lever.change]
+    assert any(c == "parallelism.pp=1" for c in levers), levers

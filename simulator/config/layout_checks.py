@@ -191,12 +191,22 @@ def check_stack(par: ParallelismSpec, software: SoftwareProfile, file: str | Non
     if par.pp > 1 and cap is not None and par.zero_stage > cap.value:
         raise UserError(
             f"{software.display_name} cannot run {_sharding_name(par)} with pipeline "
-            f"parallelism (PP={par.pp}): it allows ZeRO stage {cap.value:g} at most there "
+            f"parallelism (PP={par.pp}): it allows ZeRO stage {cap.value} at most there "
             f"({cap.source})",
             file=file,
             path="parallelism.sharding",
-            hint=f"use sharding: {{kind: zero, stage: {cap.value:g}}}, pp: 1, or a stack that "
-            "shards under pipelines (torchtitan)",
+            hint=f"use sharding: {{kind: zero, stage: {cap.value}}}, pp: 1, or a stack that "
+            "shards under pipelines (torchtitan's FSDP)",
+        )
+    kinds = software.pp_schedules
+    kind = par.pp_schedule.kind
+    if par.pp > 1 and kinds is not None and kind not in kinds.value:
+        raise UserError(
+            f"{software.display_name} cannot run the {kind} pipeline schedule: it runs "
+            f"{', '.join(kinds.value)} ({kinds.source})",
+            file=file,
+            path="parallelism.pp_schedule",
+            hint=f"use pp_schedule: {{kind: {kinds.value[0]}}}, or another software stack",
         )
 
 

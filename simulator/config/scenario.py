@@ -215,7 +215,7 @@ class Scenario(BaseModel):
 def gathers_once(par: ParallelismSpec, software: SoftwareProfile) -> bool:
     """See :attr:`ResolvedScenario.gathers_once`."""
     flag = software.pp_gathers_once
-    return par.pp > 1 and par.zero_stage >= 2 and flag is not None and flag.value
+    return par.pp > 1 and par.zero_stage >= 1 and flag is not None and flag.value
 
 
 class ResolvedScenario(BaseModel):
@@ -295,17 +295,50 @@ class ResolvedScenario(BaseModel):
 
     @property
     def gathers_once(self) -> bool:
-        """ZeRO-2/3 or FSDP under pipeline parallelism on a stack that keeps the stage's
-        parameters gathered and its gradients unsharded until the step's last backward
-        (software ``pp_gathers_once``)."""
+        """Sharded data parallelism (ZeRO or FSDP) under pipeline parallelism on a stack that
+        keeps the stage's parameters gathered and its gradients unsharded until the step's
+        last backward (software ``pp_gathers_once``)."""
         return gathers_once(self.parallelism, self.software)
+
+    @property
+    def shards_anyway(self) -> bool:
+        """ZeRO stage 0 written for a stack whose bf16 optimizer shards its states over DP
+        regardless (software ``bf16_shards_optimizer``: DeepSpeed's BF16 optimizer is its own
+        ZeRO-1 at ZERO_STAGE=0)."""
+        flag = self.software.bf16_shards_optimizer
+        return (
+            self.parallelism.zero_stage == 0
+            and self.training.precision == "bf16"
+            and flag is not None
+            and flag.value
+        )
 
     @property
     def zero_stage(self) -> int:
         """The ZeRO stage the run behaves as: the sharding written, except where the stack
         gathers once under pipeline parallelism (:attr:`gathers_once`), which moves and holds
-        what ZeRO-1 does."""
-        return 1 if self.gathers_once else self.parallelism.zero_stage
+        what ZeRO-1 does, or shards a bf16 optimizer whatever the stage
+        (:attr:`shards_anyway`)."""
+        if self.gathers_once or self.shards_anyway:
+            return 1
+        return self.parallelism.zero_stage
+
+    def sharding_notes(self) -> list[str]:
+        """Where the software stack runs the sharding written as another ZeRO stage."""
+        sw = self.software.display_name
+        if self.gathers_once:
+            return [
+                f"under pipeline parallelism {sw} runs sharded data parallelism as FSDP2 "
+                "without resharding: each stage's parameters stay gathered and its gradients "
+                "unsharded through the step's micro-batches, with one all-gather per step and "
+                "one reduce-scatter after the last backward (ZeRO-1's traffic and memory)"
+            ]
+        if self.shards_anyway:
+            return [
+                f"{sw}'s bf16 optimizer shards the optimizer states over data parallelism at "
+                "ZeRO stage 0 (its own ZeRO-1 equivalent), so the run is ZeRO-1"
+            ]
+        return []
 
     @property
     def grads_all_reduced(self) -> bool:
@@ -340,6 +373,7 @@ class ResolvedScenario(BaseModel):
             "micro_batches": self.micro_batches,
             "schedule": par.pp_schedule.kind,
             "zero_stage": par.zero_stage,
+            "zero_stage_effective": self.zero_stage,
             "recompute": par.recompute,
             "precision": self.training.precision,
         }

@@ -91,6 +91,24 @@ class OptimizerPasses(BaseModel):
     zero_grads: SourcedFlag = Field(description="the gradient buffer zeroed each step (one write)")
 
 
+class Schedules(BaseModel):
+    """Pipeline schedules a stack runs, with where that is documented."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    value: list[Literal["gpipe", "1f1b", "interleaved"]] = Field(min_length=1, max_length=3)
+    source: str = Field(min_length=3, max_length=4000)
+
+
+class ZeroCap(BaseModel):
+    """A ZeRO stage (0-3), with where it is documented."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    value: int = Field(strict=True, ge=0, le=3)
+    source: str = Field(min_length=3, max_length=4000)
+
+
 class SoftwareProfile(_Profile):
     kind: Literal["software"] = "software"
     framework: str = Field(description="framework and version range the figures describe")
@@ -160,12 +178,30 @@ class SoftwareProfile(_Profile):
         "all-gather per step and one gradient reduce-scatter after the last backward, ZeRO-1's "
         "traffic and memory (unset: sharded state is gathered and reduced every micro-batch)",
     )
+    grad_comm_16bit: SourcedFlag | None = Field(
+        default=None,
+        description="the DP reduction casts the (fp32) gradient buffer to the 16-bit training "
+        "dtype on the wire (unset: it moves at the buffer's width)",
+    )
+    grad_16bit_kept: SourcedFlag | None = Field(
+        default=None,
+        description="the 16-bit gradients stay allocated beside an fp32 accumulation buffer "
+        "(2 more bytes per parameter; unset: freed into it)",
+    )
     zero1_grad_all_reduce: SourcedFlag | None = Field(
         default=None,
         description="ZeRO-1 all-reduces the whole gradient (each rank then updates its shard) "
         "instead of reduce-scattering it (unset: reduce-scatter)",
     )
-    pp_max_zero_stage: Num | None = Field(
+    bf16_shards_optimizer: SourcedFlag | None = Field(
+        default=None,
+        description="under bf16 the stack's optimizer shards its states over DP even at ZeRO "
+        "stage 0, which then runs as ZeRO-1 (unset: stage 0 keeps them whole)",
+    )
+    pp_schedules: Schedules | None = Field(
+        default=None, description="the pipeline schedules the stack can run (unset: all)"
+    )
+    pp_max_zero_stage: ZeroCap | None = Field(
         default=None,
         description="the highest ZeRO stage the stack runs with pipeline parallelism (unset: any)",
     )

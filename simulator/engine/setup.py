@@ -16,7 +16,12 @@ from ..config.software import on
 from ..network.collectives import choose
 from ..network.flows import FlowNetwork
 from ..network.topology import Layout, Topology
-from ..workload.comm import gather_bytes_per_param, grad_bytes_per_param
+from ..workload.comm import (
+    dp_bucket_bytes,
+    gather_bytes_per_param,
+    grad_bytes_per_param,
+    grad_wire_bytes_per_param,
+)
 from ..workload.memory import bytes_per_param, layer_params_per_rank, shard_group
 from ..workload.model import param_breakdown
 from ..workload.ops import (
@@ -250,10 +255,10 @@ class SimulationBase(Tracing, LinkSharing):
     def _grad_buckets(self, stage: int) -> tuple[float, int]:
         """Gradient bytes one rank of ``stage`` reduces after its backward passes, and the
         number of equal buckets they go in."""
-        grad_b = grad_bytes_per_param(self.rs)
+        grad_b = grad_wire_bytes_per_param(self.rs)
         own = self.extra_params.get(stage, 0.0) * grad_b
         total = sum(self._chunk_layers[stage]) * self.layer_params * grad_b + own
-        return total, max(1, math.ceil(total / self.rs.dp_bucket_bytes))
+        return total, max(1, math.ceil(total / dp_bucket_bytes(self.rs, grad_b)))
 
     def _split_chunks(self) -> dict[int, list[int]]:
         rs = self.rs

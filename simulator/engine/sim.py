@@ -25,7 +25,14 @@ from typing import Any
 import simpy
 
 from ..config.scenario import ResolvedScenario
-from ..workload.comm import gather_bytes_per_param, grad_bytes_per_param, pp_message_bytes
+from ..workload.comm import (
+    dp_bucket_bytes,
+    gather_bytes_per_param,
+    grad_bytes_per_param,
+    grad_wire_bytes_per_param,
+    pp_message_bytes,
+    tied_embedding_bytes,
+)
 from ..workload.memory import buffer_bytes_per_param, optimizer_bytes_per_param
 from .comm import Job
 from .passes import PassRunner
@@ -44,8 +51,8 @@ class Simulation(PassRunner):
         block = len(self.lay.stage_members(0))
         msg = pp_message_bytes(rs)
         dp_on = rs.dp_cp > 1
-        grad_b = grad_bytes_per_param(rs)
-        bucket_target = rs.dp_bucket_bytes
+        grad_b = grad_wire_bytes_per_param(rs)
+        bucket_target = dp_bucket_bytes(rs, grad_b)
         pending_grads = 0.0
         dp_jobs: list[Job] = []
         last_b = {ch: None for ch in range(self.v)}
@@ -91,7 +98,8 @@ class Simulation(PassRunner):
         prefetched: dict[int, list[Job]] = {}
         if dp_on and self.z in (1, 2) and self.ov.param_gather:
             layer_bytes = self.layer_params * gather_bytes_per_param(rs)
-            per_bucket = max(1, int(rs.dp_bucket_bytes // layer_bytes))
+            bucket = dp_bucket_bytes(rs, gather_bytes_per_param(rs))
+            per_bucket = max(1, int(bucket // layer_bytes))
             for chunk in range(self.v):
                 n_layers = self._chunk_layers[stage][chunk]
                 jobs: list[Job] = []
@@ -201,6 +209,12 @@ class Simulation(PassRunner):
                 rep_ep = self.comm.endpoint(rank, "dp_rep")
                 job = collective(rep_ep, "all_reduce", total, "replica all_reduce")
                 dp_jobs.append(self._submit(rank, "dp", job))
+        tied = tied_embedding_bytes(rs)
+        if tied > 0 and stage in (0, self.p - 1):
+            # The first and last stages all-reduce the shared word embedding's gradient after
+            # the DP reduction: between two ranks, each sends the whole shard to the other.
+            dp_jobs.append(self._submit(rank, "dp", self._tied_send(rank, stage, tied)))
+        if dp_jobs:
             t0 = env.now
             for job in dp_jobs:
                 yield from self._wait(job)
@@ -217,7 +231,7 @@ class Simulation(PassRunner):
         if self.bucket_copy:
             # DDP copies the reduced buckets back into each parameter's gradient (compute
             # stream, before the optimizer): read the bucket, write the gradient.
-            t_copy = self.timer.memory_time(2.0 * params * grad_b)
+            t_copy = self.timer.memory_time(2.0 * params * grad_bytes_per_param(rs))
             yield from paced("grad_bucket_copy_out", t_copy, "compute")
         # 5. optimizer step over this rank's shard, then (ZeRO-1/2 without overlap) the gather
         shard = params / (self.shard_n if self.z >= 1 else 1)
@@ -251,6 +265,12 @@ class Simulation(PassRunner):
         """The optimizer step over the rank's shard, and the passes over its whole buffer."""
         nbytes = shard_params * optimizer_bytes_per_param(self.rs)
         return self.timer.optimizer_time(nbytes + params * buffer_bytes_per_param(self.rs))
+
+    def _tied_send(self, rank: int, stage: int, size: float) -> Job:
+        t, c, d, _ = self.lay.coords(rank)
+        peer = self.lay.rank(t, c, d, self.p - 1 if stage == 0 else 0)
+        label = lambda: f"embedding all_reduce {size / 1e6:.0f} MB"  # noqa: E731
+        return self.comm.send(rank, peer, size, lambda: None, lambda: None, label)
 
     def _recv_key(self, kind: str, mb: int, chunk: int, rank: int) -> tuple:
         if self.full:

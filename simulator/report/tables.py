@@ -78,9 +78,11 @@ def print_check(rep: CheckReport, console: Console) -> None:
     console.print(
         f"layout DP={lay['dp']} TP={lay['tp']} PP={lay['pp']} CP={lay['cp']}, "
         f"{lay['micro_batches']} micro-batches of {rs.training.micro_batch}, "
-        f"schedule {lay['schedule']}, ZeRO stage {lay['zero_stage']}, "
+        f"schedule {lay['schedule']}, ZeRO stage {_zero(lay)}, "
         f"recompute {lay['recompute']}"
     )
+    for note in rs.sharding_notes():
+        console.print(f"[yellow]note:[/yellow] {safe(note)}")
     console.print(
         f"FLOPs per step: model {rep.model_flops_per_step:.3e}, hardware "
         f"{rep.hardware_flops_per_step:.3e} ({rs.training.tokens_per_step:,} tokens)"
@@ -129,13 +131,19 @@ def print_check(rep: CheckReport, console: Console) -> None:
             console.print("no single change to the plan fits: use more GPUs or a larger GPU")
 
 
+def _zero(lay: dict[str, Any]) -> str:
+    """The ZeRO stage written, and the one the stack runs it as where they differ."""
+    z, eff = lay["zero_stage"], lay.get("zero_stage_effective", lay["zero_stage"])
+    return f"{z} (runs as {eff})" if eff != z else str(z)
+
+
 def print_simulation(d: dict[str, Any], console: Console) -> None:
     """The `simulate` report: headline figures, idle breakdown, cost."""
     lay = d["layout"]
     console.print(
         f"[bold]{safe(d['scenario'])}[/bold]: {d['gpus']} GPUs ({d['nodes']} nodes), "
         f"DP={lay['dp']} TP={lay['tp']} PP={lay['pp']} CP={lay['cp']}, "
-        f"{lay['micro_batches']} micro-batches, {lay['schedule']}, ZeRO {lay['zero_stage']}, "
+        f"{lay['micro_batches']} micro-batches, {lay['schedule']}, ZeRO {_zero(lay)}, "
         f"recompute {lay['recompute']}  [dim]({d['mode']} mode)[/dim]"
     )
     t = Table(title="performance", show_header=False)

@@ -10,7 +10,8 @@ import math
 from dataclasses import dataclass
 
 from ..config.scenario import ResolvedScenario
-from .memory import gather_bytes_per_param, shard_group, stage_params
+from .memory import gather_bytes_per_param, layer_params_per_rank, shard_group, stage_params
+from .model import param_breakdown
 from .ops import act_bytes, embedding_ops, head_ops, layer_ops, tokens_per_rank
 
 
@@ -29,8 +30,19 @@ class CommItem:
 
 
 def grad_bytes_per_param(rs: ResolvedScenario) -> float:
-    """Bytes per gradient element as reduced over DP (fp32 training has fp32 gradients)."""
+    """Bytes per element of the gradient buffer the DP reduction reads (fp32 training has fp32
+    gradients)."""
     return 4.0 if rs.grad_reduce_fp32 else 2.0
+
+
+def grad_wire_bytes_per_param(rs: ResolvedScenario) -> float:
+    """Bytes per gradient element on the wire of the DP reduction: the buffer's width, except
+    where the stack casts an fp32 buffer to the 16-bit training dtype to communicate it
+    (software ``grad_comm_16bit``: DeepSpeed's communication_data_type)."""
+    flag = rs.software.grad_comm_16bit
+    if rs.training.precision != "fp32" and flag is not None and flag.value:
+        return 2.0
+    return grad_bytes_per_param(rs)
 
 
 def pp_message_bytes(rs: ResolvedScenario) -> float:
@@ -41,11 +53,30 @@ def pp_message_bytes(rs: ResolvedScenario) -> float:
     return tokens_per_rank(rs) * rs.model.hidden * act_bytes(rs) / rs.tp
 
 
+def tied_embedding_bytes(rs: ResolvedScenario) -> float:
+    """Bytes of the word-embedding gradient the first and last pipeline stages all-reduce
+    between them each step when the output layer shares the embedding's weights (Megatron-LM's
+    embedding group, DeepSpeed's tied modules): one TP rank's vocabulary shard at the gradient
+    buffer's width. Zero without a pipeline or tied weights."""
+    if rs.pp <= 1 or not rs.model.tied_embeddings:
+        return 0.0
+    return param_breakdown(rs.model).embedding / rs.tp * grad_bytes_per_param(rs)
+
+
+def dp_bucket_bytes(rs: ResolvedScenario, width: float) -> float:
+    """Bytes per DP collective of elements ``width`` bytes wide: the scenario's or the stack's
+    bucket, except that a stack gathering once under pipeline parallelism (FSDP2) gathers and
+    reduce-scatters one layer's parameters per collective, unless the scenario sets a bucket."""
+    if rs.gathers_once and rs.parallelism.dp_bucket_mb is None:
+        return max(1.0, layer_params_per_rank(rs) * width)
+    return rs.dp_bucket_bytes
+
+
 def dp_buckets(rs: ResolvedScenario, stage: int = 0) -> list[float]:
     """Gradient bucket sizes (bytes) of one rank's DP reduction (over DP×CP), in backward
     order."""
-    total = stage_params(rs, stage) * grad_bytes_per_param(rs)
-    bucket = rs.dp_bucket_bytes
+    total = stage_params(rs, stage) * grad_wire_bytes_per_param(rs)
+    bucket = dp_bucket_bytes(rs, grad_wire_bytes_per_param(rs))
     n = max(1, math.ceil(total / bucket))
     return [total / n] * n
 
@@ -98,7 +129,7 @@ def step_comm(rs: ResolvedScenario, stage: int = 0) -> list[CommItem]:
 
     if rs.dp_cp > 1:
         z = rs.zero_stage
-        g = grad_bytes_per_param(rs)
+        g = grad_wire_bytes_per_param(rs)
         params = stage_params(rs, stage)
         n = shard_group(rs)
         if z == 0:
@@ -125,6 +156,9 @@ def step_comm(rs: ResolvedScenario, stage: int = 0) -> list[CommItem]:
                     "step" if z < 3 else "forward+backward",
                 )
             )
+    tied = tied_embedding_bytes(rs)
+    if tied > 0 and stage in (0, rs.pp - 1):
+        items.append(CommItem("embedding", "all_reduce", tied, 1, 2, "step"))
     return items
 
 

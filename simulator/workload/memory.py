@@ -253,6 +253,9 @@ def stage_memory(rs: ResolvedScenario, stage: int) -> StageMemory:
     n = shard_group(rs)
     weights = params * w_b / (n if z >= 3 else 1)
     grads = params * g_b / (n if z >= 2 else 1)
+    kept = rs.software.grad_16bit_kept
+    if g_b > 2.0 and rs.training.precision != "fp32" and kept is not None and kept.value:
+        grads += params * 2.0 / (n if z >= 2 else 1)
     # DDP's flat buckets hold a copy of every gradient (only plain DP with more than one rank).
     copy_buckets = rs.parallelism.dp_bucket_copy and rs.dp_cp > 1 and z == 0
     buckets = params * g_b if copy_buckets else 0.0
