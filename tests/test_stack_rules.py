@@ -237,3 +237,15 @@ def test_check_offers_dropping_the_pipeline_where_it_unshards_fsdp() -> None:
     assert not memory_report(rs).fits
     levers = [c for lever in find_levers(rs) for c in lever.change]
     assert any(c == "parallelism.pp=1" for c in levers), levers
+
+
+@pytest.mark.parametrize(
+    ("field", "words"), [("network", "network profile name"), ("pricing", "price profile name")]
+)
+def test_a_profile_shorthand_of_the_wrong_type_says_what_it_takes(
+    tmp_path: Path, field: str, words: str
+) -> None:
+    data = _data("megatron-core", ZERO1)
+    data["cluster"][field] = 123
+    res = run_cli("simulate", str(write_yaml(tmp_path / "bad.yaml", data)))
+    assert res.returncode == 2 and f"cluster.{field}" in res.stderr and words in res.stderr

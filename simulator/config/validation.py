@@ -98,6 +98,8 @@ def validation_error(
         expected = {
             "Sourced": "a number, or {value: NUMBER, source: TEXT}",
             "Flag": "true or false, or {value: BOOL, source: TEXT}",
+            "NetworkSpec": "a network profile name, or {profile: NAME, nics_per_node: N, ...}",
+            "PricingSpec": "a price profile name, or {profile: NAME, tier: ...}",
         }.get((err.get("ctx") or {}).get("class_name", ""), "a mapping of fields")
         msg = f"expected {expected} here (got {got})"
     elif (
