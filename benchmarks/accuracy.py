@@ -46,6 +46,7 @@ SETS = (
     "h100-eager-layers",
     "megascale-megatron",
     "bloom-176b",
+    "torchtitan-a100",
 )
 KERNELS = ROOT / "benchmarks" / "results" / "h100-kernels-2026-11-23.json"
 TABLE4 = VALIDATION / "published" / "korthikanti2022_table4.csv"

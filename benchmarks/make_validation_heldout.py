@@ -6,7 +6,8 @@ assumes that the source does not.
 
 Sets: MegaScale's Megatron-LM baseline (Jiang et al., NSDI 2024, Table 2: GPT 175B on 256 to
 12,288 GPUs, strong scaling at two batch sizes); BLOOM-176B's training logs (BigScience,
-Megatron-DeepSpeed on 384 A100, at the full batch and at the ramp-up's 16 sequences).
+Megatron-DeepSpeed on 384 A100, at the full batch and at the ramp-up's 16 sequences);
+torchtitan's FSDP2 numbers on 64 A100 (Llama 2 and 3, 8B to 70B, 2024).
 """
 
 from __future__ import annotations
@@ -131,6 +132,51 @@ def bloom() -> None:
         )
 
 
+TITAN_SRC = (
+    "pytorch/torchtitan docs/performance.md @0413364 "
+    "(scenarios/validation/published/torchtitan_a100_2024.csv): {v} tokens/s per GPU, {mfu}% MFU"
+)
+TITAN_ASSUMES = (
+    "8 nodes of 8 A100 SXM4 80GB on NVSwitch with eight InfiniBand HDR 200 ports; FSDP full "
+    "sharding over the 64 GPUs; the models' default sequence lengths; bf16 with fp32 reduction; "
+    "the torchtitan stack ('selective op' is its op-level selective recomputation); whether "
+    "torch.compile was on is not stated"
+)
+TITAN_RECOMPUTE = {"no": "none", "selective op": "selective", "full": "full"}
+
+
+def torchtitan_a100() -> None:
+    for r in csv.DictReader((PUB / "torchtitan_a100_2024.csv").open()):
+        rc = TITAN_RECOMPUTE[r["activation_checkpointing"]]
+        mb = int(r["local_batch"])
+        name = f"torchtitan-{r['model']}-a100-mb{mb}-{rc}"
+        _write(
+            ROOT / "torchtitan-a100" / f"{name}.yaml",
+            {
+                "name": name,
+                "cluster": _a100_cluster(8, "ib-hdr-200", 8, "fat_tree"),
+                "model": r["model"],
+                "training": {
+                    "seq_len": int(r["seq_len"]),
+                    "global_batch": 64 * mb,
+                    "micro_batch": mb,
+                    "precision": "bf16",
+                },
+                "parallelism": {
+                    "sharding": {"kind": "fsdp", "strategy": "full_shard"},
+                    "recompute": rc,
+                },
+                "software": "torchtitan",
+                "reference": {
+                    "metric": "tokens_per_s_per_gpu",
+                    "value": float(r["wps_per_gpu"]),
+                    "source": TITAN_SRC.format(v=r["wps_per_gpu"], mfu=r["mfu_percent"]),
+                    "assumes": TITAN_ASSUMES,
+                },
+            },
+        )
+
+
 def _a100_cluster(nodes: int, network: str, nics: int, topology: str) -> dict[str, Any]:
     """Nodes of eight A100 SXM4 80GB on NVSwitch, with ``nics`` ports of ``network`` each."""
     return {
@@ -164,3 +210,4 @@ if __name__ == "__main__":
     Path(ROOT).mkdir(parents=True, exist_ok=True)
     megascale()
     bloom()
+    torchtitan_a100()

@@ -139,7 +139,9 @@ def check(rs: ResolvedScenario) -> CheckReport:
         memory=mem,
         params=param_count(rs.model, s),
         model_flops_per_step=model_flops_per_token(rs.model, s) * tokens,
-        hardware_flops_per_step=hardware_flops_per_token(rs.model, s, rs.parallelism.recompute)
+        hardware_flops_per_step=hardware_flops_per_token(
+            rs.model, s, rs.parallelism.recompute, rs.selective_policy
+        )
         * tokens,
         comm_bytes=comm_summary(rs),
     )

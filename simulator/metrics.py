@@ -69,7 +69,10 @@ def compute_metrics(rs: ResolvedScenario, res: EngineResult) -> Metrics:
     s = rs.training.seq_len
     gpus = rs.gpus
     mflops = model_flops_per_token(rs.model, s) * tokens
-    hflops = hardware_flops_per_token(rs.model, s, rs.parallelism.recompute) * tokens
+    hflops = (
+        hardware_flops_per_token(rs.model, s, rs.parallelism.recompute, rs.selective_policy)
+        * tokens
+    )
     peak = rs.gpu.peak_flops(rs.training.precision)
     per_class: dict[str, dict[str, float]] = {
         f"stage{stage}": dict(rr.acc) for stage, rr in res.classes.items()

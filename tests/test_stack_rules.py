@@ -249,3 +249,54 @@ def test_a_profile_shorthand_of_the_wrong_type_says_what_it_takes(
     data["cluster"][field] = 123
     res = run_cli("simulate", str(write_yaml(tmp_path / "bad.yaml", data)))
     assert res.returncode == 2 and f"cluster.{field}" in res.stderr and words in res.stderr
+
+
+def test_torchtitan_selective_recomputes_every_second_matmul_and_the_elementwise_ops() -> None:
+    from simulator.workload.model import (
+        alternate_matmul_fractions,
+        layer_matmul_params,
+        recompute_flops_per_token,
+    )
+    from simulator.workload.ops import layer_ops, recomputed_ops
+
+    data = inline_scenario("llama3-8b")
+    data["parallelism"] = {"recompute": "selective"}
+    data["software"] = "torchtitan"
+    rs = resolve_dict(data)
+    m = rs.model
+    assert rs.selective_policy == "alternate_matmuls"
+    # wq wk wv wo w1 w3 w2: wk, wo and w3 run again.
+    share = alternate_matmul_fractions(m)
+    assert share == {
+        "qkv_proj": pytest.approx(m.kv_dim / (m.hidden + 2 * m.kv_dim)),
+        "out_proj": 1.0,
+        "mlp_up": 0.5,
+        "mlp_down": 0.0,
+    }
+    again = 2.0 * (m.hidden * m.kv_dim + m.hidden**2 + m.hidden * m.ffn)
+    assert recompute_flops_per_token(m, 8192, "selective", "alternate_matmuls") == pytest.approx(
+        m.layers * again
+    )
+    assert again / (2.0 * layer_matmul_params(m)) == pytest.approx(0.3654, abs=1e-3)
+    fwd = layer_ops(rs)
+    redo = recomputed_ops(rs, fwd)
+    assert {o.name for o in redo if o.kind == "memory"} == {
+        o.name for o in fwd if o.kind == "memory"
+    }
+    assert not [o for o in redo if o.kind == "attention"]
+    assert sum(o.flops for o in redo if o.kind == "gemm") == pytest.approx(
+        again * rs.training.micro_batch * rs.training.seq_len / rs.tp, rel=1e-3
+    )
+
+
+def test_torchtitan_selective_sits_between_none_and_full_in_time_and_memory() -> None:
+    def run(rc: str) -> tuple[float, float]:
+        data = inline_scenario("llama3-8b", seq_len=4096, micro_batch=2, global_batch=16)
+        data["parallelism"] = {"recompute": rc}
+        data["software"] = "torchtitan"
+        rs = resolve_dict(data)
+        return simulate(rs, scaling=False).metrics.step_time_s, memory_report(rs).peak.total_gb
+
+    (t0, m0), (t1, m1), (t2, m2) = run("none"), run("selective"), run("full")
+    assert t0 < t1 < t2
+    assert m0 > m1 > m2

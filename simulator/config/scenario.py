@@ -341,6 +341,13 @@ class ResolvedScenario(BaseModel):
         return []
 
     @property
+    def selective_policy(self) -> str:
+        """What selective recomputation runs again under this stack (see
+        ``SoftwareProfile.selective_recompute``)."""
+        pol = self.software.selective_recompute
+        return "attention_core" if pol is None else pol.value
+
+    @property
     def grads_all_reduced(self) -> bool:
         """The DP gradient reduction is a full all-reduce: plain data parallelism, or ZeRO-1 on
         a stack whose ranks all-reduce the whole gradient before each updates its own shard

@@ -100,6 +100,15 @@ class Schedules(BaseModel):
     source: str = Field(min_length=3, max_length=4000)
 
 
+class SelectivePolicy(BaseModel):
+    """What the stack's selective activation recomputation runs again, with its source."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    value: Literal["attention_core", "alternate_matmuls"]
+    source: str = Field(min_length=3, max_length=4000)
+
+
 class ZeroCap(BaseModel):
     """A ZeRO stage (0-3), with where it is documented."""
 
@@ -197,6 +206,13 @@ class SoftwareProfile(_Profile):
         default=None,
         description="under bf16 the stack's optimizer shards its states over DP even at ZeRO "
         "stage 0, which then runs as ZeRO-1 (unset: stage 0 keeps them whole)",
+    )
+    selective_recompute: SelectivePolicy | None = Field(
+        default=None,
+        description="what parallelism.recompute: selective runs again in the backward pass: "
+        "attention_core (Korthikanti et al.: QK^T, softmax, attention over V; with flash "
+        "attention, the fused kernel) or alternate_matmuls (every second matmul of the layer "
+        "and every elementwise op, the attention kernel's output kept; unset: attention_core)",
     )
     pp_schedules: Schedules | None = Field(
         default=None, description="the pipeline schedules the stack can run (unset: all)"

@@ -26,12 +26,12 @@ from ..workload.memory import bytes_per_param, layer_params_per_rank, shard_grou
 from ..workload.model import param_breakdown
 from ..workload.ops import (
     Op,
-    attention_core,
     backward_ops,
     embedding_ops,
     head_ops,
     layer_ops,
     pp_recv_ops,
+    recomputed_ops,
 )
 from .clock import BucketEnvironment
 from .comm import Comm, Job, Stream
@@ -189,7 +189,7 @@ class SimulationBase(Tracing, LinkSharing):
         if rc == "full":
             p_bwd.extend(prog(fwd))
         elif rc == "selective":
-            p_bwd.extend(prog(attention_core(fwd)))
+            p_bwd.extend(prog(recomputed_ops(rs, fwd)))
         p_bwd.extend(prog(bwd))
         emb = embedding_ops(rs)
         head = head_ops(rs)

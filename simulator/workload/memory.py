@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass
 
 from ..config.parallelism import FSDPSharding
 from ..config.scenario import ResolvedScenario
-from .model import param_breakdown
+from .model import layer_matmuls, param_breakdown
 from .ops import act_bytes, kv_per_rank
 
 GB = 1e9
@@ -212,6 +212,26 @@ def _full_recompute_bytes_per_layer(rs: ResolvedScenario) -> float:
     return x / rs.tp if rs.parallelism.sequence_parallel else x
 
 
+def _alternate_saved_per_layer(rs: ResolvedScenario) -> float:
+    """Bytes a layer keeps per micro-batch under recomputation of every second matmul
+    (torchtitan's op-level policy): its input, the outputs of the other matmuls and the
+    attention kernel's output with its fp32 log-sum-exp; the elementwise results are
+    recomputed. Column-parallel outputs are split over TP; a row-parallel one (wo, w2) is a
+    whole partial sum until its reduction."""
+    m = rs.model
+    t = rs.tp
+    b = rs.training.micro_batch
+    s = rs.training.seq_len // rs.cp
+    h, f = m.hidden, m.ffn
+    a = act_bytes(rs)
+    width = {"wq": h / t, "wk": kv_per_rank(rs), "wv": kv_per_rank(rs), "wo": h}
+    width.update({"w1": f / t, "w3": f / t, "w2": h})
+    kept = sum(width[n] for i, (n, _w) in enumerate(layer_matmuls(m), start=1) if i % 2)
+    block_in = h / t if rs.parallelism.sequence_parallel else h
+    per_token = a * (block_in + kept + h / t) + 4 * m.heads / t
+    return per_token * s * b
+
+
 def _selective_saving_per_layer(rs: ResolvedScenario) -> float:
     """Selective recomputation drops the attention core's s×s tensors (or, with fused attention,
     which already drops them, nothing further)."""
@@ -274,7 +294,9 @@ def stage_memory(rs: ResolvedScenario, stage: int) -> StageMemory:
         # its backward pass runs.
         act = _full_recompute_bytes_per_layer(rs) * layers * inflight + per_layer_act
     else:
-        if rc == "selective":
+        if rc == "selective" and rs.selective_policy == "alternate_matmuls":
+            per_layer_act = _alternate_saved_per_layer(rs)
+        elif rc == "selective":
             per_layer_act -= _selective_saving_per_layer(rs)
         act = per_layer_act * layers * inflight
     T = rs.training.micro_batch * rs.training.seq_len // rs.cp

@@ -73,6 +73,33 @@ def layer_matmul_params(m: ModelSpec) -> int:
     return h * (h + 2 * kv) + h * h + n_in * h * f + f * h
 
 
+def layer_matmuls(m: ModelSpec) -> list[tuple[str, int]]:
+    """A layer's weight matmuls in the order its forward runs them, unfused (as an eager
+    PyTorch block calls them): name and weights (input width × output width)."""
+    h, kv, f = m.hidden, m.kv_dim, m.ffn
+    mlp_in = [("w1", h * f), ("w3", h * f)] if m.mlp == "swiglu" else [("w1", h * f)]
+    return [("wq", h * h), ("wk", h * kv), ("wv", h * kv), ("wo", h * h), *mlp_in, ("w2", f * h)]
+
+
+def alternate_matmul_fractions(m: ModelSpec) -> dict[str, float]:
+    """Share of each of the simulator's (fused) layer GEMMs that a policy recomputing every
+    second matmul of the layer (torchtitan's op-level selective checkpointing) runs again:
+    qkv_proj, out_proj, mlp_up and mlp_down."""
+    again = {name for i, (name, _w) in enumerate(layer_matmuls(m), start=1) if i % 2 == 0}
+    width = dict(layer_matmuls(m))
+
+    def share(names: tuple[str, ...]) -> float:
+        names = tuple(n for n in names if n in width)
+        return sum(width[n] for n in names if n in again) / sum(width[n] for n in names)
+
+    return {
+        "qkv_proj": share(("wq", "wk", "wv")),
+        "out_proj": share(("wo",)),
+        "mlp_up": share(("w1", "w3")),
+        "mlp_down": share(("w2",)),
+    }
+
+
 def attention_core_flops_per_token(m: ModelSpec, seq_len: int) -> float:
     """QK^T and attention·V for one token of one layer, forward: 2·s·h each."""
     return 4.0 * seq_len * m.heads * m.head_dim
@@ -95,17 +122,28 @@ def model_flops_per_token(m: ModelSpec, seq_len: int) -> float:
     return 3.0 * forward_flops_per_token(m, seq_len)
 
 
-def recompute_flops_per_token(m: ModelSpec, seq_len: int, recompute: str) -> float:
-    """Extra forward FLOPs per token spent re-computing activations in the backward pass."""
+def recompute_flops_per_token(
+    m: ModelSpec, seq_len: int, recompute: str, selective: str = "attention_core"
+) -> float:
+    """Extra forward FLOPs per token spent re-computing activations in the backward pass.
+    ``selective`` is what selective recomputation runs again: the attention core
+    (Korthikanti et al.) or every second matmul (torchtitan's op-level policy)."""
     if recompute == "full":
         return m.layers * layer_forward_flops_per_token(m, seq_len)
     if recompute == "selective":
+        if selective == "alternate_matmuls":
+            again = sum(w for i, (_n, w) in enumerate(layer_matmuls(m), start=1) if i % 2 == 0)
+            return m.layers * 2.0 * again
         return m.layers * attention_core_flops_per_token(m, seq_len)
     return 0.0
 
 
-def hardware_flops_per_token(m: ModelSpec, seq_len: int, recompute: str) -> float:
-    return model_flops_per_token(m, seq_len) + recompute_flops_per_token(m, seq_len, recompute)
+def hardware_flops_per_token(
+    m: ModelSpec, seq_len: int, recompute: str, selective: str = "attention_core"
+) -> float:
+    return model_flops_per_token(m, seq_len) + recompute_flops_per_token(
+        m, seq_len, recompute, selective
+    )
 
 
 def megatron_sc21_flops(batch: int, seq: int, layers: int, hidden: int, vocab: int) -> float:

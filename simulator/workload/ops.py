@@ -8,7 +8,7 @@ mirrored TP/CP collectives).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from ..config.scenario import ResolvedScenario
@@ -275,6 +275,29 @@ def attention_core(forward: list[Op]) -> list[Op]:
     if "attn_scores" not in names:
         return []
     return forward[names.index("attn_scores") : names.index("attn_values") + 1]
+
+
+def recomputed_ops(rs: ResolvedScenario, forward: list[Op]) -> list[Op]:
+    """The forward ops selective recomputation runs again before a layer's backward, by the
+    stack's policy: the attention core, or (``alternate_matmuls``, torchtitan's op-level
+    policy, which saves every matmul's and the attention kernel's output except every second
+    matmul's) every second matmul and every elementwise op. The recomputed part of a fused
+    GEMM runs as a GEMM of that part's width."""
+    if rs.selective_policy != "alternate_matmuls":
+        return attention_core(forward)
+    from .model import alternate_matmul_fractions
+
+    share = alternate_matmul_fractions(rs.model)
+    out: list[Op] = []
+    for o in forward:
+        if o.kind == "memory":
+            out.append(o)
+        elif o.kind == "gemm" and share.get(o.name, 0.0) > 0 and o.dims is not None:
+            f = share[o.name]
+            b, m_, n, k = o.dims
+            part = max(1, round(n * f))
+            out.append(replace(o, flops=o.flops * part / n, dims=(b, m_, part, k)))
+    return out
 
 
 def embedding_ops(rs: ResolvedScenario) -> list[Op]:

@@ -18,6 +18,8 @@ _MEGATRON = dict(
     vocab=51200,
 )
 
+_LLAMA2 = dict(mlp="swiglu", norm="rmsnorm", position="rope", vocab=32000)
+
 PRESETS: dict[str, ModelSpec] = {
     # Brown et al. 2020, "Language Models are Few-Shot Learners", Table 2.1 (GPT-3 175B).
     "gpt3-175b": ModelSpec(
@@ -34,6 +36,37 @@ PRESETS: dict[str, ModelSpec] = {
         linear_bias=True,
         dropout=True,
         published_params=175e9,
+    ),
+    # Touvron et al. 2023, "Llama 2: Open Foundation and Fine-Tuned Chat Models", Table 1 and
+    # Sec. 2.2 (grouped-query attention with 8 KV heads for 70B only); hidden, layers, heads and
+    # MLP widths from the released checkpoints' config.json (meta-llama/Llama-2-*-hf).
+    "llama2-7b": ModelSpec(
+        name="llama2-7b",
+        layers=32,
+        hidden=4096,
+        heads=32,
+        ffn_hidden=11008,
+        published_params=6.74e9,
+        **_LLAMA2,  # type: ignore[arg-type]
+    ),
+    "llama2-13b": ModelSpec(
+        name="llama2-13b",
+        layers=40,
+        hidden=5120,
+        heads=40,
+        ffn_hidden=13824,
+        published_params=13.0e9,
+        **_LLAMA2,  # type: ignore[arg-type]
+    ),
+    "llama2-70b": ModelSpec(
+        name="llama2-70b",
+        layers=80,
+        hidden=8192,
+        heads=64,
+        kv_heads=8,
+        ffn_hidden=28672,
+        published_params=69.0e9,
+        **_LLAMA2,  # type: ignore[arg-type]
     ),
     # Meta, "The Llama 3 Herd of Models" (2024), Table 3; sizes from the released checkpoints.
     "llama3-8b": ModelSpec(
