@@ -253,7 +253,7 @@ def test_a_profile_shorthand_of_the_wrong_type_says_what_it_takes(
 
 def test_torchtitan_selective_recomputes_every_second_matmul_and_the_elementwise_ops() -> None:
     from simulator.workload.model import (
-        alternate_matmul_fractions,
+        alternate_recomputed,
         layer_matmul_params,
         recompute_flops_per_token,
     )
@@ -266,13 +266,7 @@ def test_torchtitan_selective_recomputes_every_second_matmul_and_the_elementwise
     m = rs.model
     assert rs.selective_policy == "alternate_matmuls"
     # wq wk wv wo w1 w3 w2: wk, wo and w3 run again.
-    share = alternate_matmul_fractions(m)
-    assert share == {
-        "qkv_proj": pytest.approx(m.kv_dim / (m.hidden + 2 * m.kv_dim)),
-        "out_proj": 1.0,
-        "mlp_up": 0.5,
-        "mlp_down": 0.0,
-    }
+    assert alternate_recomputed(m) == {"wk", "wo", "w3"}
     again = 2.0 * (m.hidden * m.kv_dim + m.hidden**2 + m.hidden * m.ffn)
     assert recompute_flops_per_token(m, 8192, "selective", "alternate_matmuls") == pytest.approx(
         m.layers * again
@@ -300,3 +294,76 @@ def test_torchtitan_selective_sits_between_none_and_full_in_time_and_memory() ->
     (t0, m0), (t1, m1), (t2, m2) = run("none"), run("selective"), run("full")
     assert t0 < t1 < t2
     assert m0 > m1 > m2
+
+
+def _titan(model: object = "llama3-8b", **par: object) -> dict:
+    data = inline_scenario(model, nodes=1, gpus_per_node=8, global_batch=16, **par)
+    data["parallelism"]["recompute"] = "selective"
+    data["software"] = "torchtitan"
+    return data
+
+
+def test_torchtitan_selective_reruns_sp_gathers_and_keeps_the_reduce_scatters() -> None:
+    from simulator.workload.comm import step_comm
+    from simulator.workload.ops import layer_ops, recomputed_ops
+
+    rs = resolve_dict(_titan(tp=4, sequence_parallel=True))
+    redo = [o for o in recomputed_ops(rs, layer_ops(rs)) if o.kind == "collective"]
+    assert redo and {o.collective for o in redo} == {"all_gather"}
+    again = [i for i in step_comm(rs, 0) if i.phase == "recompute"]
+    assert {i.op for i in again} == {"all_gather"}
+    # Without SP the closing all-reduces are not kept either.
+    no_sp = resolve_dict(_titan(tp=4))
+    assert {
+        o.collective for o in recomputed_ops(no_sp, layer_ops(no_sp)) if o.kind == "collective"
+    } == {"all_reduce"}
+    # SP's reduce-scatter outputs stay in memory: two a*h/t per token per layer.
+    from simulator.workload.memory import _alternate_saved_per_layer
+
+    plain = resolve_dict(_titan(tp=4, sequence_parallel=True))
+    tokens = plain.training.micro_batch * plain.training.seq_len
+    with_rs = _alternate_saved_per_layer(plain)
+    assert with_rs > 2 * 2 * plain.model.hidden / 4 * tokens
+
+
+def test_torchtitan_selective_with_biases_or_without_flash_reruns_more() -> None:
+    from simulator.workload.model import alternate_recomputed
+    from simulator.workload.ops import layer_ops, recomputed_ops
+
+    biased = {"preset": "llama3-8b", "linear_bias": True}
+    rs = resolve_dict(_titan(biased))
+    assert alternate_recomputed(rs.model) == {"wq", "wk", "wv", "wo", "w1", "w3", "w2"}
+    gemms = [o for o in recomputed_ops(rs, layer_ops(rs)) if o.kind == "gemm"]
+    assert sum(o.flops for o in gemms) == pytest.approx(
+        sum(o.flops for o in layer_ops(rs) if o.kind == "gemm" and o.name != "attn_scores")
+    )
+    eager = _titan()
+    eager["training"]["flash_attention"] = False
+    rs = resolve_dict(eager)
+    names = {o.name for o in recomputed_ops(rs, layer_ops(rs))}
+    assert {"attn_scores", "attn_values"} <= names
+
+
+def test_torchtitan_selective_reruns_one_whole_kv_head_where_tp_exceeds_them() -> None:
+    from simulator.workload.ops import kv_per_rank, layer_ops, recomputed_ops
+
+    rs = resolve_dict(_titan({"preset": "llama3-8b", "kv_heads": 2}, tp=4))
+    (qkv,) = [o for o in recomputed_ops(rs, layer_ops(rs)) if o.name == "qkv_proj"]
+    assert qkv.dims is not None and qkv.dims[2] == kv_per_rank(rs) == rs.model.head_dim
+
+
+def test_torchtitan_refuses_tied_embeddings_under_a_pipeline() -> None:
+    data = _titan({"preset": "llama3-8b", "tied_embeddings": True}, pp=2)
+    with pytest.raises(UserError) as err:
+        resolve_dict(data)
+    assert err.value.path == "model.tied_embeddings"
+    resolve_dict(_titan({"preset": "llama3-8b", "tied_embeddings": True}))  # no pipeline: fine
+
+
+def test_a_written_gradient_dtype_sets_the_wire_too() -> None:
+    from simulator.workload.comm import grad_wire_bytes_per_param
+
+    data = _data("megatron-deepspeed", ZERO1)
+    assert grad_wire_bytes_per_param(resolve_dict(data)) == 2.0
+    data["training"]["grad_reduce_dtype"] = "fp32"
+    assert grad_wire_bytes_per_param(resolve_dict(data)) == 4.0

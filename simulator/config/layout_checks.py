@@ -185,8 +185,19 @@ def check_pricing(
         )
 
 
-def check_stack(par: ParallelismSpec, software: SoftwareProfile, file: str | None) -> None:
+def check_stack(
+    par: ParallelismSpec, software: SoftwareProfile, model: ModelSpec, file: str | None
+) -> None:
     """What the software stack cannot run."""
+    tie = software.pp_tied_embeddings
+    if par.pp > 1 and model.tied_embeddings and tie is not None and not tie.value:
+        raise UserError(
+            f"{software.display_name} cannot tie the input and output embeddings under "
+            f"pipeline parallelism (PP={par.pp}) ({tie.source})",
+            file=file,
+            path="model.tied_embeddings",
+            hint="set model.tied_embeddings: false, pp: 1, or use another software stack",
+        )
     cap = software.pp_max_zero_stage
     if par.pp > 1 and cap is not None and par.zero_stage > cap.value:
         raise UserError(

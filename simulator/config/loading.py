@@ -208,7 +208,7 @@ def resolve(
     check_pricing(price, tier, gpu, c.gpus_per_node, file)
     name = sc.name or (Path(file).stem if file else "scenario")
     software = _resolve_profile(sc.software, SoftwareProfile, ("software",), file, "software")
-    check_stack(par, software, file)
+    check_stack(par, software, model, file)
     once = gathers_once(par, software)
     par = par.model_copy(update={"overlap": _stack_overlap(par.overlap, software, once)})
     return ResolvedScenario(

@@ -214,6 +214,11 @@ class SoftwareProfile(_Profile):
         "attention, the fused kernel) or alternate_matmuls (every second matmul of the layer "
         "and every elementwise op, the attention kernel's output kept; unset: attention_core)",
     )
+    pp_tied_embeddings: SourcedFlag | None = Field(
+        default=None,
+        description="whether the stack can tie the input and output embeddings under pipeline "
+        "parallelism (unset: it can, all-reducing their gradient between the end stages)",
+    )
     pp_schedules: Schedules | None = Field(
         default=None, description="the pipeline schedules the stack can run (unset: all)"
     )

@@ -211,8 +211,9 @@ class Simulation(PassRunner):
                 dp_jobs.append(self._submit(rank, "dp", job))
         tied = tied_embedding_bytes(rs)
         if tied > 0 and stage in (0, self.p - 1):
-            # The first and last stages all-reduce the shared word embedding's gradient after
-            # the DP reduction: between two ranks, each sends the whole shard to the other.
+            # The first and last stages all-reduce the shared word embedding's gradient beside
+            # the DP reduction (Megatron after it, DeepSpeed before it; both block before the
+            # optimizer): between two ranks, each sends the whole shard to the other.
             dp_jobs.append(self._submit(rank, "dp", self._tied_send(rank, stage, tied)))
         if dp_jobs:
             t0 = env.now

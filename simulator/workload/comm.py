@@ -12,7 +12,14 @@ from dataclasses import dataclass
 from ..config.scenario import ResolvedScenario
 from .memory import gather_bytes_per_param, layer_params_per_rank, shard_group, stage_params
 from .model import param_breakdown
-from .ops import act_bytes, embedding_ops, head_ops, layer_ops, tokens_per_rank
+from .ops import (
+    act_bytes,
+    embedding_ops,
+    head_ops,
+    layer_ops,
+    recomputes_collective,
+    tokens_per_rank,
+)
 
 
 @dataclass(frozen=True)
@@ -40,7 +47,8 @@ def grad_wire_bytes_per_param(rs: ResolvedScenario) -> float:
     where the stack casts an fp32 buffer to the 16-bit training dtype to communicate it
     (software ``grad_comm_16bit``: DeepSpeed's communication_data_type)."""
     flag = rs.software.grad_comm_16bit
-    if rs.training.precision != "fp32" and flag is not None and flag.value:
+    written = rs.training.grad_reduce_dtype is not None  # the scenario's choice is the wire's
+    if rs.training.precision != "fp32" and not written and flag is not None and flag.value:
         return 2.0
     return grad_bytes_per_param(rs)
 
@@ -56,8 +64,9 @@ def pp_message_bytes(rs: ResolvedScenario) -> float:
 def tied_embedding_bytes(rs: ResolvedScenario) -> float:
     """Bytes of the word-embedding gradient the first and last pipeline stages all-reduce
     between them each step when the output layer shares the embedding's weights (Megatron-LM's
-    embedding group, DeepSpeed's tied modules): one TP rank's vocabulary shard at the gradient
-    buffer's width. Zero without a pipeline or tied weights."""
+    embedding group after the DP reduction, DeepSpeed's tied modules before it): one TP rank's
+    vocabulary shard at the gradient buffer's width. Zero without a pipeline or tied
+    weights."""
     if rs.pp <= 1 or not rs.model.tied_embeddings:
         return 0.0
     return param_breakdown(rs.model).embedding / rs.tp * grad_bytes_per_param(rs)
@@ -86,7 +95,6 @@ def step_comm(rs: ResolvedScenario, stage: int = 0) -> list[CommItem]:
     items: list[CommItem] = []
     m = rs.micro_batches
     layers = rs.stage_layers()[stage]
-    recompute_full = rs.parallelism.recompute == "full"
 
     def add_ops(ops: list, count: float, recomputed: bool = False) -> None:
         for op in ops:
@@ -107,7 +115,7 @@ def step_comm(rs: ResolvedScenario, stage: int = 0) -> list[CommItem]:
                     "backward",
                 )
             )
-            if recomputed and recompute_full and op.name.startswith(("tp_", "cp_")):
+            if recomputed and recomputes_collective(rs, op):
                 items.append(
                     CommItem(op.group, op.collective, op.msg_bytes, count * m, size, "recompute")
                 )

@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass
 
 from ..config.parallelism import FSDPSharding
 from ..config.scenario import ResolvedScenario
-from .model import layer_matmuls, param_breakdown
+from .model import alternate_recomputed, layer_matmuls, param_breakdown
 from .ops import act_bytes, kv_per_rank
 
 GB = 1e9
@@ -213,22 +213,26 @@ def _full_recompute_bytes_per_layer(rs: ResolvedScenario) -> float:
 
 
 def _alternate_saved_per_layer(rs: ResolvedScenario) -> float:
-    """Bytes a layer keeps per micro-batch under recomputation of every second matmul
-    (torchtitan's op-level policy): its input, the outputs of the other matmuls and the
-    attention kernel's output with its fp32 log-sum-exp; the elementwise results are
-    recomputed. Column-parallel outputs are split over TP; a row-parallel one (wo, w2) is a
-    whole partial sum until its reduction."""
+    """Bytes a layer keeps per micro-batch under torchtitan's op-level policy (see
+    ``ops.recomputed_ops``): its input, the outputs of the matmuls it does not run again, of
+    the fused attention kernel (with its fp32 log-sum-exp) and of SP's reduce-scatters; the
+    elementwise results are recomputed. Column-parallel outputs are split over TP; a
+    row-parallel one (wo, w2) is a whole partial sum until its reduction."""
     m = rs.model
     t = rs.tp
     b = rs.training.micro_batch
     s = rs.training.seq_len // rs.cp
     h, f = m.hidden, m.ffn
     a = act_bytes(rs)
+    sp = rs.parallelism.sequence_parallel and t > 1
     width = {"wq": h / t, "wk": kv_per_rank(rs), "wv": kv_per_rank(rs), "wo": h}
     width.update({"w1": f / t, "w3": f / t, "w2": h})
-    kept = sum(width[n] for i, (n, _w) in enumerate(layer_matmuls(m), start=1) if i % 2)
-    block_in = h / t if rs.parallelism.sequence_parallel else h
-    per_token = a * (block_in + kept + h / t) + 4 * m.heads / t
+    again = alternate_recomputed(m)
+    kept = sum(width[n] for n, _w in layer_matmuls(m) if n not in again)
+    block_in = h / t if sp else h
+    per_token = a * (block_in + kept + (2 * h / t if sp else 0.0))
+    if rs.flash_attention:
+        per_token += a * h / t + 4 * m.heads / t
     return per_token * s * b
 
 

@@ -81,23 +81,14 @@ def layer_matmuls(m: ModelSpec) -> list[tuple[str, int]]:
     return [("wq", h * h), ("wk", h * kv), ("wv", h * kv), ("wo", h * h), *mlp_in, ("w2", f * h)]
 
 
-def alternate_matmul_fractions(m: ModelSpec) -> dict[str, float]:
-    """Share of each of the simulator's (fused) layer GEMMs that a policy recomputing every
-    second matmul of the layer (torchtitan's op-level selective checkpointing) runs again:
-    qkv_proj, out_proj, mlp_up and mlp_down."""
-    again = {name for i, (name, _w) in enumerate(layer_matmuls(m), start=1) if i % 2 == 0}
-    width = dict(layer_matmuls(m))
-
-    def share(names: tuple[str, ...]) -> float:
-        names = tuple(n for n in names if n in width)
-        return sum(width[n] for n in names if n in again) / sum(width[n] for n in names)
-
-    return {
-        "qkv_proj": share(("wq", "wk", "wv")),
-        "out_proj": share(("wo",)),
-        "mlp_up": share(("w1", "w3")),
-        "mlp_down": share(("w2",)),
-    }
+def alternate_recomputed(m: ModelSpec) -> set[str]:
+    """The layer matmuls torchtitan's op-level selective checkpointing runs again: every
+    second ``aten.mm`` it counts. A biased linear layer dispatches ``aten.addmm``, which the
+    policy neither counts nor saves, so with biases every matmul runs again."""
+    names = [n for n, _w in layer_matmuls(m)]
+    if m.linear_bias:
+        return set(names)
+    return {n for i, n in enumerate(names, start=1) if i % 2 == 0}
 
 
 def attention_core_flops_per_token(m: ModelSpec, seq_len: int) -> float:
@@ -132,7 +123,8 @@ def recompute_flops_per_token(
         return m.layers * layer_forward_flops_per_token(m, seq_len)
     if recompute == "selective":
         if selective == "alternate_matmuls":
-            again = sum(w for i, (_n, w) in enumerate(layer_matmuls(m), start=1) if i % 2 == 0)
+            redo = alternate_recomputed(m)
+            again = sum(w for n, w in layer_matmuls(m) if n in redo)
             return m.layers * 2.0 * again
         return m.layers * attention_core_flops_per_token(m, seq_len)
     return 0.0
