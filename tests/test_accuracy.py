@@ -172,7 +172,7 @@ def test_selective_recompute_reruns_the_whole_attention_core() -> None:
     dropout and attention over V again before the backward pass: the backward grows by exactly
     their forward time, and not by the rest of the layer."""
     from simulator.engine.sim import Simulation
-    from simulator.workload.ops import attention_core
+    from simulator.workload.recompute import attention_core
 
     data = inline_scenario("megatron-1.7b", flash_attention=False)
     data = {**data, "software": "megatron-lm-2021"}

@@ -257,7 +257,8 @@ def test_torchtitan_selective_recomputes_every_second_matmul_and_the_elementwise
         layer_matmul_params,
         recompute_flops_per_token,
     )
-    from simulator.workload.ops import layer_ops, recomputed_ops
+    from simulator.workload.ops import layer_ops
+    from simulator.workload.recompute import recomputed_ops
 
     data = inline_scenario("llama3-8b")
     data["parallelism"] = {"recompute": "selective"}
@@ -305,7 +306,8 @@ def _titan(model: object = "llama3-8b", **par: object) -> dict:
 
 def test_torchtitan_selective_reruns_sp_gathers_and_keeps_the_reduce_scatters() -> None:
     from simulator.workload.comm import step_comm
-    from simulator.workload.ops import layer_ops, recomputed_ops
+    from simulator.workload.ops import layer_ops
+    from simulator.workload.recompute import recomputed_ops
 
     rs = resolve_dict(_titan(tp=4, sequence_parallel=True))
     redo = [o for o in recomputed_ops(rs, layer_ops(rs)) if o.kind == "collective"]
@@ -328,7 +330,8 @@ def test_torchtitan_selective_reruns_sp_gathers_and_keeps_the_reduce_scatters() 
 
 def test_torchtitan_selective_with_biases_or_without_flash_reruns_more() -> None:
     from simulator.workload.model import alternate_recomputed
-    from simulator.workload.ops import layer_ops, recomputed_ops
+    from simulator.workload.ops import layer_ops
+    from simulator.workload.recompute import recomputed_ops
 
     biased = {"preset": "llama3-8b", "linear_bias": True}
     rs = resolve_dict(_titan(biased))
@@ -345,7 +348,8 @@ def test_torchtitan_selective_with_biases_or_without_flash_reruns_more() -> None
 
 
 def test_torchtitan_selective_reruns_one_whole_kv_head_where_tp_exceeds_them() -> None:
-    from simulator.workload.ops import kv_per_rank, layer_ops, recomputed_ops
+    from simulator.workload.ops import kv_per_rank, layer_ops
+    from simulator.workload.recompute import recomputed_ops
 
     rs = resolve_dict(_titan({"preset": "llama3-8b", "kv_heads": 2}, tp=4))
     (qkv,) = [o for o in recomputed_ops(rs, layer_ops(rs)) if o.name == "qkv_proj"]

@@ -31,8 +31,8 @@ from ..workload.ops import (
     head_ops,
     layer_ops,
     pp_recv_ops,
-    recomputed_ops,
 )
+from ..workload.recompute import recomputed_ops
 from .clock import BucketEnvironment
 from .comm import Comm, Job, Stream
 from .compute import OpTimer, Program, build_program, twin_suffixes

@@ -17,9 +17,9 @@ from .ops import (
     embedding_ops,
     head_ops,
     layer_ops,
-    recomputes_collective,
     tokens_per_rank,
 )
+from .recompute import recomputes_collective
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,77 @@
+"""Activation recomputation: which forward ops run again before a layer's backward pass
+under each recomputation mode and software stack's policy (Megatron's attention core, or
+torchtitan's op-level policy of every second matmul), and which forward collectives run
+again with them."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from ..config.scenario import ResolvedScenario
+from .model import alternate_recomputed
+from .ops import Op, kv_per_rank
+
+
+def attention_core(forward: list[Op]) -> list[Op]:
+    """The ops selective recomputation runs again in the backward pass (Korthikanti et al.
+    2022, Sec. 5: the QK^T product, softmax, softmax dropout and attention over V): the fused
+    attention kernel (with the packing around it, where the stack packs), or everything from
+    the score GEMM to the value GEMM."""
+    fused = [o for o in forward if o.kind == "attention" or o.name == "attention_repack"]
+    if fused:
+        return fused
+    names = [o.name for o in forward]
+    if "attn_scores" not in names:
+        return []
+    return forward[names.index("attn_scores") : names.index("attn_values") + 1]
+
+
+def recomputed_ops(rs: ResolvedScenario, forward: list[Op]) -> list[Op]:
+    """The forward ops selective recomputation runs again before a layer's backward, by the
+    stack's policy: the attention core, or (``alternate_matmuls``, torchtitan's op-level
+    policy, which saves the outputs of every ``mm``, of the SDPA kernel and of TP's
+    reduce-scatters, except every second ``mm``'s) every second matmul, every elementwise op,
+    the TP collectives whose outputs are not kept, and, without a fused attention kernel, the
+    batched attention products. The recomputed part of a fused GEMM runs as a GEMM of that
+    part's width on this rank."""
+    if rs.selective_policy != "alternate_matmuls":
+        return attention_core(forward)
+
+    again = alternate_recomputed(rs.model)
+    t = rs.tp
+    h, f, kvr = rs.model.hidden / t, rs.model.ffn / t, kv_per_rank(rs)
+    parts = {
+        "qkv_proj": {"wq": h, "wk": kvr, "wv": kvr},
+        "mlp_up": {"w1": f, "w3": f} if rs.model.mlp == "swiglu" else {"w1": f},
+        "out_proj": {"wo": 1.0},
+        "mlp_down": {"w2": 1.0},
+    }
+    core = {o.name for o in attention_core(forward)} if not rs.flash_attention else set()
+    out: list[Op] = []
+    for o in forward:
+        if o.kind == "memory" or o.name in core:
+            out.append(o)
+        elif o.kind == "collective":
+            if recomputes_collective(rs, o):
+                out.append(o)
+        elif o.kind == "gemm" and o.name in parts and o.dims is not None:
+            widths = parts[o.name]
+            share = sum(w for n, w in widths.items() if n in again) / sum(widths.values())
+            if share > 0:
+                b, m_, n, k = o.dims
+                part = max(1, round(n * share))
+                out.append(replace(o, flops=o.flops * part / n, dims=(b, m_, part, k)))
+    return out
+
+
+def recomputes_collective(rs: ResolvedScenario, op: Op) -> bool:
+    """Whether recomputation runs a layer's forward collective ``op`` again: every TP and CP
+    one under full recomputation; under torchtitan's op-level policy the TP ones whose output
+    it does not keep (all but the reduce-scatters: SP's all-gathers, the all-reduces without
+    SP)."""
+    rc = rs.parallelism.recompute
+    if rc == "full":
+        return op.name.startswith(("tp_", "cp_"))
+    if rc == "selective" and rs.selective_policy == "alternate_matmuls":
+        return op.group == "tp" and op.collective != "reduce_scatter"
+    return False
