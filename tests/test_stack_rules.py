@@ -371,3 +371,14 @@ def test_a_written_gradient_dtype_sets_the_wire_too() -> None:
     assert grad_wire_bytes_per_param(resolve_dict(data)) == 2.0
     data["training"]["grad_reduce_dtype"] = "fp32"
     assert grad_wire_bytes_per_param(resolve_dict(data)) == 4.0
+
+
+def test_sweep_rows_say_the_stage_a_sharding_runs_as() -> None:
+    from simulator.sweep.plans import _row_common
+    from simulator.sweep.spec import Point
+
+    point = Point(index=0, labels={}, sets=[])
+    fsdp = _row_common("s", point, resolve_dict(_data("torchtitan", FSDP)))
+    assert fsdp["sharding"] == "fsdp_full_shard (as zero1)"
+    plain = _row_common("s", point, resolve_dict(_data("megatron-core", ZERO1)))
+    assert plain["sharding"] == "zero1"

@@ -201,7 +201,8 @@ def _row_common(sweep: str, point: Point, rs: ResolvedScenario) -> dict[str, Any
         "micro_batches": lay["micro_batches"],
         "schedule": lay["schedule"],
         "virtual_stages": rs.parallelism.virtual_stages,
-        "sharding": f"zero{sh.stage}" if sh.kind == "zero" else f"fsdp_{sh.strategy}",
+        "sharding": (f"zero{sh.stage}" if sh.kind == "zero" else f"fsdp_{sh.strategy}")
+        + (f" (as zero{rs.zero_stage})" if rs.zero_stage != rs.parallelism.zero_stage else ""),
         "recompute": rs.parallelism.recompute,
     }
 
