@@ -382,3 +382,13 @@ def test_sweep_rows_say_the_stage_a_sharding_runs_as() -> None:
     assert fsdp["sharding"] == "fsdp_full_shard (as zero1)"
     plain = _row_common("s", point, resolve_dict(_data("megatron-core", ZERO1)))
     assert plain["sharding"] == "zero1"
+
+
+def test_reports_name_the_selective_policy() -> None:
+    from simulator.report.tables import _recompute
+
+    titan = resolve_dict(_titan())
+    assert _recompute(titan.layout()) == "selective (every second matmul)"
+    mega = _data("megatron-core", ZERO1)
+    mega["parallelism"]["recompute"] = "selective"
+    assert _recompute(resolve_dict(mega).layout()) == "selective"

@@ -381,6 +381,7 @@ class ResolvedScenario(BaseModel):
             "schedule": par.pp_schedule.kind,
             "zero_stage": par.zero_stage,
             "zero_stage_effective": self.zero_stage,
+            "selective_recompute": self.selective_policy,
             "recompute": par.recompute,
             "precision": self.training.precision,
         }

@@ -79,7 +79,7 @@ def print_check(rep: CheckReport, console: Console) -> None:
         f"layout DP={lay['dp']} TP={lay['tp']} PP={lay['pp']} CP={lay['cp']}, "
         f"{lay['micro_batches']} micro-batches of {rs.training.micro_batch}, "
         f"schedule {lay['schedule']}, ZeRO stage {_zero(lay)}, "
-        f"recompute {lay['recompute']}"
+        f"recompute {_recompute(lay)}"
     )
     for note in rs.sharding_notes():
         console.print(f"[yellow]note:[/yellow] {safe(note)}")
@@ -131,6 +131,14 @@ def print_check(rep: CheckReport, console: Console) -> None:
             console.print("no single change to the plan fits: use more GPUs or a larger GPU")
 
 
+def _recompute(lay: dict[str, Any]) -> str:
+    """The recomputation mode, with the stack's selective policy where it is not Megatron's."""
+    rc = lay["recompute"]
+    if rc == "selective" and lay.get("selective_recompute") == "alternate_matmuls":
+        return "selective (every second matmul)"
+    return str(rc)
+
+
 def _zero(lay: dict[str, Any]) -> str:
     """The ZeRO stage written, and the one the stack runs it as where they differ."""
     z, eff = lay["zero_stage"], lay.get("zero_stage_effective", lay["zero_stage"])
@@ -144,7 +152,7 @@ def print_simulation(d: dict[str, Any], console: Console) -> None:
         f"[bold]{safe(d['scenario'])}[/bold]: {d['gpus']} GPUs ({d['nodes']} nodes), "
         f"DP={lay['dp']} TP={lay['tp']} PP={lay['pp']} CP={lay['cp']}, "
         f"{lay['micro_batches']} micro-batches, {lay['schedule']}, ZeRO {_zero(lay)}, "
-        f"recompute {lay['recompute']}  [dim]({d['mode']} mode)[/dim]"
+        f"recompute {_recompute(lay)}  [dim]({d['mode']} mode)[/dim]"
     )
     t = Table(title="performance", show_header=False)
     t.add_column("metric", style="cyan")
