@@ -16,7 +16,7 @@ import csv
 from pathlib import Path
 from typing import Any
 
-from make_validation import PUB, ROOT, _write
+from make_validation import PUB, ROOT, _megatron_model, _write
 
 MEGASCALE_SRC = (
     "Jiang et al., 'MegaScale: Scaling Large Language Model Training to More Than 10,000 GPUs' "
@@ -189,21 +189,9 @@ def _a100_cluster(nodes: int, network: str, nics: int, topology: str) -> dict[st
 
 
 def _gpt_175b_megascale() -> dict[str, Any]:
-    """MegaScale's Table 1 175B model: 96 layers, hidden 12288, 128 heads, vocabulary 64,000."""
-    return {
-        "name": "gpt-175b-megascale",
-        "layers": 96,
-        "hidden": 12288,
-        "heads": 128,
-        "vocab": 64000,
-        "mlp": "gelu",
-        "norm": "layernorm",
-        "position": "learned",
-        "max_positions": 2048,
-        "tied_embeddings": True,
-        "linear_bias": True,
-        "dropout": True,
-    }
+    """MegaScale's Table 1 175B model: 96 layers, hidden 12288, 128 heads, vocabulary 64,000;
+    otherwise Megatron-LM's GPT."""
+    return {**_megatron_model("gpt-175b-megascale", 96, 12288, 128), "vocab": 64000}
 
 
 if __name__ == "__main__":

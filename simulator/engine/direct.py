@@ -24,12 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..config.scenario import ResolvedScenario
 from ..network.flows import Link
-from ..workload.comm import (
-    gather_bytes_per_param,
-    grad_bytes_per_param,
-    pp_message_bytes,
-    tied_embedding_bytes,
-)
+from ..workload.comm import gather_bytes_per_param, grad_bytes_per_param, pp_message_bytes
 from ..workload.memory import shard_group
 from .compute import Program
 from .results import EngineResult, RankResult
@@ -320,14 +315,13 @@ class _Walk:
             reps = n * (sim.m if sim.z >= 2 else 1)  # ZeRO-2: every micro-batch's gradients
             t = self._collective(rank, gather_kind, coll, total / n, t, repeat=reps)
             acc["comm_dp"] += t - t0
-        tied = tied_embedding_bytes(rs)
-        if tied > 0 and s in (0, sim.p - 1):
+        peer = sim._tied_peer(rank, s)
+        if peer is not None:
             # As Simulation.run_rank: the shared embedding's gradient, sent to the other end.
-            t_, c_, d_, _ = sim.lay.coords(rank)
-            alpha, links = self.comm.p2p_links(rank, sim.lay.rank(t_, c_, d_, sim.p - 1 - s))
+            alpha, links = self.comm.p2p_links(rank, peer)
             t0 = t
             t += alpha
-            dur = _solo(links, tied)
+            dur = _solo(links, sim.tied_bytes)
             self.busy.add(links, [t], dur)
             t += dur
             acc["comm_dp"] += t - t0

@@ -21,6 +21,7 @@ from ..workload.comm import (
     gather_bytes_per_param,
     grad_bytes_per_param,
     grad_wire_bytes_per_param,
+    tied_embedding_bytes,
 )
 from ..workload.memory import bytes_per_param, layer_params_per_rank, shard_group
 from ..workload.model import param_breakdown
@@ -136,6 +137,8 @@ class SimulationBase(Tracing, LinkSharing):
             s: (self.emb_params if s == 0 else 0.0) + (self.head_params if s == rs.pp - 1 else 0.0)
             for s in range(rs.pp)
         }
+        # The shared word embedding's gradient the first and last stages exchange each step.
+        self.tied_bytes = tied_embedding_bytes(rs)
         # DDP with gradient_as_bucket_view=False copies gradients into its buckets and back.
         self.bucket_copy = rs.parallelism.dp_bucket_copy and rs.dp_cp > 1 and self.z == 0
         progs = self._build_programs(self._analytic)
@@ -251,6 +254,14 @@ class SimulationBase(Tracing, LinkSharing):
         return sum(self._chunk_layers[stage]) * self.layer_params + self.extra_params.get(
             stage, 0.0
         )
+
+    def _tied_peer(self, rank: int, stage: int) -> int | None:
+        """The rank at the other end of the pipeline that ``rank`` exchanges the tied
+        embedding's gradient with (None where it has none to exchange)."""
+        if self.tied_bytes <= 0 or stage not in (0, self.p - 1):
+            return None
+        t, c, d, _ = self.lay.coords(rank)
+        return self.lay.rank(t, c, d, self.p - 1 - stage)
 
     def _grad_buckets(self, stage: int) -> tuple[float, int]:
         """Gradient bytes one rank of ``stage`` reduces after its backward passes, and the

@@ -31,7 +31,6 @@ from ..workload.comm import (
     grad_bytes_per_param,
     grad_wire_bytes_per_param,
     pp_message_bytes,
-    tied_embedding_bytes,
 )
 from ..workload.memory import buffer_bytes_per_param, optimizer_bytes_per_param
 from .comm import Job
@@ -209,12 +208,15 @@ class Simulation(PassRunner):
                 rep_ep = self.comm.endpoint(rank, "dp_rep")
                 job = collective(rep_ep, "all_reduce", total, "replica all_reduce")
                 dp_jobs.append(self._submit(rank, "dp", job))
-        tied = tied_embedding_bytes(rs)
-        if tied > 0 and stage in (0, self.p - 1):
+        peer = self._tied_peer(rank, stage)
+        if peer is not None:
             # The first and last stages all-reduce the shared word embedding's gradient beside
             # the DP reduction (Megatron after it, DeepSpeed before it; both block before the
             # optimizer): between two ranks, each sends the whole shard to the other.
-            dp_jobs.append(self._submit(rank, "dp", self._tied_send(rank, stage, tied)))
+            size = self.tied_bytes
+            label = lambda: f"embedding all_reduce {size / 1e6:.0f} MB"  # noqa: E731
+            job = self.comm.send(rank, peer, size, lambda: None, lambda: None, label)
+            dp_jobs.append(self._submit(rank, "dp", job))
         if dp_jobs:
             t0 = env.now
             for job in dp_jobs:
@@ -266,12 +268,6 @@ class Simulation(PassRunner):
         """The optimizer step over the rank's shard, and the passes over its whole buffer."""
         nbytes = shard_params * optimizer_bytes_per_param(self.rs)
         return self.timer.optimizer_time(nbytes + params * buffer_bytes_per_param(self.rs))
-
-    def _tied_send(self, rank: int, stage: int, size: float) -> Job:
-        t, c, d, _ = self.lay.coords(rank)
-        peer = self.lay.rank(t, c, d, self.p - 1 if stage == 0 else 0)
-        label = lambda: f"embedding all_reduce {size / 1e6:.0f} MB"  # noqa: E731
-        return self.comm.send(rank, peer, size, lambda: None, lambda: None, label)
 
     def _recv_key(self, kind: str, mb: int, chunk: int, rank: int) -> tuple:
         if self.full:

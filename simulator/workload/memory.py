@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass
 from ..config.parallelism import FSDPSharding
 from ..config.scenario import ResolvedScenario
 from .model import alternate_recomputed, layer_matmuls, param_breakdown
-from .ops import act_bytes, kv_per_rank
+from .ops import act_bytes, kv_per_rank, matmul_out_widths
 
 GB = 1e9
 
@@ -214,7 +214,7 @@ def _full_recompute_bytes_per_layer(rs: ResolvedScenario) -> float:
 
 def _alternate_saved_per_layer(rs: ResolvedScenario) -> float:
     """Bytes a layer keeps per micro-batch under torchtitan's op-level policy (see
-    ``ops.recomputed_ops``): its input, the outputs of the matmuls it does not run again, of
+    ``recompute.recomputed_ops``): its input, the outputs of the matmuls it does not run again, of
     the fused attention kernel (with its fp32 log-sum-exp) and of SP's reduce-scatters; the
     elementwise results are recomputed. Column-parallel outputs are split over TP; a
     row-parallel one (wo, w2) is a whole partial sum until its reduction."""
@@ -222,11 +222,10 @@ def _alternate_saved_per_layer(rs: ResolvedScenario) -> float:
     t = rs.tp
     b = rs.training.micro_batch
     s = rs.training.seq_len // rs.cp
-    h, f = m.hidden, m.ffn
+    h = m.hidden
     a = act_bytes(rs)
     sp = rs.parallelism.sequence_parallel and t > 1
-    width = {"wq": h / t, "wk": kv_per_rank(rs), "wv": kv_per_rank(rs), "wo": h}
-    width.update({"w1": f / t, "w3": f / t, "w2": h})
+    width = matmul_out_widths(rs)
     again = alternate_recomputed(m)
     kept = sum(width[n] for n, _w in layer_matmuls(m) if n not in again)
     block_in = h / t if sp else h

@@ -51,6 +51,22 @@ def kv_per_rank(rs: ResolvedScenario) -> float:
     return m.kv_dim / rs.tp if rs.tp <= m.n_kv_heads else float(m.head_dim)
 
 
+def matmul_out_widths(rs: ResolvedScenario) -> dict[str, float]:
+    """Width of each layer matmul's output on one TP rank (names as ``model.layer_matmuls``):
+    the column-parallel ones split over TP (K and V at this rank's width), the row-parallel
+    ones (wo, w2) a whole partial sum until their reduction."""
+    m, t, kvr = rs.model, rs.tp, kv_per_rank(rs)
+    return {
+        "wq": m.hidden / t,
+        "wk": kvr,
+        "wv": kvr,
+        "wo": m.hidden,
+        "w1": m.ffn / t,
+        "w3": m.ffn / t,
+        "w2": m.hidden,
+    }
+
+
 def tokens_per_rank(rs: ResolvedScenario) -> int:
     """Tokens of one micro-batch held by one rank before TP sharding (CP splits the sequence)."""
     return rs.training.micro_batch * rs.training.seq_len // rs.cp

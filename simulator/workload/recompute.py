@@ -8,8 +8,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ..config.scenario import ResolvedScenario
-from .model import alternate_recomputed
-from .ops import Op, kv_per_rank
+from .model import alternate_recomputed, layer_matmuls
+from .ops import Op, matmul_out_widths
 
 
 def attention_core(forward: list[Op]) -> list[Op]:
@@ -38,13 +38,13 @@ def recomputed_ops(rs: ResolvedScenario, forward: list[Op]) -> list[Op]:
         return attention_core(forward)
 
     again = alternate_recomputed(rs.model)
-    t = rs.tp
-    h, f, kvr = rs.model.hidden / t, rs.model.ffn / t, kv_per_rank(rs)
+    width = matmul_out_widths(rs)
+    present = {n for n, _w in layer_matmuls(rs.model)}
     parts = {
-        "qkv_proj": {"wq": h, "wk": kvr, "wv": kvr},
-        "mlp_up": {"w1": f, "w3": f} if rs.model.mlp == "swiglu" else {"w1": f},
-        "out_proj": {"wo": 1.0},
-        "mlp_down": {"w2": 1.0},
+        "qkv_proj": ("wq", "wk", "wv"),
+        "out_proj": ("wo",),
+        "mlp_up": ("w1", "w3"),
+        "mlp_down": ("w2",),
     }
     core = {o.name for o in attention_core(forward)} if not rs.flash_attention else set()
     out: list[Op] = []
@@ -55,8 +55,8 @@ def recomputed_ops(rs: ResolvedScenario, forward: list[Op]) -> list[Op]:
             if recomputes_collective(rs, o):
                 out.append(o)
         elif o.kind == "gemm" and o.name in parts and o.dims is not None:
-            widths = parts[o.name]
-            share = sum(w for n, w in widths.items() if n in again) / sum(widths.values())
+            names = [n for n in parts[o.name] if n in present]
+            share = sum(width[n] for n in names if n in again) / sum(width[n] for n in names)
             if share > 0:
                 b, m_, n, k = o.dims
                 part = max(1, round(n * share))
