@@ -30,6 +30,7 @@ from .fits import (
     AlphaBeta,
     efficiency_quality,
     fit_alpha_beta,
+    fit_attention,
     fit_efficiency,
     fit_speed_cv,
     unit_seconds,
@@ -249,6 +250,11 @@ def calibrate(probe: dict[str, Any], file: str, name: str) -> Calibration:
             "kernel_launch_us": S(*launch_fit(probe, ovh)),
         },
     }
+    curve = fit_attention(probe.get("attention_curve") or [], best)
+    if curve is not None:
+        # the asymptote of the curve, at most the peak (held curve shape otherwise)
+        gpu["efficiency"]["attention_max"] = S(min(1.0, curve["max"]), curve["what"])
+        gpu["efficiency"]["attention_half_seq"] = S(curve["half_seq"], curve["what"])
     if job is not None and job.get("optimizer_fraction"):
         gpu["efficiency"]["optimizer_bandwidth"] = S(
             job["optimizer_fraction"], job["optimizer_what"]
@@ -361,6 +367,7 @@ def calibrate(probe: dict[str, Any], file: str, name: str) -> Calibration:
             # one process per host, the host's others idle (for layouts that leave it so)
             "in_step_factor_alone": step_fit[2] if step_fit else None,
         },
+        "attention_fit": curve,
         "profiles": [name, f"{name}-fabric", f"{name}-storage"]
         + ([f"{name}-network"] if network else []),
     }

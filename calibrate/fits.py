@@ -159,6 +159,34 @@ def fit_efficiency(flops: Any, eff: Any) -> tuple[float, float, float]:
     return m, h, _r2(e, m * F / (F + h))
 
 
+def fit_attention(rows: list[dict[str, Any]], peak_tflops: float) -> dict[str, Any] | None:
+    """The fused attention kernel's efficiency against the keys each query visits,
+    ``eff(s) = max·s/(s + half)``, from the probe's timings at several sequence lengths
+    (``attention_curve``). None with fewer than three lengths, or where efficiency does not
+    rise with length (then one figure, the job's shape, describes it)."""
+    pts = sorted((int(r["seq"]), float(r["tflops"]) / peak_tflops) for r in rows if r["tflops"])
+    if len({p[0] for p in pts}) < 3 or peak_tflops <= 0:
+        return None
+    seqs = np.array([p[0] for p in pts], dtype=float)
+    effs = np.array([p[1] for p in pts], dtype=float)
+    m, half, r2 = fit_efficiency(seqs, effs)
+    if half <= 0.0:
+        return None
+    rms = float(np.sqrt(np.mean(((m * seqs / (seqs + half)) - effs) ** 2 / effs**2)))
+    return {
+        "max": m,
+        "half_seq": half,
+        "r2": r2,
+        "rms_rel_err": rms,
+        "what": (
+            f"fit of eff(s)=max·s/(s+half) to causal scaled_dot_product_attention forward+"
+            f"backward at {len(pts)} sequence lengths ("
+            + ", ".join(f"{int(q)}: {e:.3f}" for q, e in zip(seqs, effs, strict=True))
+            + f" of the peak; R²={r2:.2f}, rms {rms:.0%})"
+        ),
+    }
+
+
 def efficiency_quality(flops: Any, eff: Any, m: float, h: float, r2: float) -> dict[str, Any]:
     """How far to trust the GEMM efficiency curve: its rms relative residual, the measured
     efficiencies' own relative spread, and, when R² is low, why and what to run.

@@ -110,12 +110,23 @@ class DevicePhases(ProbeBase):
             "iters": it,
         }
         # Attention: scaled_dot_product_attention (causal) forward + backward on the training
-        # job's shape, FLOPs counted as the simulator does (full s×s, backward = 2× forward).
+        # job's shape, FLOPs counted as the simulator does (full s×s, backward = 2× forward);
+        # then at half, twice and four times its sequence (batch scaled to keep the tokens):
+        # the kernel's efficiency follows the keys each query visits.
         self.beat(detail="attention")
+        b, s, nh = cfg["batch"], cfg["seq"], cfg["heads"]
+        curve = []
+        for seq in sorted({max(16, s // 2), s, 2 * s, 4 * s}):
+            bs = max(1, round(b * s / seq))
+            curve.append(self._attention(bs, seq, nh, h // nh))
+        self.result["attention"] = next(r for r in curve if r["seq"] == s)
+        self.result["attention_curve"] = curve
+
+    def _attention(self, b: int, s: int, nh: int, hd: int) -> dict[str, Any]:
+        """Causal scaled_dot_product_attention forward + backward at one shape."""
+        torch = self.torch
         import torch.nn.functional as F
 
-        b, s, nh = cfg["batch"], cfg["seq"], cfg["heads"]
-        hd = h // nh
         q, k_, v = (
             torch.randn(b, nh, s, hd, device=self.device, requires_grad=True) for _ in range(3)
         )
@@ -126,7 +137,7 @@ class DevicePhases(ProbeBase):
 
         t, it = self._timeit(attn)
         fl = 3 * 4.0 * s * nh * hd * b * s
-        self.result["attention"] = {
+        return {
             "batch": b,
             "seq": s,
             "heads": nh,

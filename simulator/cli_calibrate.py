@@ -187,6 +187,12 @@ def calibrate(
     )
     if cf.get("note"):
         out.print(safe(f"compute: {cf['note']}"))
+    att = cal.sidecar.get("attention_fit")
+    if att:
+        out.print(
+            f"attention: max {att['max']:.2f} of the peak, half at {att['half_seq']:.0f} "
+            f"tokens of sequence (R²={att['r2']:.2f}, rms {att['rms_rel_err']:.0%})"
+        )
     speed = cal.sidecar.get("speed_variation") or {}
     if speed.get("note"):
         out.print(safe(f"drift reference: {speed['note']}"))

@@ -21,7 +21,7 @@ from conftest import REPO, fig, inline_scenario
 from simulator.config.loading import resolve_dict
 from simulator.engine.compute import OpTimer
 from simulator.simulate import simulate
-from simulator.workload.ops import Op, layer_ops
+from simulator.workload.ops import Op, backward_op, layer_ops
 
 
 def _gpu(**eff: float) -> Any:
@@ -115,6 +115,23 @@ def test_flash3_stack_uses_the_architecture_kernel_where_the_gpu_has_one() -> No
     # A GPU with no architecture-specific kernel runs the portable one under either stack.
     ampere = _gpu(attention_max=0.5)
     assert OpTimer(ampere, "bf16", 0.0, "flash3").time(op) == fa2.time(op)
+
+
+def test_attention_efficiency_follows_the_key_length_where_the_profile_has_a_curve() -> None:
+    flat = OpTimer(_gpu(attention_max=0.6), "bf16")
+    curve = OpTimer(_gpu(attention_max=0.6, attention_half_seq=1300), "bf16")
+
+    def secs(t: OpTimer, s: int) -> float:
+        # the same FLOPs at every length: only the kernel's efficiency differs
+        return t.time(Op("attention", "attention", flops=1e13, bytes=1e6, kv_len=s)) - t.launch
+
+    assert secs(curve, 1300) == pytest.approx(2 * secs(flat, 1300))  # half at half_seq
+    assert secs(curve, 1024) > secs(curve, 2048) > secs(curve, 8192) > secs(flat, 8192)
+    assert secs(curve, 10**7) == pytest.approx(secs(flat, 10**7), rel=2e-4)  # the asymptote
+    assert secs(flat, 1024) == secs(flat, 8192)
+    # the backward pass keeps the forward's key length
+    fwd = Op("attention", "attention", flops=1e13, bytes=1e6, kv_len=2048)
+    assert backward_op(fwd).kv_len == 2048
 
 
 def test_backward_gemm_is_its_two_products() -> None:

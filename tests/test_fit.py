@@ -280,3 +280,19 @@ def test_a_curve_still_rising_at_the_largest_size_keeps_a_valid_profile() -> Non
     probe["attention"] = dict(probe.get("attention") or {}, tflops=1e6)
     fast = GPUProfile(**calibrate(probe, str(file), "fast-attention").gpu)
     assert fast.efficiency.attention_max.value == 1.0
+
+
+def test_attention_curve_recovered_from_timings_at_several_lengths() -> None:
+    from calibrate.fits import fit_attention
+
+    peak, m, half = 0.1, 0.7, 40.0  # TFLOP/s; fraction of the peak; tokens
+    rows = [{"seq": s, "tflops": peak * m * s / (s + half)} for s in (64, 128, 256, 512)]
+    fit = fit_attention(rows, peak)
+    assert fit is not None
+    assert fit["max"] == pytest.approx(m, rel=1e-3)
+    assert fit["half_seq"] == pytest.approx(half, rel=1e-2)
+    assert fit["r2"] > 0.999 and "4 sequence lengths" in fit["what"]
+    # fewer than three lengths, or an efficiency that does not rise with length: no curve
+    assert fit_attention(rows[:2], peak) is None
+    flat = [dict(r, tflops=0.05) for r in rows]
+    assert fit_attention(flat, peak) is None

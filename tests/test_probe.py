@@ -51,6 +51,9 @@ def test_probe_calibrate_simulate(tmp_path: Path) -> None:
     for c in d["collectives"]:
         assert c["time_s"] > 0 and c["busbw_gbps"] >= 0
     assert d["matmul"] and d["memory"] and d["storage"]["write_gbps"] > 0
+    # attention at the job's sequence and at half, twice and four times it
+    seqs = sorted(r["seq"] for r in d["attention_curve"])
+    assert len(seqs) == 4 and d["attention"]["seq"] in seqs and seqs[-1] == 4 * seqs[1]
     sv = d["speed_variation"]["block_times_s"]
     assert len(sv) == 2 and len(sv[0]) == len(sv[1]) >= 10 and min(map(min, sv)) > 0
     jo = d["job_ops"]
@@ -81,6 +84,9 @@ def test_probe_calibrate_simulate(tmp_path: Path) -> None:
     eff = gpu_yaml["efficiency"]
     assert "job's own memory-bound operations" in eff["memory_bandwidth"]["source"]
     assert 0 < eff["optimizer_bandwidth"]["value"] <= 1
+    if "attention_half_seq" in eff:  # a curve where efficiency rose with length
+        assert eff["attention_half_seq"]["value"] > 0
+        assert "sequence lengths" in eff["attention_half_seq"]["source"]
     assert 0.2 < eff["in_step_factor"]["value"] < 5
     assert "training steps without communication" in eff["in_step_factor"]["source"]
     side = json.loads((cal / "t-cluster.calibration.json").read_text())

@@ -38,6 +38,7 @@ FIGURE_RANGES: dict[str, Range] = {
     "memory_bandwidth": _FRACTION,
     "optimizer_bandwidth": _FRACTION,
     "matmul_half_flops": (0.0, 1e16, False, "FLOPs"),
+    "attention_half_seq": (0.0, 1e7, False, "tokens"),
     "matmul_fp8_half_flops": (0.0, 1e16, False, "FLOPs"),
     "kernel_launch_us": (0.0, 1e4, False, "microseconds"),
     "in_step_factor": (0.1, 100.0, False, "factor on compute time"),

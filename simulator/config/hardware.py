@@ -128,6 +128,15 @@ class GPUEfficiency(BaseModel):
             "stacks with flash_kernel: flash3; unset: attention_max"
         ),
     )
+    attention_half_seq: Num | None = Field(
+        default=None,
+        description=(
+            "key/value length (tokens) at which the fused attention kernel runs at half of "
+            "attention_max (attention_flash3_max): efficiency max·s/(s+half), each query "
+            "block's fixed cost (and causal masking's partly empty diagonal tiles) amortised "
+            "over the keys it visits; unset: the same efficiency at every length"
+        ),
+    )
     memory_bandwidth: Num = Field(description="fraction of HBM bandwidth reached by copies")
     kernel_launch_us: Num = Field(description="fixed overhead per kernel, microseconds")
     optimizer_bandwidth: Num | None = Field(

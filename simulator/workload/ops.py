@@ -42,6 +42,8 @@ class Op:
     # A GEMM that fp8 training leaves at the 16-bit tensor rate (attention scores and values,
     # the logits): fp8 recipes cast only the transformer blocks' linear layers.
     wide: bool = False
+    # Attention: the keys each query attends over, the length the kernel's efficiency follows.
+    kv_len: int = 0
 
 
 def kv_per_rank(rs: ResolvedScenario) -> float:
@@ -254,7 +256,7 @@ def layer_ops(rs: ResolvedScenario) -> list[Op]:
     core = attention_core_flops_per_token(m, s) * T / t
     qkvo_bytes = T * (2 * h / t + 2 * kv_per_rank(rs)) * a
     if rs.flash_attention:
-        ops.append(Op("attention", "attention", flops=core, bytes=qkvo_bytes))
+        ops.append(Op("attention", "attention", flops=core, bytes=qkvo_bytes, kv_len=s))
         ops += _repack(rs, T * h * a / t, T * kv_per_rank(rs) * a)
     else:
         heads = m.heads // t
@@ -348,6 +350,7 @@ def backward_op(op: Op) -> Op:
         dims=op.dims,
         backward=True,
         wide=op.wide,
+        kv_len=op.kv_len,
     )
 
 
