@@ -5,8 +5,9 @@ efficiency rising with operation size as ``matmul_max · F / (F + matmul_half_fl
 attention at ``attention_max`` of peak (``attention_flash3_max`` under a flash3 software stack,
 where the GPU has one), times ``s / (s + attention_half_seq)`` over a key length s where the
 profile measured that curve; memory-bound operations at bytes / (bandwidth · achieved
-fraction); each kernel pays a launch overhead. A calibrated profile may add ``in_step_factor``: how much slower
-the operations run inside a real training step than timed alone.
+fraction); each kernel pays a launch overhead. A calibrated profile may add
+``in_step_factor``: how much slower the operations run inside a real training step than timed
+alone.
 
 A *program* is the list of items a pass over one layer runs on the compute stream: compute
 spans and collectives. Collectives whose links no other traffic uses are timed analytically and
