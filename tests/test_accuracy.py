@@ -134,6 +134,24 @@ def test_attention_efficiency_follows_the_key_length_where_the_profile_has_a_cur
     assert backward_op(fwd).kv_len == 2048
 
 
+def test_h100_attention_curve_reproduces_the_device_run() -> None:
+    """The H100 profile's Hopper-native attention curve against the kernel timings it cites
+    (causal, head dim 128, forward+backward in the engine's FLOP convention)."""
+    import json
+
+    from simulator.catalog import load_catalog
+
+    gpu = load_catalog().get("h100-sxm-80gb", "gpu")
+    t = OpTimer(gpu, "bf16", 0.0, "flash3")
+    runs = json.loads((REPO / "benchmarks/results/h100-kernels-2026-11-23.json").read_text())
+    rows = [a for a in runs["attention"] if a["causal"] and a["head_dim"] == 128]
+    assert len(rows) == 8
+    for a in rows:
+        flops = 3 * a["flops_fwd_full"]
+        op = Op("attention", "attention", flops=flops, bytes=0.0, kv_len=a["seq"])
+        assert t.time(op) - t.launch == pytest.approx(a["sdpa_fwd_bwd_s"], rel=0.06), a
+
+
 def test_backward_gemm_is_its_two_products() -> None:
     t = OpTimer(_gpu(), "bf16")
     fwd = Op("g", "gemm", flops=2.0 * 4096 * 1024 * 512, dims=(1, 4096, 1024, 512))

@@ -131,10 +131,17 @@ class GPUEfficiency(BaseModel):
     attention_half_seq: Num | None = Field(
         default=None,
         description=(
-            "key/value length (tokens) at which the fused attention kernel runs at half of "
-            "attention_max (attention_flash3_max): efficiency max·s/(s+half), each query "
+            "key/value length (tokens) at which the portable fused attention kernel runs at "
+            "half of attention_max: efficiency max·s/(s+half), each query "
             "block's fixed cost (and causal masking's partly empty diagonal tiles) amortised "
             "over the keys it visits; unset: the same efficiency at every length"
+        ),
+    )
+    attention_flash3_half_seq: Num | None = Field(
+        default=None,
+        description=(
+            "attention_half_seq of the architecture-specific kernel (attention_flash3_max); "
+            "unset: its efficiency is the same at every length"
         ),
     )
     memory_bandwidth: Num = Field(description="fraction of HBM bandwidth reached by copies")

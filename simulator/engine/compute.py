@@ -3,9 +3,9 @@
 Compute time comes from the GPU profile: GEMMs at FLOPs / (peak · achieved efficiency), the
 efficiency rising with operation size as ``matmul_max · F / (F + matmul_half_flops)``; fused
 attention at ``attention_max`` of peak (``attention_flash3_max`` under a flash3 software stack,
-where the GPU has one), times ``s / (s + attention_half_seq)`` over a key length s where the
-profile measured that curve; memory-bound operations at bytes / (bandwidth · achieved
-fraction); each kernel pays a launch overhead. A calibrated profile may add
+where the GPU has one), times ``s / (s + attention_half_seq)`` (``attention_flash3_half_seq``)
+over a key length s where the profile measured that curve; memory-bound operations at bytes /
+(bandwidth · achieved fraction); each kernel pays a launch overhead. A calibrated profile may add
 ``in_step_factor``: how much slower the operations run inside a real training step than timed
 alone.
 
@@ -131,7 +131,8 @@ class OpTimer:
             self.mm_half = (e.matmul_fp8_half_flops or e.matmul_half_flops).value
         flash3 = e.attention_flash3_max if flash_kernel == "flash3" else None
         self.attn_eff = (flash3 or e.attention_max).value
-        self.attn_half = e.attention_half_seq.value if e.attention_half_seq else 0.0
+        half = e.attention_flash3_half_seq if flash3 else e.attention_half_seq
+        self.attn_half = half.value if half else 0.0
         self.mem_bw = gpu.memory_bandwidth_gbps.value * 1e9 * e.memory_bandwidth.value
         self.launch = e.kernel_launch_us.value * 1e-6
         opt = e.optimizer_bandwidth or e.memory_bandwidth
