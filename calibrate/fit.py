@@ -31,6 +31,7 @@ from .fits import (
     efficiency_quality,
     fit_alpha_beta,
     fit_attention,
+    fit_cache,
     fit_efficiency,
     fit_speed_cv,
     unit_seconds,
@@ -188,13 +189,14 @@ def calibrate(probe: dict[str, Any], file: str, name: str) -> Calibration:
     att_eff = (att.get("tflops", 0) / best) if att else 0.5
     mem = probe["memory"]
     copies = [r for r in mem if r["kind"] == "copy"]
-    bw = max(r["gbps"] for r in copies)
+    tier = fit_cache(copies)
+    bw = tier["memory_gbps"] if tier else max(r["gbps"] for r in copies)
     elem = [r for r in mem if r["kind"] != "copy"]
     elem_bw = max((r["gbps"] for r in elem), default=bw)
     mem_eff = min(1.0, elem_bw / bw)
     mem_what = f"elementwise (GELU + copy) {elem_bw:.3g} GB/s over copy {bw:.3g} GB/s"
     ovh = (probe.get("op_overhead") or {}).get("time_s", 5e-6)
-    job = job_memory_fit(probe, bw, ovh)
+    job = job_memory_fit(probe, bw, ovh, tier)
     if job is not None:
         mem_eff, mem_what = job["memory_fraction"], job["memory_what"]
     mem_bytes = float(probe.get("memory_bytes") or 0)
@@ -222,7 +224,9 @@ def calibrate(probe: dict[str, Any], file: str, name: str) -> Calibration:
         ),
         "memory_bandwidth_gbps": S(
             bw,
-            "best large-tensor copy (read + write bytes) over "
+            tier["what"] + ", all processes copying at once"
+            if tier
+            else "best large-tensor copy (read + write bytes) over "
             f"{len(copies)} sizes, all processes copying at once",
         ),
         "tdp_w": S(0.0, "not measured by the probe (power unknown; 0 = unknown)"),
@@ -250,6 +254,10 @@ def calibrate(probe: dict[str, Any], file: str, name: str) -> Calibration:
             "kernel_launch_us": S(*launch_fit(probe, ovh)),
         },
     }
+    if tier:
+        what = tier["what"] + ", all processes copying at once"
+        gpu["cache_mb"] = S(tier["cache_mb"], what)
+        gpu["cache_bandwidth_gbps"] = S(tier["cache_gbps"], what)
     curve = fit_attention(probe.get("attention_curve") or [], best)
     if curve is not None:
         # the asymptote of the curve, at most the peak (held curve shape otherwise)

@@ -187,6 +187,47 @@ def fit_attention(rows: list[dict[str, Any]], peak_tflops: float) -> dict[str, A
     }
 
 
+def fit_cache(copies: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """A cache tier from copies of growing size: the simulator's model (bytes moved up to
+    ``cache`` at the cache's bandwidth, from twice that at memory bandwidth, linear in between)
+    fitted by least squares on relative time over a grid of cache sizes. None when the
+    copies show no tier: fewer than two sizes on either side, or a cache under 1.25× as fast
+    as memory."""
+    pts = sorted((float(r["bytes_moved"]), float(r["time_s"])) for r in copies if r["time_s"])
+    if len(pts) < 5:
+        return None
+    w = np.array([p[0] for p in pts])
+    per = np.array([p[1] / p[0] for p in pts])  # seconds per byte
+    best: tuple[float, float, float, float] | None = None
+    for cache in np.geomspace(w[0], w[-1] / 2, 48):
+        hit = np.clip(2.0 - w / cache, 0.0, 1.0)
+        if (hit >= 1.0).sum() < 2 or (hit <= 0.0).sum() < 2:
+            continue
+        a = np.stack([hit / per, (1.0 - hit) / per], axis=1)
+        (x, y), *_ = np.linalg.lstsq(a, np.ones_like(per), rcond=None)
+        if x <= 0.0 or y <= 0.0:
+            continue
+        sse = float(np.sum((a @ np.array([x, y]) - 1.0) ** 2))
+        if best is None or sse < best[0]:
+            best = (sse, float(cache), 1.0 / x, 1.0 / y)
+    if best is None or best[2] < 1.25 * best[3]:
+        return None
+    sse, cache, cache_bps, mem_bps = best
+    rms = math.sqrt(sse / len(pts))
+    return {
+        "cache_mb": cache / 1e6,
+        "cache_gbps": cache_bps / 1e9,
+        "memory_gbps": mem_bps / 1e9,
+        "rms_rel_err": rms,
+        "what": (
+            f"fit of a cache tier to {len(pts)} copies of "
+            f"{w[0] / 2**20:g}-{w[-1] / 2**20:g} MiB moved: "
+            f"{cache_bps / 1e9:.3g} GB/s up to {cache / 1e6:.3g} MB moved, "
+            f"{mem_bps / 1e9:.3g} GB/s from twice that (rms {rms:.0%})"
+        ),
+    }
+
+
 def efficiency_quality(flops: Any, eff: Any, m: float, h: float, r2: float) -> dict[str, Any]:
     """How far to trust the GEMM efficiency curve: its rms relative residual, the measured
     efficiencies' own relative spread, and, when R² is low, why and what to run.

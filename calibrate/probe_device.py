@@ -227,12 +227,14 @@ class DevicePhases(ProbeBase):
         torch = self.torch
         rows: list[dict[str, Any]] = []
         self.result["memory"] = rows
-        for mb in (8, 32, 128):
-            self.beat(detail=f"copy {mb} MiB")
-            n = mb * 2**20 // 4
+        # Copies from cache-sized to memory-sized tensors (the cache tier's size and
+        # bandwidth); GELU + copy at three sizes.
+        for mb in (0.5, 1, 2, 4, 8, 16, 32, 64, 128):
+            self.beat(detail=f"copy {mb:g} MiB")
+            n = int(mb * 2**20) // 4
             src = torch.ones(n, device=self.device)
             dst = torch.empty(n, device=self.device)
-            t, it = self._timeit(lambda src=src, dst=dst: dst.copy_(src))
+            t, it = self._timeit(lambda src=src, dst=dst: dst.copy_(src), max_iters=1000)
             moved = 2 * n * 4  # read + write
             rows.append(
                 {
@@ -244,6 +246,8 @@ class DevicePhases(ProbeBase):
                     "gbps": moved / t / 1e9,
                 }
             )
+            if mb not in (8, 32, 128):
+                continue
             t, it = self._timeit(lambda src=src, dst=dst: dst.copy_(torch.nn.functional.gelu(src)))
             moved = 4 * n * 4  # gelu: read + write a temporary, then copy it
             rows.append(

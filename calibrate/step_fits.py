@@ -20,14 +20,18 @@ JOB_OP_OF = {
 FWD_BWD = {"layernorm", "gelu", "cross_entropy"}  # timed forward+backward; "add": one add
 
 
-def job_memory_fit(probe: dict[str, Any], copy_gbps: float, op_s: float) -> dict[str, Any] | None:
+def job_memory_fit(
+    probe: dict[str, Any], copy_gbps: float, op_s: float, tier: dict[str, Any] | None = None
+) -> dict[str, Any] | None:
     """Bandwidth fractions from the probe's timings of the training job's own memory-bound
     operations and optimizer step, with bytes counted as the simulator counts them (so the
-    simulated time of those operations is the measured one)."""
+    simulated time of those operations is the measured one); ``tier``: the cache the copies
+    showed (:func:`calibrate.fits.fit_cache`), which the operations that fit it run in."""
     jo, tr = probe.get("job_ops"), probe.get("train")
     if not jo or not tr:
         return None
     from simulator.config.loading import resolve_dict
+    from simulator.engine.compute import tiered_seconds
     from simulator.workload.memory import buffer_bytes_per_param, optimizer_bytes_per_param
     from simulator.workload.ops import backward_ops, head_ops, layer_ops
 
@@ -35,7 +39,10 @@ def job_memory_fit(probe: dict[str, Any], copy_gbps: float, op_s: float) -> dict
 
     rs = resolve_dict(inline_job_scenario(tr["model"]))
     layers = rs.model.layers
+    cache_b = tier["cache_mb"] * 1e6 if tier else 0.0
+    cache_bps = tier["cache_gbps"] * 1e9 if tier else 0.0
     nbytes = 0.0
+    ideal = 0.0  # the operations' time at the copies' bandwidths
     secs = 0.0
     used: dict[str, int] = {}
     for reps, fwd in ((layers, layer_ops(rs)), (1, head_ops(rs))):
@@ -47,6 +54,9 @@ def job_memory_fit(probe: dict[str, Any], copy_gbps: float, op_s: float) -> dict
                 if key is None or key not in jo:
                     continue
                 nbytes += reps * op.bytes
+                ideal += reps * tiered_seconds(
+                    op.bytes, copy_gbps * 1e9, cache_b, cache_bps, op.footprint
+                )
                 is_bwd = op.name.endswith("_bwd")
                 if key in FWD_BWD:
                     # one measurement covers forward and backward: charge it with the forward
@@ -58,14 +68,15 @@ def job_memory_fit(probe: dict[str, Any], copy_gbps: float, op_s: float) -> dict
                 used[key] = used.get(key, 0) + reps
     if nbytes <= 0 or secs <= 0:
         return None
-    frac = min(1.0, nbytes / secs / (copy_gbps * 1e9))
+    frac = min(1.0, ideal / secs)
     out: dict[str, Any] = {
         "memory_fraction": frac,
         "memory_what": (
             "the training job's own memory-bound operations on its shapes ("
             + ", ".join(f"{jo[k]['op']} ×{n}" for k, n in sorted(used.items()))
             + f"): {nbytes / 1e6:.1f} MB as the simulator counts them in {secs * 1e3:.2f} ms "
-            f"(less per-op overhead), over copy {copy_gbps:.3g} GB/s"
+            f"(less per-op overhead), against {ideal * 1e3:.2f} ms at copy {copy_gbps:.3g} GB/s"
+            + (f" ({tier['cache_gbps']:.3g} GB/s in cache)" if tier else "")
         ),
     }
     o = jo.get("optimizer")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -296,3 +297,62 @@ def test_attention_curve_recovered_from_timings_at_several_lengths() -> None:
     assert fit_attention(rows[:2], peak) is None
     flat = [dict(r, tflops=0.05) for r in rows]
     assert fit_attention(flat, peak) is None
+
+
+def test_cache_tier_recovered_from_copies_of_growing_size() -> None:
+    from calibrate.fits import fit_cache
+    from simulator.engine.compute import tiered_seconds
+
+    cache, fast, slow = 20e6, 90e9, 30e9  # bytes moved; bytes/s
+    sizes = [2 ** (20 + k) for k in range(9)]  # 1 MiB .. 256 MiB moved
+    rows = [{"bytes_moved": w, "time_s": tiered_seconds(w, slow, cache, fast)} for w in sizes]
+    fit = fit_cache(rows)
+    assert fit is not None
+    assert fit["cache_gbps"] == pytest.approx(90, rel=0.02)
+    assert fit["memory_gbps"] == pytest.approx(30, rel=0.02)
+    assert fit["cache_mb"] == pytest.approx(20, rel=0.1)
+    assert fit["rms_rel_err"] < 0.03
+    # one bandwidth at every size: no tier
+    flat = [{"bytes_moved": w, "time_s": w / slow} for w in sizes]
+    assert fit_cache(flat) is None
+    assert fit_cache(rows[:3]) is None
+
+
+def test_memory_bound_time_follows_the_cache_tier() -> None:
+    from simulator.engine.compute import tiered_seconds
+
+    c, fast, slow = 10e6, 100e9, 25e9
+    assert tiered_seconds(5e6, slow, c, fast) == pytest.approx(5e6 / fast)
+    assert tiered_seconds(40e6, slow, c, fast) == pytest.approx(40e6 / slow)
+    mid = tiered_seconds(15e6, slow, c, fast)
+    assert 15e6 / fast < mid < 15e6 / slow
+    # seconds per byte never fall as the operation grows; no cache: memory bandwidth
+    per = [tiered_seconds(w, slow, c, fast) / w for w in (1e6, 10e6, 12e6, 18e6, 20e6, 1e9)]
+    assert per == sorted(per)
+    assert tiered_seconds(5e6, slow, 0.0, 0.0) == pytest.approx(5e6 / slow)
+
+
+def test_a_multi_pass_operation_runs_in_cache_by_its_working_set() -> None:
+    """Cross-entropy passes three times over two tensors: its working set, not the bytes it
+    moves, decides whether it stays in a cache; a larger one falls out of it and each byte
+    costs more."""
+    from conftest import fig, inline_scenario
+
+    from simulator.config.loading import resolve_dict
+    from simulator.engine.compute import OpTimer
+    from simulator.workload.ops import backward_op, head_ops
+
+    data = inline_scenario()
+    ce = next(op for op in head_ops(resolve_dict(data)) if op.name == "cross_entropy")
+    assert 0 < ce.footprint < ce.bytes and backward_op(ce).footprint == ce.footprint
+    # a cache just holding its two tensors, though it moves 1.67x as many bytes
+    data["cluster"]["gpu"]["cache_mb"] = fig(ce.footprint * 1.01 / 1e6)
+    data["cluster"]["gpu"]["cache_bandwidth_gbps"] = fig(10_000.0)
+    t = OpTimer(resolve_dict(data).gpu, "bf16")
+    assert (t.time(ce) - t.launch) / ce.bytes == pytest.approx(1 / t.cache_bw)
+    big = replace(ce, bytes=ce.bytes * 4, footprint=ce.footprint * 4)
+    assert (t.time(big) - t.launch) / big.bytes == pytest.approx(1 / t.mem_bw)
+    # a profile with half the cache pair is refused
+    del data["cluster"]["gpu"]["cache_bandwidth_gbps"]
+    with pytest.raises(Exception, match="cache_mb and cache_bandwidth_gbps"):
+        resolve_dict(data)

@@ -39,6 +39,8 @@ FIGURE_RANGES: dict[str, Range] = {
     "optimizer_bandwidth": _FRACTION,
     "matmul_half_flops": (0.0, 1e16, False, "FLOPs"),
     "attention_half_seq": (0.0, 1e7, False, "tokens"),
+    "cache_mb": (0.0, 1e6, False, "MB"),
+    "cache_bandwidth_gbps": _GBYTES_S,
     "attention_flash3_half_seq": (0.0, 1e7, False, "tokens"),
     "matmul_fp8_half_flops": (0.0, 1e16, False, "FLOPs"),
     "kernel_launch_us": (0.0, 1e4, False, "microseconds"),

@@ -172,6 +172,18 @@ class GPUProfile(_Profile):
     vendor: Literal["nvidia", "amd", "intel", "other"]
     memory_gb: Num = Field(description="HBM/GDDR capacity, GB (1e9 bytes)")
     memory_bandwidth_gbps: Num = Field(description="memory bandwidth, GB/s")
+    cache_mb: Num | None = Field(
+        default=None,
+        description=(
+            "last-level cache a memory-bound operation can work in, MB (1e6 bytes): one whose "
+            "working set is up to this size runs at cache_bandwidth_gbps, one twice as large "
+            "or more at memory_bandwidth_gbps, linear in between; unset: every operation at "
+            "memory_bandwidth_gbps"
+        ),
+    )
+    cache_bandwidth_gbps: Num | None = Field(
+        default=None, description="copy bandwidth inside cache_mb, GB/s (set with cache_mb)"
+    )
     tdp_w: Num = Field(description="board power, W")
     peak_tflops: dict[Literal["fp64", "fp32", "tf32", "bf16", "fp16", "fp8"], Num] = Field(
         description="dense (no sparsity) peak TFLOP/s per dtype"
@@ -186,6 +198,12 @@ class GPUProfile(_Profile):
     speed_cv: Num | None = Field(
         default=None, description="coefficient of variation of per-GPU speed (stragglers)"
     )
+
+    @model_validator(mode="after")
+    def _cache_pair(self) -> GPUProfile:
+        if (self.cache_mb is None) != (self.cache_bandwidth_gbps is None):
+            raise ValueError("cache_mb and cache_bandwidth_gbps are set together or not at all")
+        return self
 
     def peak_flops(self, dtype: str) -> float:
         """Dense peak in FLOP/s for a dtype; fp8 falls back to bf16/fp16 where unsupported

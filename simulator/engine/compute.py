@@ -5,7 +5,8 @@ efficiency rising with operation size as ``matmul_max · F / (F + matmul_half_fl
 attention at ``attention_max`` of peak (``attention_flash3_max`` under a flash3 software stack,
 where the GPU has one), times ``s / (s + attention_half_seq)`` (``attention_flash3_half_seq``)
 over a key length s where the profile measured that curve; memory-bound operations at bytes /
-(bandwidth · achieved fraction); each kernel pays a launch overhead. A calibrated profile may add
+(bandwidth · achieved fraction), the cache's bandwidth for those that fit a profile's
+``cache_mb``; each kernel pays a launch overhead. A calibrated profile may add
 ``in_step_factor``: how much slower the operations run inside a real training step than timed
 alone.
 
@@ -107,6 +108,18 @@ GEMM_TILES = ((128, 256), (256, 128), (128, 128))
 SPLIT_K_COST = 0.55
 
 
+def tiered_seconds(
+    nbytes: float, mem_bps: float, cache_bytes: float, cache_bps: float, working: float = 0.0
+) -> float:
+    """Seconds a memory-bound operation moving ``nbytes`` takes: at the cache's bandwidth while
+    its working set (``working``; 0: the bytes it moves) fits the cache, at memory bandwidth
+    from twice the cache, linear in between. Without a cache figure, memory bandwidth."""
+    if cache_bytes <= 0.0 or cache_bps <= 0.0:
+        return nbytes / mem_bps
+    hit = min(1.0, max(0.0, 2.0 - (working or nbytes) / cache_bytes))
+    return nbytes * (hit / cache_bps + (1.0 - hit) / mem_bps)
+
+
 class OpTimer:
     def __init__(
         self,
@@ -134,6 +147,9 @@ class OpTimer:
         half = e.attention_flash3_half_seq if flash3 else e.attention_half_seq
         self.attn_half = half.value if half else 0.0
         self.mem_bw = gpu.memory_bandwidth_gbps.value * 1e9 * e.memory_bandwidth.value
+        cache, cache_bw = gpu.cache_mb, gpu.cache_bandwidth_gbps
+        self.cache_bytes = cache.value * 1e6 if cache else 0.0
+        self.cache_bw = cache_bw.value * 1e9 * e.memory_bandwidth.value if cache_bw else 0.0
         self.launch = e.kernel_launch_us.value * 1e-6
         opt = e.optimizer_bandwidth or e.memory_bandwidth
         self.opt_bw = gpu.memory_bandwidth_gbps.value * 1e9 * opt.value
@@ -195,13 +211,14 @@ class OpTimer:
                 eff *= op.kv_len / (op.kv_len + self.attn_half)
             t = max(op.flops / (self.attn_peak * eff), op.bytes / self.mem_bw)
         elif op.kind == "memory":
-            t = op.bytes / self.mem_bw
+            t = tiered_seconds(op.bytes, self.mem_bw, self.cache_bytes, self.cache_bw, op.footprint)
         else:
             raise ValueError(op.kind)
         return (t + self.launch) * self.scale
 
     def memory_time(self, nbytes: float) -> float:
-        return (nbytes / self.mem_bw + self.launch) * self.scale
+        t = tiered_seconds(nbytes, self.mem_bw, self.cache_bytes, self.cache_bw)
+        return (t + self.launch) * self.scale
 
     def optimizer_time(self, nbytes: float) -> float:
         """The optimizer step over ``nbytes`` of traffic, counted with each tensor touched once."""

@@ -44,6 +44,9 @@ class Op:
     wide: bool = False
     # Attention: the keys each query attends over, the length the kernel's efficiency follows.
     kv_len: int = 0
+    # Memory-bound: the bytes of the distinct tensors it touches, where it passes over them
+    # more than once (0: the bytes it moves); what decides whether it runs in a cache.
+    footprint: float = 0.0
 
 
 def kv_per_rank(rs: ResolvedScenario) -> float:
@@ -315,8 +318,14 @@ def head_ops(rs: ResolvedScenario) -> list[Op]:
         *_norm(rs, "final_norm", norm_tokens * m.hidden),
         *_tp_comm(rs, "tp_head_in", T * m.hidden * a, closing=False),
         _gemm("logits", 1, T, m.vocab // t, m.hidden, wide=True),
-        # fp32 softmax over the vocabulary shard: read logits, write probabilities, read back.
-        Op("cross_entropy", "memory", bytes=T * m.vocab / t * (a + 4 + 4)),
+        # fp32 softmax over the vocabulary shard: read logits, write probabilities, read back
+        # (two tensors, three passes).
+        Op(
+            "cross_entropy",
+            "memory",
+            bytes=T * m.vocab / t * (a + 4 + 4),
+            footprint=T * m.vocab / t * (a + 4),
+        ),
     ]
     if t > 1:
         ops.append(
@@ -351,6 +360,7 @@ def backward_op(op: Op) -> Op:
         backward=True,
         wide=op.wide,
         kv_len=op.kv_len,
+        footprint=op.footprint,
     )
 
 
