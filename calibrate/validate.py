@@ -157,7 +157,9 @@ def validate(
     a launch rotated each repeat, so that no job always follows the same other one); before each
     job every process runs the probe's speed work, and the job's prediction is rescaled by how
     much slower or faster that work runs in the live run (median of its checks) than right
-    before the probe timed its in-step factor (drift correction). The
+    before the probe timed its in-step factor (drift correction); out of sample, by how much
+    slower or faster the probe's own job runs than predicted at that layout (:func:`_anchor`).
+    The
     measured step time is the median over every timed step of every repeat, with a bootstrap
     interval over repeats and steps; the prediction's interval comes from the calibration fits'
     residuals. A row passes when its corrected error is within 10% or the intervals overlap."""
@@ -214,6 +216,7 @@ def validate(
                 continue
             key = f"{lay['nodes']}x{lay['nproc_per_node']}"
             row.update(_row(profile, side, w.cfg, lay, runs[(w.name, key)], speed, sigmas))
+    _anchor(rows)
     _scaling(rows)
     done = [r for r in rows if "measured_s" in r]
     out = [r for r in done if not r["in_sample"]]
@@ -297,6 +300,7 @@ def _row(
     pi = (corrected * (1 - Z * sd), corrected * (1 + Z * sd))
     err = (corrected - meas) / meas
     row: dict[str, Any] = {
+        "prediction_rel_sd": sd,
         "measured_s": meas,
         "measured_interval_s": list(ci),
         "predicted_s": pred,
@@ -314,6 +318,39 @@ def _row(
     if notes:
         row["note"] = "; ".join(notes)
     return row
+
+
+def _anchor(rows: list[dict[str, Any]]) -> None:
+    """Drift from the reference job: at each layout where the probe's own job (in-sample: the
+    job calibration fitted its in-step factor on) ran, its measured over predicted step time
+    is how fast this machine runs that job now against the calibration, at that layout and
+    in the same launches as the other jobs. The out-of-sample rows' predictions are rescaled by
+    it instead of by the speed work's checks (kept as ``unit_drift_pct``): on a shared machine
+    one job's step follows another's far more closely than a short GEMM check does."""
+    ref = {
+        r["world_size"]: r for r in rows if r.get("in_sample") and "measured_s" in r
+    }  # fmt: skip
+    for r in rows:
+        a = ref.get(r.get("world_size"))
+        if r.get("in_sample") or "measured_s" not in r or a is None:
+            continue
+        drift = a["measured_s"] / a["predicted_s"]
+        lo, hi = a["measured_interval_s"]
+        drift_sd = (hi - lo) / (2 * Z * a["measured_s"])
+        sd = (r["prediction_rel_sd"] ** 2 + drift_sd**2) ** 0.5
+        corrected = r["predicted_s"] * drift
+        err = (corrected - r["measured_s"]) / r["measured_s"]
+        pi = (corrected * (1 - Z * sd), corrected * (1 + Z * sd))
+        r.update(
+            unit_drift_pct=r["drift_pct"],
+            drift_pct=100.0 * (drift - 1.0),
+            drift_reference=f"{a['workload']} at this layout",
+            prediction_rel_sd=sd,
+            corrected_predicted_s=corrected,
+            predicted_interval_s=list(pi),
+            corrected_error_pct=100.0 * err,
+            verdict=verdict(err, tuple(r["measured_interval_s"]), pi),
+        )
 
 
 def _scaling(rows: list[dict[str, Any]]) -> None:

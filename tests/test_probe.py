@@ -51,6 +51,8 @@ def test_probe_calibrate_simulate(tmp_path: Path) -> None:
     for c in d["collectives"]:
         assert c["time_s"] > 0 and c["busbw_gbps"] >= 0
     assert d["matmul"] and d["memory"] and d["storage"]["write_gbps"] > 0
+    # copies from cache-sized to memory-sized tensors (the cache tier)
+    assert len([r for r in d["memory"] if r["kind"] == "copy"]) == 9
     # attention at the job's sequence and at half, twice and four times it
     seqs = sorted(r["seq"] for r in d["attention_curve"])
     assert len(seqs) == 4 and d["attention"]["seq"] in seqs and seqs[-1] == 4 * seqs[1]
@@ -84,6 +86,11 @@ def test_probe_calibrate_simulate(tmp_path: Path) -> None:
     eff = gpu_yaml["efficiency"]
     assert "job's own memory-bound operations" in eff["memory_bandwidth"]["source"]
     assert 0 < eff["optimizer_bandwidth"]["value"] <= 1
+    if "cache_mb" in gpu_yaml:  # where the copies showed a faster cache
+        assert (
+            gpu_yaml["cache_bandwidth_gbps"]["value"] > gpu_yaml["memory_bandwidth_gbps"]["value"]
+        )
+        assert "cache tier" in gpu_yaml["cache_mb"]["source"]
     if "attention_half_seq" in eff:  # a curve where efficiency rose with length
         assert eff["attention_half_seq"]["value"] > 0
         assert "sequence lengths" in eff["attention_half_seq"]["source"]

@@ -102,6 +102,13 @@ def test_probe_calibrate_validate_loop(tmp_path: Path) -> None:
         overlap = lo <= phi and plo <= hi
         expect = "within 10%" if abs(err) <= 0.1 else ("intervals overlap" if overlap else "fail")
         assert row["verdict"] == expect
+    # out of sample, the drift is the reference job's: the probe's own job, measured over
+    # predicted at the same layout in the same launches; the speed work's drift is kept
+    for n in (1, 2):
+        ref, row = rows[("probe-job", n)], rows[("comm-heavy", n)]
+        assert row["drift_pct"] == pytest.approx(100 * (ref["measured_s"] / ref["predicted_s"] - 1))
+        assert row["unit_drift_pct"] is not None and "unit_drift_pct" not in ref
+        assert row["drift_reference"] == "probe-job at this layout"
     # the out-of-sample job has the larger communication share at two processes
     assert rows[("comm-heavy", 2)]["comm_share"] > rows[("probe-job", 2)]["comm_share"]
     assert rep["run_order"] == ["1x1", "1x2", "1x2", "1x1"]
@@ -138,6 +145,14 @@ def test_probe_calibrate_validate_loop(tmp_path: Path) -> None:
     assert r.returncode == 0, r.stderr
     for text in ("raw err", "drift", "corr. err", "narrow-deep", "out-of-sample: "):
         assert text in r.stdout
+    # without the probe's job, the speed work's checks correct the drift
+    r = clustersim(
+        "validate", "--profile", "v-cluster", "--nproc", "1", "--steps", "2", "--repeats", "1",
+        "--workloads", "narrow-deep", "--format", "json", cwd=tmp_path, timeout=300,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    (row,) = json.loads(r.stdout)["rows"]
+    assert row["drift_pct"] is not None and "unit_drift_pct" not in row
 
 
 def test_validate_unknown_workload_exits_2(tmp_path: Path) -> None:

@@ -80,9 +80,12 @@ def print_validation(out: Console, rep: dict[str, Any]) -> None:
     out.print(
         safe(
             f"measured: median of {rep['repeats']} interleaved run(s) × {rep['steps']} steps, "
-            f"{level} bootstrap interval over runs and steps. Drift: before each job every "
-            f"process runs the probe's reference work ({rep['drift_work']}); the prediction is "
-            "rescaled by how much slower (+) or faster (−) it runs now than during the probe. "
+            f"{level} bootstrap interval over runs and steps. Drift: out of sample, how much "
+            "slower (+) or faster (−) the probe's own job runs now than predicted at the same "
+            "layout, in the same launches; in sample (and where that job did not run), before "
+            f"each job every process runs the probe's reference work ({rep['drift_work']}) and "
+            "the drift is how much slower or faster it runs now than during the probe. The "
+            "prediction is rescaled by the drift. "
             f"Prediction interval ({level}) from the calibration's residuals: "
             f"{rep['prediction_errors']}. A row passes within 10% or when the intervals "
             f"overlap. Scaling is {rep['scaling']}."
@@ -104,6 +107,7 @@ CSV_KEYS = [
     "predicted_high_s",
     "error_pct",
     "drift_pct",
+    "unit_drift_pct",
     "corrected_predicted_s",
     "corrected_error_pct",
     "verdict",
