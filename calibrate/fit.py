@@ -189,13 +189,13 @@ def calibrate(probe: dict[str, Any], file: str, name: str) -> Calibration:
     att_eff = (att.get("tflops", 0) / best) if att else 0.5
     mem = probe["memory"]
     copies = [r for r in mem if r["kind"] == "copy"]
-    tier = fit_cache(copies)
+    ovh = (probe.get("op_overhead") or {}).get("time_s", 5e-6)
+    tier = fit_cache(copies, ovh)
     bw = tier["memory_gbps"] if tier else max(r["gbps"] for r in copies)
     elem = [r for r in mem if r["kind"] != "copy"]
     elem_bw = max((r["gbps"] for r in elem), default=bw)
     mem_eff = min(1.0, elem_bw / bw)
     mem_what = f"elementwise (GELU + copy) {elem_bw:.3g} GB/s over copy {bw:.3g} GB/s"
-    ovh = (probe.get("op_overhead") or {}).get("time_s", 5e-6)
     job = job_memory_fit(probe, bw, ovh, tier)
     if job is not None:
         mem_eff, mem_what = job["memory_fraction"], job["memory_what"]
@@ -260,8 +260,7 @@ def calibrate(probe: dict[str, Any], file: str, name: str) -> Calibration:
         gpu["cache_bandwidth_gbps"] = S(tier["cache_gbps"], what)
     curve = fit_attention(probe.get("attention_curve") or [], best)
     if curve is not None:
-        # the asymptote of the curve, at most the peak (held curve shape otherwise)
-        gpu["efficiency"]["attention_max"] = S(min(1.0, curve["max"]), curve["what"])
+        gpu["efficiency"]["attention_max"] = S(curve["max"], curve["what"])
         gpu["efficiency"]["attention_half_seq"] = S(curve["half_seq"], curve["what"])
     if job is not None and job.get("optimizer_fraction"):
         gpu["efficiency"]["optimizer_bandwidth"] = S(

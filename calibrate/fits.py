@@ -162,15 +162,20 @@ def fit_efficiency(flops: Any, eff: Any) -> tuple[float, float, float]:
 def fit_attention(rows: list[dict[str, Any]], peak_tflops: float) -> dict[str, Any] | None:
     """The fused attention kernel's efficiency against the keys each query visits,
     ``eff(s) = max·s/(s + half)``, from the probe's timings at several sequence lengths
-    (``attention_curve``). None with fewer than three lengths, or where efficiency does not
-    rise with length (then one figure, the job's shape, describes it)."""
+    (``attention_curve``). None (one figure, the job's shape, then describes it) with fewer
+    than three lengths, where efficiency does not rise with length, where the curve does not
+    describe the timings (R² under 0.8), where its asymptote is above the peak, or where it is
+    still far from it at the longest length probed (half beyond four times that length): an
+    extrapolation the timings do not support."""
+    if peak_tflops <= 0:
+        return None
     pts = sorted((int(r["seq"]), float(r["tflops"]) / peak_tflops) for r in rows if r["tflops"])
-    if len({p[0] for p in pts}) < 3 or peak_tflops <= 0:
+    if len({p[0] for p in pts}) < 3:
         return None
     seqs = np.array([p[0] for p in pts], dtype=float)
     effs = np.array([p[1] for p in pts], dtype=float)
     m, half, r2 = fit_efficiency(seqs, effs)
-    if half <= 0.0:
+    if half <= 0.0 or r2 < 0.8 or m > 1.0 or half > 4.0 * seqs[-1]:
         return None
     rms = float(np.sqrt(np.mean(((m * seqs / (seqs + half)) - effs) ** 2 / effs**2)))
     return {
@@ -187,21 +192,29 @@ def fit_attention(rows: list[dict[str, Any]], peak_tflops: float) -> dict[str, A
     }
 
 
-def fit_cache(copies: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """A cache tier from copies of growing size: the simulator's model (bytes moved up to
-    ``cache`` at the cache's bandwidth, from twice that at memory bandwidth, linear in between)
-    fitted by least squares on relative time over a grid of cache sizes. None when the
-    copies show no tier: fewer than two sizes on either side, or a cache under 1.25× as fast
-    as memory."""
-    pts = sorted((float(r["bytes_moved"]), float(r["time_s"])) for r in copies if r["time_s"])
-    if len(pts) < 5:
+def fit_cache(copies: list[dict[str, Any]], op_s: float = 0.0) -> dict[str, Any] | None:
+    """A cache tier from copies of growing size, less the per-operation overhead ``op_s`` the
+    simulator adds on its own: the simulator's model (bytes moved up to ``cache`` at the
+    cache's bandwidth, from twice that at memory bandwidth, linear in between) fitted by least
+    squares on relative time over a grid of cache sizes. None when the copies show no tier:
+    fewer than three sizes on either side, a cache under 1.25× as fast as memory, or a fit not
+    four times closer than one bandwidth for every size (a noisy machine's scatter)."""
+    pts = sorted(
+        (float(r["bytes_moved"]), max(float(r["time_s"]) - op_s, 1e-12))
+        for r in copies
+        if r["time_s"]
+    )
+    if len(pts) < 6:
         return None
     w = np.array([p[0] for p in pts])
     per = np.array([p[1] / p[0] for p in pts])  # seconds per byte
+    one = np.ones_like(per)
+    (y0,), *_ = np.linalg.lstsq((1.0 / per)[:, None], one, rcond=None)
+    flat_sse = float(np.sum((y0 / per - 1.0) ** 2))
     best: tuple[float, float, float, float] | None = None
     for cache in np.geomspace(w[0], w[-1] / 2, 48):
         hit = np.clip(2.0 - w / cache, 0.0, 1.0)
-        if (hit >= 1.0).sum() < 2 or (hit <= 0.0).sum() < 2:
+        if (hit >= 1.0).sum() < 3 or (hit <= 0.0).sum() < 3:
             continue
         a = np.stack([hit / per, (1.0 - hit) / per], axis=1)
         (x, y), *_ = np.linalg.lstsq(a, np.ones_like(per), rcond=None)
@@ -210,7 +223,7 @@ def fit_cache(copies: list[dict[str, Any]]) -> dict[str, Any] | None:
         sse = float(np.sum((a @ np.array([x, y]) - 1.0) ** 2))
         if best is None or sse < best[0]:
             best = (sse, float(cache), 1.0 / x, 1.0 / y)
-    if best is None or best[2] < 1.25 * best[3]:
+    if best is None or best[2] < 1.25 * best[3] or best[0] > 0.25 * flat_sse:
         return None
     sse, cache, cache_bps, mem_bps = best
     rms = math.sqrt(sse / len(pts))

@@ -80,26 +80,30 @@ def _check_timings(data: dict[str, Any], file: str) -> None:
     damaged file would otherwise reach the least-squares fits)."""
     import math
 
-    for section in ("collectives", "matmul", "memory", "attention"):
+    fields = {"attention_curve": ("time_s", "seq", "tflops")}
+    for section in ("collectives", "matmul", "memory", "attention", "attention_curve"):
         rows = data.get(section) or []
         if not isinstance(rows, list):
             continue
         for i, row in enumerate(rows):
-            t = row.get("time_s") if isinstance(row, dict) else None
-            if t is None and isinstance(row, dict) and "time_s" not in row:
-                continue
-            if (
-                not isinstance(t, int | float)
-                or isinstance(t, bool)
-                or not math.isfinite(t)
-                or t <= 0
-            ):
-                raise UserError(
-                    f"timing {t!r} is not a positive number of seconds",
-                    file=file,
-                    path=f"{section}[{i}].time_s",
-                    hint="re-run `clustersim probe`; a probe file is not meant to be edited",
-                )
+            for key in fields.get(section, ("time_s",)):
+                t = row.get(key) if isinstance(row, dict) else None
+                if t is None and isinstance(row, dict) and key not in row:
+                    continue
+                if (
+                    not isinstance(t, int | float)
+                    or isinstance(t, bool)
+                    or not math.isfinite(t)
+                    or t <= 0
+                ):
+                    what = "timing" if key == "time_s" else key
+                    unit = " of seconds" if key == "time_s" else ""
+                    raise UserError(
+                        f"{what} {t!r} is not a positive number{unit}",
+                        file=file,
+                        path=f"{section}[{i}].{key}",
+                        hint="re-run `clustersim probe`; a probe file is not meant to be edited",
+                    )
 
 
 # -- profiles ----------------------------------------------------------------------------------

@@ -157,8 +157,9 @@ def validate(
     a launch rotated each repeat, so that no job always follows the same other one); before each
     job every process runs the probe's speed work, and the job's prediction is rescaled by how
     much slower or faster that work runs in the live run (median of its checks) than right
-    before the probe timed its in-step factor (drift correction); out of sample, by how much
-    slower or faster the probe's own job runs than predicted at that layout (:func:`_anchor`).
+    before the probe timed its in-step factor (drift correction); where the probe's own job
+    ran, every other row by how much slower or faster that job runs than predicted at the
+    smallest layout (:func:`_anchor`).
     The
     measured step time is the median over every timed step of every repeat, with a bootstrap
     interval over repeats and steps; the prediction's interval comes from the calibration fits'
@@ -294,13 +295,13 @@ def _row(
             "busy processes"
         )
     comm = sum(v for k, v in shares.items() if k.startswith("comm"))
-    sd = prediction_sd({"compute": 1.0 - comm, "comm": comm}, sigmas)
+    fit_sd = prediction_sd({"compute": 1.0 - comm, "comm": comm}, sigmas)
     drift_sd = robust_rel_sd(blocks) / max(1, len(blocks)) ** 0.5 if drift else 0.0
-    sd = (sd**2 + drift_sd**2) ** 0.5
+    sd = (fit_sd**2 + drift_sd**2) ** 0.5
     pi = (corrected * (1 - Z * sd), corrected * (1 + Z * sd))
     err = (corrected - meas) / meas
     row: dict[str, Any] = {
-        "prediction_rel_sd": sd,
+        "prediction_fit_sd": fit_sd,
         "measured_s": meas,
         "measured_interval_s": list(ci),
         "predicted_s": pred,
@@ -321,31 +322,33 @@ def _row(
 
 
 def _anchor(rows: list[dict[str, Any]]) -> None:
-    """Drift from the reference job: at each layout where the probe's own job (in-sample: the
-    job calibration fitted its in-step factor on) ran, its measured over predicted step time
-    is how fast this machine runs that job now against the calibration, at that layout and
-    in the same launches as the other jobs. The out-of-sample rows' predictions are rescaled by
-    it instead of by the speed work's checks (kept as ``unit_drift_pct``): on a shared machine
-    one job's step follows another's far more closely than a short GEMM check does."""
-    ref = {
-        r["world_size"]: r for r in rows if r.get("in_sample") and "measured_s" in r
-    }  # fmt: skip
+    """Drift from the reference job: the probe's own job (the work calibration fitted its
+    in-step factor on), measured over predicted at the smallest layout it ran at, is how fast
+    this machine runs that job now against the calibration. Every other row's prediction is
+    rescaled by that one factor instead of by the speed work's checks (kept as
+    ``unit_drift_pct``): on a shared machine one job's step follows another's far more closely
+    than a short GEMM check does. One factor for every layout, so that what the model gets
+    wrong between layouts (communication, a busier host) is still seen, in the errors and in
+    the scaling gaps."""
+    refs = [r for r in rows if r.get("in_sample") and "measured_s" in r]
+    if not refs:
+        return
+    a = min(refs, key=lambda r: (r["world_size"], r["nodes"]))
+    drift = a["measured_s"] / a["predicted_s"]
+    lo, hi = a["measured_interval_s"]
+    drift_sd = (hi - lo) / (2 * Z * a["measured_s"])
+    where = f"{a['workload']} at {a['nodes']}x{a['nproc_per_node']}"
     for r in rows:
-        a = ref.get(r.get("world_size"))
-        if r.get("in_sample") or "measured_s" not in r or a is None:
+        if r is a or "measured_s" not in r:
             continue
-        drift = a["measured_s"] / a["predicted_s"]
-        lo, hi = a["measured_interval_s"]
-        drift_sd = (hi - lo) / (2 * Z * a["measured_s"])
-        sd = (r["prediction_rel_sd"] ** 2 + drift_sd**2) ** 0.5
+        sd = (r["prediction_fit_sd"] ** 2 + drift_sd**2) ** 0.5
         corrected = r["predicted_s"] * drift
         err = (corrected - r["measured_s"]) / r["measured_s"]
         pi = (corrected * (1 - Z * sd), corrected * (1 + Z * sd))
         r.update(
             unit_drift_pct=r["drift_pct"],
             drift_pct=100.0 * (drift - 1.0),
-            drift_reference=f"{a['workload']} at this layout",
-            prediction_rel_sd=sd,
+            drift_reference=where,
             corrected_predicted_s=corrected,
             predicted_interval_s=list(pi),
             corrected_error_pct=100.0 * err,

@@ -134,6 +134,24 @@ def test_attention_efficiency_follows_the_key_length_where_the_profile_has_a_cur
     assert backward_op(fwd).kv_len == 2048
 
 
+def test_the_architecture_kernel_is_never_slower_than_the_portable_one() -> None:
+    gpu = _gpu(attention_max=0.33, attention_flash3_max=0.96, attention_flash3_half_seq=1340)
+    fa2, fa3 = OpTimer(gpu, "bf16", 0.0, "flash2"), OpTimer(gpu, "bf16", 0.0, "flash3")
+    for s in (128, 512, 1024, 8192):
+        op = Op("attention", "attention", flops=1e13, bytes=1e6, kv_len=s)
+        assert fa3.time(op) <= fa2.time(op)
+    short = Op("attention", "attention", flops=1e13, bytes=1e6, kv_len=256)
+    assert fa3.time(short) == fa2.time(short)  # 0.96·256/1596 < 0.33: the portable kernel's
+
+
+def test_context_parallel_attention_runs_per_chunk_of_keys() -> None:
+    data = inline_scenario(gpus_per_node=8, global_batch=8)
+    data["parallelism"] = {"cp": 2}
+    rs = resolve_dict(data)
+    (att,) = [op for op in layer_ops(rs) if op.kind == "attention"]
+    assert att.kv_len == rs.training.seq_len // 2
+
+
 def test_h100_attention_curve_reproduces_the_device_run() -> None:
     """The H100 profile's Hopper-native attention curve against the kernel timings it cites
     (causal, head dim 128, forward+backward in the engine's FLOP convention)."""

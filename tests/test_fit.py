@@ -352,7 +352,55 @@ def test_a_multi_pass_operation_runs_in_cache_by_its_working_set() -> None:
     assert (t.time(ce) - t.launch) / ce.bytes == pytest.approx(1 / t.cache_bw)
     big = replace(ce, bytes=ce.bytes * 4, footprint=ce.footprint * 4)
     assert (t.time(big) - t.launch) / big.bytes == pytest.approx(1 / t.mem_bw)
-    # a profile with half the cache pair is refused
-    del data["cluster"]["gpu"]["cache_bandwidth_gbps"]
-    with pytest.raises(Exception, match="cache_mb and cache_bandwidth_gbps"):
+    # a cache slower than memory, or half the cache pair, is refused
+    data["cluster"]["gpu"]["cache_bandwidth_gbps"] = fig(0.01)
+    with pytest.raises(Exception, match="must be above memory_bandwidth_gbps"):
         resolve_dict(data)
+    del data["cluster"]["gpu"]["cache_bandwidth_gbps"]
+    with pytest.raises(Exception, match="give cache_bandwidth_gbps too"):
+        resolve_dict(data)
+
+
+def test_a_damaged_attention_curve_is_one_clear_error() -> None:
+    from calibrate.probe_file import _check_timings
+    from simulator.errors import UserError
+
+    rows = [{"seq": 64, "time_s": 1e-3, "tflops": 0.05}, {"seq": 128, "time_s": 2e-3}]
+    rows[1]["tflops"] = float("nan")
+    with pytest.raises(UserError, match="tflops nan is not a positive number") as e:
+        _check_timings({"attention_curve": rows}, "probe.json")
+    assert "attention_curve[1].tflops" in str(e.value.path)
+
+
+def test_attention_curve_refused_where_the_timings_do_not_support_it() -> None:
+    from calibrate.fits import fit_attention
+
+    def rows(effs: list[float]) -> list[dict[str, float]]:
+        return [{"seq": s, "tflops": e} for s, e in zip((64, 128, 256, 512), effs, strict=True)]
+
+    assert fit_attention(rows([0.1, 0.2, 0.4, 0.8]), 1.0) is None  # no sign of an asymptote
+    assert fit_attention(rows([0.5, 0.7, 0.85, 0.93]), 0.8) is None  # asymptote above the peak
+    assert fit_attention(rows([0.2, 0.5, 0.5, 0.5]), 1.0) is None  # one low point, R² < 0.8
+    assert fit_attention(rows([0.5, 0.6, 0.6, 0.6]), 0.0) is None  # no peak
+
+
+def test_no_cache_tier_in_a_noisy_flat_copy_curve() -> None:
+    from calibrate.fits import fit_cache
+
+    rng = np.random.default_rng(3)
+    sizes = [2 ** (20 + k) for k in range(9)]
+    found = 0
+    for _ in range(200):
+        rows = [{"bytes_moved": w, "time_s": w / 30e9 * rng.lognormal(0, 0.1)} for w in sizes]
+        found += fit_cache(rows) is not None
+    assert found <= 4  # at most 2% false tiers at 10% scatter
+    # the per-operation overhead is taken off before fitting
+    c, fast, slow, ovh = 50e6, 8e12, 2.9e12, 11e-6
+    from simulator.engine.compute import tiered_seconds
+
+    gpu = [
+        {"bytes_moved": w, "time_s": tiered_seconds(w, slow, c, fast) + ovh}
+        for w in (2 ** (20 + k) for k in range(12))
+    ]
+    fit = fit_cache(gpu, ovh)
+    assert fit is not None and fit["cache_gbps"] == pytest.approx(8000, rel=0.05)

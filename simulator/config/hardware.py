@@ -125,7 +125,8 @@ class GPUEfficiency(BaseModel):
         description=(
             "fraction of dense peak reached by the architecture-specific fused attention kernel "
             "(FlashAttention-3 on Hopper, cuDNN fused attention on Blackwell) for software "
-            "stacks with flash_kernel: flash3; unset: attention_max"
+            "stacks with flash_kernel: flash3 (the asymptote where attention_flash3_half_seq "
+            "is set; never below the portable kernel's figure); unset: attention_max"
         ),
     )
     attention_half_seq: Num | None = Field(
@@ -182,7 +183,12 @@ class GPUProfile(_Profile):
         ),
     )
     cache_bandwidth_gbps: Num | None = Field(
-        default=None, description="copy bandwidth inside cache_mb, GB/s (set with cache_mb)"
+        default=None,
+        description=(
+            "bandwidth inside cache_mb, GB/s, on the same footing as memory_bandwidth_gbps "
+            "(efficiency.memory_bandwidth scales both); set with cache_mb, above "
+            "memory_bandwidth_gbps"
+        ),
     )
     tdp_w: Num = Field(description="board power, W")
     peak_tflops: dict[Literal["fp64", "fp32", "tf32", "bf16", "fp16", "fp8"], Num] = Field(
@@ -202,7 +208,19 @@ class GPUProfile(_Profile):
     @model_validator(mode="after")
     def _cache_pair(self) -> GPUProfile:
         if (self.cache_mb is None) != (self.cache_bandwidth_gbps is None):
-            raise ValueError("cache_mb and cache_bandwidth_gbps are set together or not at all")
+            raise ValueError(
+                "cache_mb and cache_bandwidth_gbps are set together or not at all: give "
+                + ("cache_bandwidth_gbps" if self.cache_mb is not None else "cache_mb")
+                + " too, or neither"
+            )
+        if (
+            self.cache_bandwidth_gbps is not None
+            and self.cache_bandwidth_gbps.value <= self.memory_bandwidth_gbps.value
+        ):
+            raise ValueError(
+                "cache_bandwidth_gbps must be above memory_bandwidth_gbps (a cache slower "
+                "than memory would slow the small operations down)"
+            )
         return self
 
     def peak_flops(self, dtype: str) -> float:

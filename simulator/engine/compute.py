@@ -108,6 +108,14 @@ GEMM_TILES = ((128, 256), (256, 128), (128, 128))
 SPLIT_K_COST = 0.55
 
 
+def _on_curve(peak_eff: float, half: float, length: int) -> float:
+    """An attention kernel's efficiency at key length ``length``: ``peak_eff·s/(s + half)``
+    where the profile measured a curve (``half`` > 0) and the op carries its length."""
+    if half > 0 and length > 0:
+        return peak_eff * length / (length + half)
+    return peak_eff
+
+
 def tiered_seconds(
     nbytes: float, mem_bps: float, cache_bytes: float, cache_bps: float, working: float = 0.0
 ) -> float:
@@ -146,6 +154,9 @@ class OpTimer:
         self.attn_eff = (flash3 or e.attention_max).value
         half = e.attention_flash3_half_seq if flash3 else e.attention_half_seq
         self.attn_half = half.value if half else 0.0
+        # the portable kernel, which an architecture-specific one never runs slower than
+        self.attn2_eff = e.attention_max.value if flash3 else 0.0
+        self.attn2_half = e.attention_half_seq.value if flash3 and e.attention_half_seq else 0.0
         self.mem_bw = gpu.memory_bandwidth_gbps.value * 1e9 * e.memory_bandwidth.value
         cache, cache_bw = gpu.cache_mb, gpu.cache_bandwidth_gbps
         self.cache_bytes = cache.value * 1e6 if cache else 0.0
@@ -206,9 +217,10 @@ class OpTimer:
                 return 0.0
             t = op.flops / (self.gemm_peak * self.gemm_efficiency(op.flops))
         elif op.kind == "attention":
-            eff = self.attn_eff
-            if self.attn_half > 0 and op.kv_len > 0:
-                eff *= op.kv_len / (op.kv_len + self.attn_half)
+            eff = max(
+                _on_curve(self.attn_eff, self.attn_half, op.kv_len),
+                _on_curve(self.attn2_eff, self.attn2_half, op.kv_len),
+            )
             t = max(op.flops / (self.attn_peak * eff), op.bytes / self.mem_bw)
         elif op.kind == "memory":
             t = tiered_seconds(op.bytes, self.mem_bw, self.cache_bytes, self.cache_bw, op.footprint)

@@ -80,12 +80,12 @@ def print_validation(out: Console, rep: dict[str, Any]) -> None:
     out.print(
         safe(
             f"measured: median of {rep['repeats']} interleaved run(s) × {rep['steps']} steps, "
-            f"{level} bootstrap interval over runs and steps. Drift: out of sample, how much "
-            "slower (+) or faster (−) the probe's own job runs now than predicted at the same "
-            "layout, in the same launches; in sample (and where that job did not run), before "
-            f"each job every process runs the probe's reference work ({rep['drift_work']}) and "
-            "the drift is how much slower or faster it runs now than during the probe. The "
-            "prediction is rescaled by the drift. "
+            f"{level} bootstrap interval over runs and steps. Drift: how much slower (+) or "
+            "faster (−) the probe's own job runs now than predicted at the smallest layout, "
+            "one factor for every other row; for that row (and where that job did not run), "
+            f"before each job every process runs the probe's reference work "
+            f"({rep['drift_work']}) and the drift is how much slower or faster it runs now "
+            "than during the probe. The prediction is rescaled by the drift. "
             f"Prediction interval ({level}) from the calibration's residuals: "
             f"{rep['prediction_errors']}. A row passes within 10% or when the intervals "
             f"overlap. Scaling is {rep['scaling']}."
@@ -108,6 +108,7 @@ CSV_KEYS = [
     "error_pct",
     "drift_pct",
     "unit_drift_pct",
+    "drift_reference",
     "corrected_predicted_s",
     "corrected_error_pct",
     "verdict",

@@ -259,7 +259,9 @@ def layer_ops(rs: ResolvedScenario) -> list[Op]:
     core = attention_core_flops_per_token(m, s) * T / t
     qkvo_bytes = T * (2 * h / t + 2 * kv_per_rank(rs)) * a
     if rs.flash_attention:
-        ops.append(Op("attention", "attention", flops=core, bytes=qkvo_bytes, kv_len=s))
+        # under context parallelism the kernel runs once per chunk of s/cp keys (ring)
+        kv = s // rs.cp
+        ops.append(Op("attention", "attention", flops=core, bytes=qkvo_bytes, kv_len=kv))
         ops += _repack(rs, T * h * a / t, T * kv_per_rank(rs) * a)
     else:
         heads = m.heads // t
