@@ -42,29 +42,13 @@ from .step_fits import (
     comm_in_step_fit,
     in_step_fit,
     job_memory_fit,
+    launch_fit,
     simulated_compute_s,
-    step_kernels,
 )
 
 
 def _src(probe: dict[str, Any], file: str, what: str) -> str:
     return f"probe {Path(file).name} {probe.get('date', '?')} host {probe.get('host', '?')}: {what}"
-
-
-def launch_fit(probe: dict[str, Any], bare_s: float) -> tuple[float, str]:
-    """Per-operation overhead (µs) and its source: from the probe's training step at a size
-    where the operations do next to no work, over the kernels the simulator counts for that
-    step (Python module calls, autograd and backward dispatch included); else the bare time of
-    a one-element add."""
-    so = probe.get("step_overhead") or {}
-    if so.get("time_s") and so.get("model"):
-        n = step_kernels(so["model"])
-        per = max(float(so["time_s"]) / max(1, n), bare_s)
-        return per * 1e6, (
-            f"{so['what']}: {so['time_s'] * 1e3:.2f} ms over the {n} operations the simulator "
-            f"counts for that step (a bare one-element add takes {bare_s * 1e6:.1f} µs)"
-        )
-    return bare_s * 1e6, "time of a one-element in-place add (per-op dispatch overhead)"
 
 
 # How far the end-of-probe drift reference may differ from the same work timed earlier in the

@@ -109,6 +109,22 @@ def step_kernels(model_cfg: dict[str, Any]) -> int:
     return n
 
 
+def launch_fit(probe: dict[str, Any], bare_s: float) -> tuple[float, str]:
+    """Per-operation overhead (µs) and its source: from the probe's training step at a size
+    where the operations do next to no work, over the kernels the simulator counts for that
+    step (Python module calls, autograd and backward dispatch included); else the bare time of
+    a one-element add."""
+    so = probe.get("step_overhead") or {}
+    if so.get("time_s") and so.get("model"):
+        n = step_kernels(so["model"])
+        per = max(float(so["time_s"]) / max(1, n), bare_s)
+        return per * 1e6, (
+            f"{so['what']}: {so['time_s'] * 1e3:.2f} ms over the {n} operations the simulator "
+            f"counts for that step (a bare one-element add takes {bare_s * 1e6:.1f} µs)"
+        )
+    return bare_s * 1e6, "time of a one-element in-place add (per-op dispatch overhead)"
+
+
 def comm_in_step_fit(
     gpu: dict[str, Any], fabric: dict[str, Any], probe: dict[str, Any]
 ) -> tuple[float, str] | None:
