@@ -176,6 +176,7 @@ def calibrate(probe: dict[str, Any], file: str, name: str) -> Calibration:
     ovh = (probe.get("op_overhead") or {}).get("time_s", 5e-6)
     tier = fit_cache(copies, ovh)
     bw = tier["memory_gbps"] if tier else max(r["gbps"] for r in copies)
+    tier_what = tier["what"] + ", all processes copying at once" if tier else ""
     elem = [r for r in mem if r["kind"] != "copy"]
     elem_bw = max((r["gbps"] for r in elem), default=bw)
     mem_eff = min(1.0, elem_bw / bw)
@@ -208,9 +209,8 @@ def calibrate(probe: dict[str, Any], file: str, name: str) -> Calibration:
         ),
         "memory_bandwidth_gbps": S(
             bw,
-            tier["what"] + ", all processes copying at once"
-            if tier
-            else "best large-tensor copy (read + write bytes) over "
+            tier_what
+            or "best large-tensor copy (read + write bytes) over "
             f"{len(copies)} sizes, all processes copying at once",
         ),
         "tdp_w": S(0.0, "not measured by the probe (power unknown; 0 = unknown)"),
@@ -239,9 +239,8 @@ def calibrate(probe: dict[str, Any], file: str, name: str) -> Calibration:
         },
     }
     if tier:
-        what = tier["what"] + ", all processes copying at once"
-        gpu["cache_mb"] = S(tier["cache_mb"], what)
-        gpu["cache_bandwidth_gbps"] = S(tier["cache_gbps"], what)
+        gpu["cache_mb"] = S(tier["cache_mb"], tier_what)
+        gpu["cache_bandwidth_gbps"] = S(tier["cache_gbps"], tier_what)
     curve = fit_attention(probe.get("attention_curve") or [], best)
     if curve is not None:
         gpu["efficiency"]["attention_max"] = S(curve["max"], curve["what"])

@@ -177,7 +177,7 @@ def fit_attention(rows: list[dict[str, Any]], peak_tflops: float) -> dict[str, A
     m, half, r2 = fit_efficiency(seqs, effs)
     if half <= 0.0 or r2 < 0.8 or m > 1.0 or half > 4.0 * seqs[-1]:
         return None
-    rms = float(np.sqrt(np.mean(((m * seqs / (seqs + half)) - effs) ** 2 / effs**2)))
+    rms = efficiency_quality(seqs, effs, m, half, r2)["rms_rel_err"]
     return {
         "max": m,
         "half_seq": half,
@@ -217,7 +217,7 @@ def fit_cache(copies: list[dict[str, Any]], op_s: float = 0.0) -> dict[str, Any]
         if (hit >= 1.0).sum() < 3 or (hit <= 0.0).sum() < 3:
             continue
         a = np.stack([hit / per, (1.0 - hit) / per], axis=1)
-        (x, y), *_ = np.linalg.lstsq(a, np.ones_like(per), rcond=None)
+        (x, y), *_ = np.linalg.lstsq(a, one, rcond=None)
         if x <= 0.0 or y <= 0.0:
             continue
         sse = float(np.sum((a @ np.array([x, y]) - 1.0) ** 2))
