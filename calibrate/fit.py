@@ -251,7 +251,11 @@ def calibrate(probe: dict[str, Any], file: str, name: str) -> Calibration:
         )
     step_fit = in_step_fit(gpu, probe.get("train"))
     if step_fit is not None:
-        gpu["efficiency"]["in_step_factor"] = S(step_fit[0], step_fit[1])
+        gpu["efficiency"]["in_step_factor"] = S(step_fit.factor, step_fit.what)
+        if step_fit.weight_fraction is not None:
+            gpu["efficiency"]["gemm_weight_bandwidth"] = S(
+                step_fit.weight_fraction, step_fit.weight_what
+            )
     sv = probe.get("speed_variation") or {}
     speed: dict[str, Any] | None = None
     if sv.get("block_times_s"):
@@ -353,9 +357,10 @@ def calibrate(probe: dict[str, Any], file: str, name: str) -> Calibration:
             "matmul_half_flops": eff_h,
             "r2": eff_r2,
             **efficiency_quality([r["flops"] for r in mm], measured, eff_m, eff_h, eff_r2),
-            "in_step_factor": step_fit[0] if step_fit else None,
+            "in_step_factor": step_fit.factor if step_fit else None,
             # one process per host, the host's others idle (for layouts that leave it so)
-            "in_step_factor_alone": step_fit[2] if step_fit else None,
+            "in_step_factor_alone": step_fit.alone if step_fit else None,
+            "gemm_weight_bandwidth": step_fit.weight_fraction if step_fit else None,
         },
         "attention_fit": curve,
         "profiles": [name, f"{name}-fabric", f"{name}-storage"]

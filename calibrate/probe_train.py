@@ -46,11 +46,13 @@ class TrainPhase(ProbeBase):
         tokens = tokens.to(self.device)
         lossf = torch.nn.functional.cross_entropy
 
-        def step(grad_sync: bool = True) -> float:
+        def step(grad_sync: bool = True, rows: int | None = None) -> float:
+            """One training step; ``rows``: on the first ``rows`` sequences of the batch."""
             opt.zero_grad(set_to_none=True)
+            x = tokens[:rows]
             with contextlib.nullcontext() if grad_sync else model.no_sync():  # type: ignore[operator]
-                logits = model(tokens[:, :-1])
-                loss = lossf(logits.reshape(-1, cfg["vocab"]), tokens[:, 1:].reshape(-1))
+                logits = model(x[:, :-1])
+                loss = lossf(logits.reshape(-1, cfg["vocab"]), x[:, 1:].reshape(-1))
                 loss.backward()
             opt.step()
             self._sync_dev()
@@ -67,10 +69,12 @@ class TrainPhase(ProbeBase):
             out.append(time.perf_counter() - t0)
         return out
 
-    def _timed_one(self, step: Any, what: str, grad_sync: bool) -> list[float]:
+    def _timed_one(
+        self, step: Any, what: str, grad_sync: bool, rows: int | None = None
+    ) -> list[float]:
         self.beat(detail=what)
         t0 = time.perf_counter()
-        step(grad_sync)
+        step(grad_sync, rows)
         return [time.perf_counter() - t0]
 
     def phase_jobs(self) -> None:
@@ -118,7 +122,8 @@ class TrainPhase(ProbeBase):
         itself, each a little slower than a warm-up step)."""
         a = self.args
         # without sync, then twice with it (alternating), and the first alone
-        variants = 1 + 2 * (wrap == "ddp") + (wrap == "ddp" and self.local_world > 1)
+        variants: float = 1 + 2 * (wrap == "ddp") + (wrap == "ddp" and self.local_world > 1)
+        variants += 0.5 * (self.half_rows() is not None and wrap in ("ddp", "none"))
         step_s = self.reduce_max(step_s)
         left = self.phase_left() - 1.0  # speed checks, gathers and the final save
         fit = int(left / max(1.2 * variants * step_s, 1e-6))
@@ -128,6 +133,13 @@ class TrainPhase(ProbeBase):
                 f"time budget ({a.time_budget:g} s): {self.train_steps} timed training steps "
                 f"per variant instead of {a.train_steps}"
             )
+
+    def half_rows(self) -> int | None:
+        """The smaller batch the step is also timed at without communication (half the
+        job's), so that calibration can tell the part of the step that shrinks with the batch
+        from the part that does not; None for a batch of one sequence."""
+        b = int(self.model_config()["batch"])
+        return b // 2 if b >= 2 else None
 
     def phase_train(self) -> None:
         cfg = self.model_config()
@@ -160,6 +172,11 @@ class TrainPhase(ProbeBase):
             self.speed_blocks(unit, reps, self.args.speed_blocks, 1)  # type: ignore[attr-defined]
         )
         paired: list[float] = []
+        half = self.half_rows() if wrap in ("ddp", "none") else None
+        halves: list[float] = []
+        if half is not None:
+            self.beat(detail="train warm-up at half batch")
+            step(wrap == "none", half)
         if wrap == "ddp":
             # Steps without and with gradient sync alternate, so that the machine's drift moves
             # both alike: the paired differences are what synchronisation costs in the step.
@@ -171,6 +188,9 @@ class TrainPhase(ProbeBase):
             synced: list[float] = []
             for i in range(self.train_steps):
                 mine += self._timed_one(step, f"train step without gradient sync {i}", False)
+                if half is not None:
+                    what = f"train step without gradient sync at half batch {i}"
+                    halves += self._timed_one(step, what, False, half)
                 self._timed_one(step, f"train step {i} (settling)", True)
                 synced += self._timed_one(step, f"train step {i}", True)
             compute_only = self.gather_floats(mine)
@@ -192,6 +212,11 @@ class TrainPhase(ProbeBase):
         self.sync()
         if wrap == "ddp":
             times = synced  # the steady synchronised steps timed above
+        elif half is not None:  # one process: full and half batch alternate
+            times = []
+            for i in range(self.train_steps):
+                times += self._timed_one(step, f"train step {i}", True)
+                halves += self._timed_one(step, f"train step at half batch {i}", True, half)
         else:
             times = timed("train step")
         if wrap == "none":  # one process: the step is all compute-stream work
@@ -242,6 +267,17 @@ class TrainPhase(ProbeBase):
                         "every rank at once; per rank"
                         if wrap == "ddp"
                         else "the step itself (one process: no communication)"
+                    ),
+                }
+            )
+        if halves:
+            per_rank = self.gather_floats(halves) if wrap == "ddp" else [halves]
+            self.result["train"].update(
+                {
+                    "half_batch": half,
+                    "compute_half_step_times_s": per_rank,
+                    "compute_half_step_median_s": statistics.median(
+                        t for rank_times in per_rank for t in rank_times
                     ),
                 }
             )

@@ -5,7 +5,9 @@ compute factor and the fabric's in-step achievable fraction."""
 
 from __future__ import annotations
 
-from typing import Any
+import copy
+import statistics
+from typing import Any, NamedTuple
 
 # Which probe measurement times which of the simulator's memory-bound operations (by name), and
 # whether the measurement covers the operation's forward and backward together.
@@ -195,14 +197,93 @@ def simulated_compute_s(gpu: dict[str, Any], model_cfg: dict[str, Any]) -> float
     return bd.get("compute", 0.0) + bd.get("optimizer", 0.0)
 
 
-def in_step_fit(
-    gpu: dict[str, Any], train: dict[str, Any] | None
-) -> tuple[float, str, float | None] | None:
+class StepFit(NamedTuple):
+    """The in-step fit: the factor on every compute-stream operation and its source, the same
+    factor for the step run by one process per host (None if not timed), and, where the step
+    was timed at two batch sizes, the weight-streaming bandwidth fraction and its source."""
+
+    factor: float
+    what: str
+    alone: float | None
+    weight_fraction: float | None = None
+    weight_what: str = ""
+
+
+def _with_weight(gpu: dict[str, Any], fraction: float) -> dict[str, Any]:
+    out = copy.deepcopy(gpu)
+    out["efficiency"]["gemm_weight_bandwidth"] = {
+        "value": fraction,
+        "source": "trial value of the in-step fit",
+    }
+    return out
+
+
+def _weight_fit(
+    gpu: dict[str, Any], train: dict[str, Any], simulated: float
+) -> tuple[float, float, str] | tuple[None, None, str]:
+    """(factor, weight fraction, source) from the step timed at the job's batch and at half
+    of it, steps alternating: the factor from how much the step shrinks with the batch (the
+    simulated step's difference between the two batches against the paired measured one), the
+    weights' streaming from what is left at the full batch; (None, None, why) where the data
+    do not support it (the single-factor fit stands)."""
+    full, half = train.get("compute_step_times_s"), train.get("compute_half_step_times_s")
+    hb = int(train.get("half_batch") or 0)
+    if not full or not half or hb <= 0:
+        return None, None, "the probe timed the step at one batch size"
+    diffs = [
+        a - b for fr, hr in zip(full, half, strict=False) for a, b in zip(fr, hr, strict=False)
+    ]
+    if len(diffs) < 3:
+        return None, None, "fewer than 3 paired steps at two batch sizes"
+    sim_half = simulated_compute_s(gpu, {**train["model"], "batch": hb})
+    d, sd = statistics.median(diffs), simulated - sim_half
+    measured = float(train["compute_step_median_s"])
+    if d <= 0 or sd <= 0:
+        return None, None, "the step at half batch was not faster than at the full batch"
+    factor = d / sd
+    flat = measured / simulated
+    if not 0.5 * flat <= factor <= 2.0 * flat:
+        return (
+            None,
+            None,
+            (
+                f"the batch-size difference gives a factor {factor:.2f} against {flat:.2f} for the "
+                "whole step: too noisy to split the step; re-probe on a quieter machine"
+            ),
+        )
+    excess = measured / factor - simulated  # batch-independent seconds the model lacks
+    per_unit = simulated_compute_s(_with_weight(gpu, 1.0), train["model"]) - simulated
+    if excess <= 0 or per_unit <= 0:
+        return None, None, "no batch-independent time beyond the simulator's own"
+    fraction = per_unit / excess
+    if fraction > 1.0:
+        return (
+            None,
+            None,
+            (
+                f"the batch-independent excess ({excess * 1e3:.2f} ms) is less than streaming the "
+                "weights at memory bandwidth: they stay cached"
+            ),
+        )
+    what = (
+        f"{len(diffs)} paired training steps without communication at batch "
+        f"{train['model']['batch']} and {hb} (alternating): the step shrinks by "
+        f"{d * 1e3:.1f} ms (median), "
+        f"{factor:.3f}× the simulated {sd * 1e3:.1f} ms; the rest of the "
+        f"{measured * 1e3:.1f} ms step, {excess * 1e3:.2f} ms that does not shrink with the "
+        "batch, taken as the linear layers' weights streamed by every pass"
+    )
+    return factor, fraction, what
+
+
+def in_step_fit(gpu: dict[str, Any], train: dict[str, Any] | None) -> StepFit | None:
     """How much slower the job's operations run inside its training step than the fitted
     per-operation figures say: the probe's step without gradient synchronisation (all ranks at
     once), over the simulated compute and optimizer time of the same step; its source; and the
     same for the step run by one process per host, the host's others idle (None if the probe
-    did not time that)."""
+    did not time that). Where the probe also timed the step at half the batch, the factor
+    comes from the difference and the part of the step that does not shrink with the batch
+    becomes a weight-streaming term (:func:`_weight_fit`)."""
     if not train or not train.get("compute_step_median_s"):
         return None
     measured = float(train["compute_step_median_s"])
@@ -210,11 +291,22 @@ def in_step_fit(
     if simulated <= 0:
         return None
     n = sum(len(r) for r in train.get("compute_step_times_s") or [])
+    alone = train.get("alone_compute_step_median_s")
+    factor, fraction, why = _weight_fit(gpu, train, simulated)
+    if factor is not None and fraction is not None:
+        total = measured / factor
+        return StepFit(
+            factor,
+            why,
+            float(alone) / total if alone else None,
+            fraction,
+            why,
+        )
     what = (
         f"median of {n} training steps without communication ("
         + str(train.get("compute_step_how", ""))
         + f"): {measured * 1e3:.1f} ms, over the {simulated * 1e3:.1f} ms of compute and "
         "optimizer that the fitted per-operation figures give for the same step"
+        + (f" (no weight-streaming term: {why})" if train.get("half_batch") else "")
     )
-    alone = train.get("alone_compute_step_median_s")
-    return measured / simulated, what, float(alone) / simulated if alone else None
+    return StepFit(measured / simulated, what, float(alone) / simulated if alone else None)

@@ -187,11 +187,12 @@ def test_in_step_factor_recovered_and_applied() -> None:
     }
     fit = in_step_fit(gpu, train)
     assert fit is not None
-    factor, what, alone = fit
+    factor, what, alone = fit.factor, fit.what, fit.alone
+    assert fit.weight_fraction is None  # timed at one batch size: no weight term
     assert factor == pytest.approx(1.37, rel=1e-9)
     assert alone is None  # the probe did not time the step alone on the host
     fit_alone = in_step_fit(gpu, {**train, "alone_compute_step_median_s": 1.21 * base})
-    assert fit_alone is not None and fit_alone[2] == pytest.approx(1.21, rel=1e-9)
+    assert fit_alone is not None and fit_alone.alone == pytest.approx(1.21, rel=1e-9)
     assert "median of 8 training steps without communication (synthetic)" in what
     scaled = copy.deepcopy(gpu)
     scaled["efficiency"]["in_step_factor"] = {"value": factor, "source": what}

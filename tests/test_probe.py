@@ -69,6 +69,10 @@ def test_probe_calibrate_simulate(tmp_path: Path) -> None:
     assert min(map(min, cs)) > 0 and tr["compute_step_median_s"] > 0
     # ... and by one process while the host's other waits
     assert len(tr["alone_compute_step_times_s"]) == len(tr["step_times_s"])
+    # ... and at half the batch, alternating with the full-batch steps
+    assert tr["half_batch"] == tr["batch_per_rank"] // 2
+    hs = tr["compute_half_step_times_s"]
+    assert len(hs) == 2 and [len(r) for r in hs] == [len(r) for r in cs] and min(map(min, hs)) > 0
     assert not list(tmp_path.glob("**/clustersim-probe-*.bin"))
 
     r = clustersim("calibrate", str(out), "--name", "t-cluster", "--format", "json", cwd=tmp_path)
@@ -86,6 +90,11 @@ def test_probe_calibrate_simulate(tmp_path: Path) -> None:
     eff = gpu_yaml["efficiency"]
     assert "job's own memory-bound operations" in eff["memory_bandwidth"]["source"]
     assert 0 < eff["optimizer_bandwidth"]["value"] <= 1
+    if "gemm_weight_bandwidth" in eff:  # where the step has a batch-independent part
+        assert 0 < eff["gemm_weight_bandwidth"]["value"] <= 1
+        assert "does not shrink with the batch" in eff["gemm_weight_bandwidth"]["source"]
+    else:  # the single factor says why
+        assert "no weight-streaming term" in eff["in_step_factor"]["source"]
     if "cache_mb" in gpu_yaml:  # where the copies showed a faster cache
         assert (
             gpu_yaml["cache_bandwidth_gbps"]["value"] > gpu_yaml["memory_bandwidth_gbps"]["value"]

@@ -37,6 +37,7 @@ FIGURE_RANGES: dict[str, Range] = {
     "attention_flash3_max": _FRACTION,
     "memory_bandwidth": _FRACTION,
     "optimizer_bandwidth": _FRACTION,
+    "gemm_weight_bandwidth": _FRACTION,
     "matmul_half_flops": (0.0, 1e16, False, "FLOPs"),
     "attention_half_seq": (0.0, 1e7, False, "tokens"),
     "cache_mb": (0.0, 1e6, False, "MB"),

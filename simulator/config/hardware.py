@@ -156,6 +156,17 @@ class GPUEfficiency(BaseModel):
             "unset: memory_bandwidth"
         ),
     )
+    gemm_weight_bandwidth: Num | None = Field(
+        default=None,
+        description=(
+            "fraction of memory bandwidth at which a linear layer's GEMM streams its weight "
+            "operand on top of its own time, once per pass and micro-batch (the forward and "
+            "the input gradient read the weight, the weight gradient writes one as large): "
+            "inside a training step the rest of the step's work has evicted it since its "
+            "last use, a cost that does not shrink with the micro-batch; fitted from the "
+            "step at two batch sizes; unset: weights cost nothing beyond the GEMM's roofline"
+        ),
+    )
     in_step_factor: Num | None = Field(
         default=None,
         description=(

@@ -7,8 +7,9 @@ where the GPU has one), times ``s / (s + attention_half_seq)`` (``attention_flas
 over a key length s where the profile measured that curve; memory-bound operations at bytes /
 (bandwidth · achieved fraction), the cache's bandwidth for those that fit a profile's
 ``cache_mb``; each kernel pays a launch overhead. A calibrated profile may add
-``in_step_factor``: how much slower the operations run inside a real training step than timed
-alone.
+``gemm_weight_bandwidth`` (a linear layer's weight streamed afresh by every pass, on top of the
+GEMM) and ``in_step_factor``: how much slower the operations run inside a real training step
+than timed alone.
 
 A *program* is the list of items a pass over one layer runs on the compute stream: compute
 spans and collectives. Collectives whose links no other traffic uses are timed analytically and
@@ -164,6 +165,8 @@ class OpTimer:
         self.launch = e.kernel_launch_us.value * 1e-6
         opt = e.optimizer_bandwidth or e.memory_bandwidth
         self.opt_bw = gpu.memory_bandwidth_gbps.value * 1e9 * opt.value
+        wbw = e.gemm_weight_bandwidth
+        self.weight_bw = gpu.memory_bandwidth_gbps.value * 1e9 * wbw.value if wbw else 0.0
         self.scale = e.in_step_factor.value if e.in_step_factor else 1.0
         self.sms = int(gpu.sm_count.value) if gpu.sm_count else 0
         self.el = 4 if precision == "fp32" else (1 if precision == "fp8" else 2)
@@ -211,6 +214,9 @@ class OpTimer:
                 t = self.gemm_time(b, m, k, n, w) + self.gemm_time(b, k, n, m, w)
             else:
                 t = self.gemm_time(b, m, n, k, w)
+            if op.weight and self.weight_bw > 0.0:
+                passes = 2 if op.backward else 1  # dIn reads the weight, dW writes its gradient
+                t += passes * (self.wide_el if w else self.el) * b * k * n / self.weight_bw
             return t * self.scale
         if op.kind == "gemm":
             if op.flops <= 0:

@@ -47,6 +47,9 @@ class Op:
     # Memory-bound: the bytes of the distinct tensors it touches, where it passes over them
     # more than once (0: the bytes it moves); what decides whether it runs in a cache.
     footprint: float = 0.0
+    # GEMM: a linear layer's product, whose [k, n] operand is a weight (its gradient in dW):
+    # the operand each pass streams afresh (see efficiency.gemm_weight_bandwidth).
+    weight: bool = False
 
 
 def kv_per_rank(rs: ResolvedScenario) -> float:
@@ -89,8 +92,8 @@ def _tp_comm(rs: ResolvedScenario, name: str, nbytes: float, closing: bool) -> l
     return []
 
 
-def _gemm(name: str, b: int, m: int, n: int, k: int, wide: bool = False) -> Op:
-    return Op(name, "gemm", flops=2.0 * b * m * n * k, dims=(b, m, n, k), wide=wide)
+def _gemm(name: str, b: int, m: int, n: int, k: int, wide: bool = False, weight: bool = True) -> Op:
+    return Op(name, "gemm", flops=2.0 * b * m * n * k, dims=(b, m, n, k), wide=wide, weight=weight)
 
 
 # fp8 training casts each fp8 GEMM's 16-bit input to fp8 with its transpose (kept for the
@@ -268,9 +271,9 @@ def layer_ops(rs: ResolvedScenario) -> list[Op]:
         scores = rs.training.micro_batch * heads * (s // rs.cp) * s * a
         bh = rs.training.micro_batch * heads
         sq, hd = s // rs.cp, m.head_dim
-        ops += [_gemm("attn_scores", bh, sq, s, hd, wide=True)]
+        ops += [_gemm("attn_scores", bh, sq, s, hd, wide=True, weight=False)]
         ops += _softmax_ops(rs, scores)
-        ops += [_gemm("attn_values", bh, sq, hd, s, wide=True)]
+        ops += [_gemm("attn_values", bh, sq, hd, s, wide=True, weight=False)]
     ops += [
         _gemm("out_proj", 1, T, h, h // t),
         *_tp_comm(rs, "tp_attn_out", act, closing=True),
@@ -361,6 +364,7 @@ def backward_op(op: Op) -> Op:
         dims=op.dims,
         backward=True,
         wide=op.wide,
+        weight=op.weight,
         kv_len=op.kv_len,
         footprint=op.footprint,
     )
