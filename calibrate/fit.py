@@ -249,6 +249,10 @@ def calibrate(probe: dict[str, Any], file: str, name: str) -> Calibration:
         gpu["efficiency"]["optimizer_bandwidth"] = S(
             job["optimizer_fraction"], job["optimizer_what"]
         )
+    if job is not None and job.get("optimizer_us_per_tensor"):
+        gpu["efficiency"]["optimizer_us_per_tensor"] = S(
+            job["optimizer_us_per_tensor"], job["optimizer_tensor_what"]
+        )
     step_fit = in_step_fit(gpu, probe.get("train"))
     if step_fit is not None:
         gpu["efficiency"]["in_step_factor"] = S(step_fit.factor, step_fit.what)

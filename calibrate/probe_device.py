@@ -14,6 +14,9 @@ from .probe_base import (
     ProbeBase,
 )
 
+# The optimizer timed over many tiny tensors: its per-tensor cost, bytes negligible beside it.
+TINY_TENSORS, TINY_ELEMENTS = 256, 64
+
 
 class DevicePhases(ProbeBase):
     def phase_compute(self) -> None:
@@ -327,6 +330,23 @@ class DevicePhases(ProbeBase):
         rows["optimizer"] = {
             "op": f"AdamW (foreach) step over the job's {n} fp32 parameters",
             "params": n,
+            "tensors": len(list(model.parameters())),
+            "time_s": t,
+            "iters": it,
+        }
+        # ... and over many tiny tensors (a few bytes each): its cost per tensor
+        self.beat(detail="job op optimizer over tiny tensors")
+        tiny = [
+            torch.nn.Parameter(torch.zeros(TINY_ELEMENTS, device=dev)) for _ in range(TINY_TENSORS)
+        ]
+        for p in tiny:
+            p.grad = torch.randn_like(p)
+        opt = torch.optim.AdamW(tiny, lr=1e-4, foreach=True)
+        t, it = self._timeit(opt.step, target_s=0.1)
+        rows["optimizer_tensors"] = {
+            "op": f"AdamW (foreach) step over {TINY_TENSORS} tensors of {TINY_ELEMENTS} fp32",
+            "params": TINY_TENSORS * TINY_ELEMENTS,
+            "tensors": TINY_TENSORS,
             "time_s": t,
             "iters": it,
         }

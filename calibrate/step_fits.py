@@ -84,13 +84,46 @@ def job_memory_fit(
     o = jo.get("optimizer")
     if o and o.get("params"):
         # the probe's job is unsharded: its shard is the whole buffer
-        ob = o["params"] * (optimizer_bytes_per_param(rs) + buffer_bytes_per_param(rs))
-        out["optimizer_fraction"] = min(1.0, ob / max(o["time_s"] - op_s, 1e-9) / (copy_gbps * 1e9))
+        per_param = optimizer_bytes_per_param(rs) + buffer_bytes_per_param(rs)
+        ob = o["params"] * per_param
+        secs = max(o["time_s"] - op_s, 1e-9)
+        tiny = optimizer_tensor_fit(o, jo.get("optimizer_tensors"), per_param, op_s)
+        if tiny is not None:
+            out["optimizer_us_per_tensor"], out["optimizer_tensor_what"] = tiny[0], tiny[1]
+            secs = tiny[2]
+        out["optimizer_fraction"] = min(1.0, ob / secs / (copy_gbps * 1e9))
         out["optimizer_what"] = (
             f"{o['op']}: {o['time_s'] * 1e3:.2f} ms for {ob / 1e6:.0f} MB counted as the "
             f"simulator counts optimizer traffic (each tensor once), over copy {copy_gbps:.3g} GB/s"
+            + (f" ({secs * 1e3:.2f} ms of it moving bytes, the rest per tensor)" if tiny else "")
         )
     return out
+
+
+def optimizer_tensor_fit(
+    job: dict[str, Any], tiny: dict[str, Any] | None, per_param: float, op_s: float
+) -> tuple[float, str, float] | None:
+    """(µs per parameter tensor, its source, seconds the job's optimizer step spends moving
+    bytes) from the step timed over the job's parameters and over many tiny tensors: two
+    equations, time = bytes/bandwidth + tensors × per-tensor cost; None where the probe did not
+    time both, or where they do not show a per-tensor cost."""
+    if not tiny or not job.get("tensors") or not tiny.get("tensors"):
+        return None
+    a = [[job["params"] * per_param, job["tensors"]], [tiny["params"] * per_param, tiny["tensors"]]]
+    b = [job["time_s"] - op_s, tiny["time_s"] - op_s]
+    det = a[0][0] * a[1][1] - a[0][1] * a[1][0]
+    if det == 0:
+        return None
+    inv_bw = (b[0] * a[1][1] - a[0][1] * b[1]) / det
+    per_tensor = (a[0][0] * b[1] - b[0] * a[1][0]) / det
+    if per_tensor <= 0 or inv_bw <= 0:
+        return None
+    what = (
+        f"{tiny['op']}: {tiny['time_s'] * 1e3:.2f} ms, beside {job['op']} "
+        f"({job['tensors']} tensors) in {job['time_s'] * 1e3:.2f} ms: time = bytes/bandwidth "
+        "+ tensors × this (less one per-op overhead each)"
+    )
+    return per_tensor * 1e6, what, job["params"] * per_param * inv_bw
 
 
 def step_kernels(model_cfg: dict[str, Any]) -> int:

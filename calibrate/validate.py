@@ -126,6 +126,11 @@ def _sigmas(side: dict[str, Any]) -> tuple[dict[str, float], str]:
     tr = side.get("train") or {}
     steps = [t for r in tr.get("compute_step_times_s") or [] for t in r]
     step_se = robust_rel_sd(steps) / max(1, len(steps)) ** 0.5 if steps else 0.0
+    halves = [t for r in tr.get("compute_half_step_times_s") or [] for t in r]
+    if halves and len(halves) == len(steps) and cf.get("gemm_weight_bandwidth"):
+        # the factor then comes from the paired differences: their scatter is its own
+        diffs = [a - b for a, b in zip(steps, halves, strict=True)]
+        step_se = (step_se**2 + robust_rel_sd(diffs) ** 2 / len(diffs)) ** 0.5
     gemm = float(cf.get("rms_rel_err") or 0.0)
     comm = 0.0
     for f in side.get("fits") or []:

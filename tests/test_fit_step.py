@@ -147,3 +147,55 @@ def test_no_weight_term_where_nothing_is_batch_independent() -> None:
     fit = in_step_fit(_gpu(), train)
     assert fit is not None and fit.weight_fraction is None
     assert fit.factor == pytest.approx(1.2, rel=1e-9)
+
+
+def test_optimizer_pays_per_tensor_on_every_stage() -> None:
+    """The optimizer step pays its per-tensor cost for each parameter tensor a rank holds:
+    the probe's model holds 21 (8 per layer: two layer norms of weight and bias, fused QKV,
+    attention output, MLP in and out; word and position embeddings, final norm, output layer);
+    a Llama-style model split over two pipeline stages holds each stage's own."""
+    from simulator.config.loading import resolve_dict
+    from simulator.engine.sim import Simulation
+
+    sc = inline_job_scenario(MODEL)
+    sc["cluster"]["gpu"] = _gpu(optimizer_us_per_tensor=50.0)
+    sim = Simulation(resolve_dict(sc))
+    assert sim._stage_tensors(0) == 21
+    t0 = sim.timer.optimizer_time(1e6)
+    assert sim.timer.optimizer_time(1e6, 21) - t0 == pytest.approx(21 * 50e-6, rel=1e-9)
+    with_cost = simulated_compute_s(_gpu(optimizer_us_per_tensor=50.0), MODEL)
+    assert with_cost - simulated_compute_s(_gpu(), MODEL) == pytest.approx(21 * 50e-6, rel=1e-6)
+    # Llama-style (RMSNorm, rotary positions): 6 per layer, embedding 1, norm and output 2
+    llama = {
+        "name": "pp",
+        "cluster": {
+            "gpu": "a100-sxm4-80gb",
+            "gpus_per_node": 2,
+            "nodes": 1,
+            "fabric": "nvlink3-nvswitch",
+        },
+        "model": {"layers": 4, "hidden": 1024, "heads": 8, "vocab": 32000},
+        "training": {"seq_len": 1024, "global_batch": 8, "micro_batch": 1},
+        "parallelism": {"pp": 2},
+    }
+    two = Simulation(resolve_dict(llama))
+    assert (two._stage_tensors(0), two._stage_tensors(1)) == (2 * 6 + 1, 2 * 6 + 2)
+
+
+def test_optimizer_per_tensor_cost_recovered_from_two_timings() -> None:
+    """The optimizer timed over the job's tensors and over many tiny ones: two equations in
+    bandwidth and per-tensor cost, solved exactly; none where the tiny step shows no
+    per-tensor cost."""
+    from calibrate.step_fits import optimizer_tensor_fit
+
+    per_param, inv_bw, per_tensor, op_s = 16.0, 1 / 20e9, 25e-6, 3e-6
+    job = {"op": "job", "params": 3_700_000, "tensors": 21}
+    tiny = {"op": "tiny", "params": 256 * 64, "tensors": 256}
+    for d in (job, tiny):
+        d["time_s"] = d["params"] * per_param * inv_bw + d["tensors"] * per_tensor + op_s
+    fit = optimizer_tensor_fit(job, tiny, per_param, op_s)
+    assert fit is not None
+    assert fit[0] == pytest.approx(25.0, rel=1e-6)
+    assert fit[2] == pytest.approx(job["params"] * per_param * inv_bw, rel=1e-6)
+    assert optimizer_tensor_fit(job, {**tiny, "time_s": op_s}, per_param, op_s) is None
+    assert optimizer_tensor_fit(job, None, per_param, op_s) is None

@@ -45,6 +45,7 @@ FIGURE_RANGES: dict[str, Range] = {
     "attention_flash3_half_seq": (0.0, 1e7, False, "tokens"),
     "matmul_fp8_half_flops": (0.0, 1e16, False, "FLOPs"),
     "kernel_launch_us": (0.0, 1e4, False, "microseconds"),
+    "optimizer_us_per_tensor": (0.0, 1e5, False, "microseconds"),
     "in_step_factor": (0.1, 100.0, False, "factor on compute time"),
     # fabric and network
     "bandwidth_gbps": _GBYTES_S,

@@ -156,6 +156,16 @@ class GPUEfficiency(BaseModel):
             "unset: memory_bandwidth"
         ),
     )
+    optimizer_us_per_tensor: Num | None = Field(
+        default=None,
+        description=(
+            "fixed cost of the optimizer step per parameter tensor, microseconds: a foreach "
+            "optimizer that loops over the tensors for each of its element-wise operations "
+            "(PyTorch's on a CPU) pays it for every tensor, so a model of many small tensors "
+            "steps slower than its bytes say; unset: 0 (multi-tensor kernels that take "
+            "hundreds of tensors per launch)"
+        ),
+    )
     gemm_weight_bandwidth: Num | None = Field(
         default=None,
         description=(

@@ -165,6 +165,8 @@ class OpTimer:
         self.launch = e.kernel_launch_us.value * 1e-6
         opt = e.optimizer_bandwidth or e.memory_bandwidth
         self.opt_bw = gpu.memory_bandwidth_gbps.value * 1e9 * opt.value
+        per_tensor = e.optimizer_us_per_tensor
+        self.opt_tensor_s = per_tensor.value * 1e-6 if per_tensor else 0.0
         wbw = e.gemm_weight_bandwidth
         self.weight_bw = gpu.memory_bandwidth_gbps.value * 1e9 * wbw.value if wbw else 0.0
         self.scale = e.in_step_factor.value if e.in_step_factor else 1.0
@@ -238,9 +240,10 @@ class OpTimer:
         t = tiered_seconds(nbytes, self.mem_bw, self.cache_bytes, self.cache_bw)
         return (t + self.launch) * self.scale
 
-    def optimizer_time(self, nbytes: float) -> float:
-        """The optimizer step over ``nbytes`` of traffic, counted with each tensor touched once."""
-        return (nbytes / self.opt_bw + self.launch) * self.scale
+    def optimizer_time(self, nbytes: float, tensors: int = 0) -> float:
+        """The optimizer step over ``nbytes`` of traffic, counted with each tensor touched once,
+        visiting ``tensors`` parameter tensors."""
+        return (nbytes / self.opt_bw + tensors * self.opt_tensor_s + self.launch) * self.scale
 
 
 def build_program(

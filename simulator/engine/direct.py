@@ -330,7 +330,7 @@ class _Walk:
             t += dt
             acc["compute"] += dt
         shard = params / (sim.shard_n if sim.z >= 1 else 1)
-        dt = sim._optimizer_time(shard, params)
+        dt = sim._optimizer_time(shard, params, sim._stage_tensors(s))
         t += dt
         acc["optimizer"] += dt
         if rs.dp_cp > 1 and sim.z in (1, 2) and not sim.ov.param_gather:

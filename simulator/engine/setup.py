@@ -24,7 +24,7 @@ from ..workload.comm import (
     tied_embedding_bytes,
 )
 from ..workload.memory import bytes_per_param, layer_params_per_rank, shard_group
-from ..workload.model import param_breakdown
+from ..workload.model import param_breakdown, param_tensors
 from ..workload.ops import (
     Op,
     backward_ops,
@@ -135,6 +135,14 @@ class SimulationBase(Tracing, LinkSharing):
         )
         self.extra_params = {
             s: (self.emb_params if s == 0 else 0.0) + (self.head_params if s == rs.pp - 1 else 0.0)
+            for s in range(rs.pp)
+        }
+        pt = param_tensors(rs.model)
+        self.layer_tensors = pt.per_layer
+        # a tied embedding is held again by the last stage when PP > 1, as its parameters are
+        head_tensors = pt.head + (1 if rs.model.tied_embeddings and rs.pp > 1 else 0)
+        self.extra_tensors = {
+            s: (pt.embedding if s == 0 else 0) + (head_tensors if s == rs.pp - 1 else 0)
             for s in range(rs.pp)
         }
         # The shared word embedding's gradient the first and last stages exchange each step.
@@ -253,6 +261,12 @@ class SimulationBase(Tracing, LinkSharing):
         layer on the first and last stage."""
         return sum(self._chunk_layers[stage]) * self.layer_params + self.extra_params.get(
             stage, 0.0
+        )
+
+    def _stage_tensors(self, stage: int) -> int:
+        """Parameter tensors one rank of ``stage`` holds (each TP rank a shard of each)."""
+        return sum(self._chunk_layers[stage]) * self.layer_tensors + self.extra_tensors.get(
+            stage, 0
         )
 
     def _tied_peer(self, rank: int, stage: int) -> int | None:

@@ -238,7 +238,8 @@ class Simulation(PassRunner):
             yield from paced("grad_bucket_copy_out", t_copy, "compute")
         # 5. optimizer step over this rank's shard, then (ZeRO-1/2 without overlap) the gather
         shard = params / (self.shard_n if self.z >= 1 else 1)
-        yield from paced("optimizer", self._optimizer_time(shard, params), "optimizer")
+        t_opt = self._optimizer_time(shard, params, self._stage_tensors(stage))
+        yield from paced("optimizer", t_opt, "optimizer")
         if dp_on and self.z in (1, 2) and not self.ov.param_gather:
             t0 = env.now
             yield from self._wait(gather(params * gather_bytes_per_param(rs), "param all_gather"))
@@ -264,10 +265,11 @@ class Simulation(PassRunner):
         """Before each layer: the event its prefetched parameters arrive by (or None)."""
         return _Prefetched(jobs, self.env)
 
-    def _optimizer_time(self, shard_params: float, params: float) -> float:
-        """The optimizer step over the rank's shard, and the passes over its whole buffer."""
+    def _optimizer_time(self, shard_params: float, params: float, tensors: int = 0) -> float:
+        """The optimizer step over the rank's shard, and the passes over its whole buffer;
+        ``tensors``: the parameter tensors it visits (a shard of each under ZeRO/FSDP)."""
         nbytes = shard_params * optimizer_bytes_per_param(self.rs)
-        return self.timer.optimizer_time(nbytes + params * buffer_bytes_per_param(self.rs))
+        return self.timer.optimizer_time(nbytes + params * buffer_bytes_per_param(self.rs), tensors)
 
     def _recv_key(self, kind: str, mb: int, chunk: int, rank: int) -> tuple:
         if self.full:

@@ -62,6 +62,27 @@ def param_breakdown(m: ModelSpec, seq_len: int | None = None) -> ParamBreakdown:
     )
 
 
+@dataclass(frozen=True)
+class ParamTensors:
+    """How many parameter tensors the model holds (what a per-tensor optimizer loop visits):
+    fused QKV and fused first MLP matrix, as Megatron's and the probe's layers hold them."""
+
+    per_layer: int
+    embedding: int  # first stage: word embedding and learned positions
+    head: int  # last stage: final norm and an untied output layer
+
+
+def param_tensors(m: ModelSpec) -> ParamTensors:
+    norm = 2 if m.norm == "layernorm" else 1  # weight (and bias)
+    linears = 4  # qkv, attention output, MLP in, MLP out
+    per_layer = linears * (2 if m.linear_bias else 1) + 2 * norm
+    return ParamTensors(
+        per_layer=per_layer,
+        embedding=1 + (1 if m.position == "learned" else 0),
+        head=norm + (0 if m.tied_embeddings else 1),
+    )
+
+
 def param_count(m: ModelSpec, seq_len: int | None = None) -> int:
     return param_breakdown(m, seq_len).total
 
