@@ -42,6 +42,7 @@ from .probe_base import (
 )
 from .probe_collectives import CollectivePhase
 from .probe_device import DevicePhases
+from .probe_job_ops import JobOpsPhase
 from .probe_train import TrainPhase
 
 # A GPU's memory stays with PyTorch's caching allocator from one step to the next, so a step
@@ -57,7 +58,12 @@ HEAP_KEEPING_ENV = {
 }
 
 
-class Probe(CollectivePhase, DevicePhases, TrainPhase):
+class Probe(CollectivePhase, DevicePhases, JobOpsPhase, TrainPhase):
+    def phase_memory(self) -> None:
+        """Copies of growing size, then the training job's own operations."""
+        self.memory_copies()
+        self.job_memory_ops()
+
     def run(self) -> int:
         import torch.distributed as dist
 

@@ -14,9 +14,6 @@ from .probe_base import (
     ProbeBase,
 )
 
-# The optimizer timed over many tiny tensors: its per-tensor cost, bytes negligible beside it.
-TINY_TENSORS, TINY_ELEMENTS = 256, 64
-
 
 class DevicePhases(ProbeBase):
     def phase_compute(self) -> None:
@@ -226,7 +223,8 @@ class DevicePhases(ProbeBase):
         if alone:
             self.result["speed_variation"]["alone_block_times_s"] = alone
 
-    def phase_memory(self) -> None:
+    def memory_copies(self) -> None:
+        """Copies (and GELU + copy) from cache-sized to memory-sized tensors."""
         torch = self.torch
         rows: list[dict[str, Any]] = []
         self.result["memory"] = rows
@@ -265,92 +263,6 @@ class DevicePhases(ProbeBase):
             )
 
         self.save()
-        self._job_memory_ops()
-
-    def _job_memory_ops(self) -> None:
-        """The training job's own memory-bound operations on its shapes, forward and backward
-        (as Vidur and vTrain profile a model's operators), and its optimizer step: the
-        simulator's byte counts over these times give the bandwidth fractions it uses."""
-        torch = self.torch
-        F = torch.nn.functional
-        from .model import ProbeTransformer
-
-        cfg = self.model_config()
-        T, h, V = cfg["batch"] * cfg["seq"], cfg["hidden"], cfg["vocab"]
-        dev = self.device
-
-        def fwd_bwd(make: Any) -> Any:
-            def run() -> None:
-                for leaf in (x_h, x_4h, logits, w, b):
-                    leaf.grad = None  # as zero_grad(set_to_none=True): no accumulation adds
-                out = make()
-                out.backward(gout[out.shape])
-
-            return run
-
-        x_h = torch.randn(T, h, device=dev, requires_grad=True)
-        x_4h = torch.randn(T, 4 * h, device=dev, requires_grad=True)
-        logits = torch.randn(T, V, device=dev, requires_grad=True)
-        target = torch.randint(0, V, (T,), device=dev)
-        w, b = torch.ones(h, device=dev, requires_grad=True), torch.zeros(h, device=dev)
-        b.requires_grad_(True)
-        gout = {
-            torch.Size([T, h]): torch.randn(T, h, device=dev),
-            torch.Size([T, 4 * h]): torch.randn(T, 4 * h, device=dev),
-            torch.Size([]): torch.ones((), device=dev),
-        }
-        a1, a2 = torch.randn(T, h, device=dev), torch.randn(T, h, device=dev)
-        ops: dict[str, tuple[str, Any]] = {
-            "layernorm": (
-                f"layer_norm ({T}x{h}) fwd+bwd",
-                fwd_bwd(lambda: F.layer_norm(x_h, (h,), w, b)),
-            ),
-            "gelu": (f"gelu ({T}x{4 * h}) fwd+bwd", fwd_bwd(lambda: F.gelu(x_4h))),
-            "add": (f"add ({T}x{h})", lambda: torch.add(a1, a2)),
-            "cross_entropy": (
-                f"cross_entropy ({T}x{V}) fwd+bwd",
-                fwd_bwd(lambda: F.cross_entropy(logits, target)),
-            ),
-        }
-        rows: dict[str, Any] = {}
-        for key, (what, fn) in ops.items():
-            self.beat(detail=f"job op {key}")
-            t, it = self._timeit(fn, target_s=0.1)
-            rows[key] = {"op": what, "time_s": t, "iters": it}
-        self.beat(detail="job op optimizer")
-        model = ProbeTransformer(
-            **{k: cfg[k] for k in ("layers", "hidden", "heads", "vocab", "seq")}
-        )
-        model = model.to(dev)
-        for p in model.parameters():
-            p.grad = torch.randn_like(p)
-        opt = torch.optim.AdamW(model.parameters(), lr=1e-4, foreach=True)
-        t, it = self._timeit(opt.step, target_s=0.1)
-        n = sum(p.numel() for p in model.parameters())
-        rows["optimizer"] = {
-            "op": f"AdamW (foreach) step over the job's {n} fp32 parameters",
-            "params": n,
-            "tensors": len(list(model.parameters())),
-            "time_s": t,
-            "iters": it,
-        }
-        # ... and over many tiny tensors (a few bytes each): its cost per tensor
-        self.beat(detail="job op optimizer over tiny tensors")
-        tiny = [
-            torch.nn.Parameter(torch.zeros(TINY_ELEMENTS, device=dev)) for _ in range(TINY_TENSORS)
-        ]
-        for p in tiny:
-            p.grad = torch.randn_like(p)
-        opt = torch.optim.AdamW(tiny, lr=1e-4, foreach=True)
-        t, it = self._timeit(opt.step, target_s=0.1)
-        rows["optimizer_tensors"] = {
-            "op": f"AdamW (foreach) step over {TINY_TENSORS} tensors of {TINY_ELEMENTS} fp32",
-            "params": TINY_TENSORS * TINY_ELEMENTS,
-            "tensors": TINY_TENSORS,
-            "time_s": t,
-            "iters": it,
-        }
-        self.result["job_ops"] = rows
 
     def phase_storage(self) -> None:
         rows: dict[str, Any] = {}
