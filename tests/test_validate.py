@@ -119,12 +119,11 @@ def test_probe_calibrate_validate_loop(tmp_path: Path) -> None:
     for name in ("probe-job", "comm-heavy"):
         one, two = rows[(name, 1)], rows[(name, 2)]
         assert one["measured_scaling"] == 1.0
-        # the raw prediction never scales super-linearly (the same work per rank, plus sync);
-        # the reported figure is the drift-corrected one, which the two runs' drift can lift
-        assert 0 < one["predicted_s"] / two["predicted_s"] <= 1.0
-        assert two["predicted_scaling"] == pytest.approx(
-            one["corrected_predicted_s"] / two["corrected_predicted_s"]
-        )
+        # the model's own scaling: the raw predictions' ratio, never super-linear (the same
+        # work per rank, plus sync); a drift factor applied to one layout only (the reference
+        # row's speed check) must not move it
+        assert 0 < two["predicted_scaling"] <= 1.0
+        assert two["predicted_scaling"] == pytest.approx(one["predicted_s"] / two["predicted_s"])
     # A loose sanity bound (a shared CI CPU is noisy); the 10% goal is checked by hand.
     assert abs(rows[("probe-job", 1)]["error_pct"]) < 60
     # the table: raw and corrected errors, drift, verdicts
