@@ -4,6 +4,7 @@ profiles, and checking predictions against live runs."""
 from __future__ import annotations
 
 import json
+import math
 import sys
 from typing import Annotated
 
@@ -12,6 +13,9 @@ import typer
 from .cli_common import Fmt, _csv_rows, _json, _kept, app, err, out
 from .errors import UserError
 from .report.text import safe
+
+# A probe that overruns its --time-budget by more than this says so.
+BUDGET_SLACK = 1.1
 
 
 @app.command()
@@ -107,6 +111,14 @@ def probe(
     d = json.loads(Path(out_file).read_text())
     for note in d.get("notes", []):
         err.print(f"note: {safe(note)}", highlight=False)
+    if res.seconds > BUDGET_SLACK * time_budget:
+        err.print(
+            f"note: the probe ran {res.seconds:.0f} s against --time-budget {time_budget:g} s: "
+            "its phases shrink with the budget down to one short run of each timing, which "
+            f"takes that long here; give --time-budget {math.ceil(res.seconds)} or more, or "
+            "fewer --phases",
+            highlight=False,
+        )
     tr = d.get("train") or {}
     out.print(
         f"probe written to {safe(out_file)} in {res.seconds:.0f} s: "
