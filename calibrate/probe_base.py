@@ -1,7 +1,8 @@
 """The probe's process: its rank and devices, its heartbeat, and the measurement helpers every
 phase uses (timing local work, reducing over ranks). The phases live in
-:mod:`calibrate.probe_collectives`, :mod:`calibrate.probe_device` and
-:mod:`calibrate.probe_train`; :mod:`calibrate.probe` puts them together."""
+:mod:`calibrate.probe_collectives`, :mod:`calibrate.probe_device`,
+:mod:`calibrate.probe_job_ops` and :mod:`calibrate.probe_train`; :mod:`calibrate.probe` puts
+them together."""
 
 from __future__ import annotations
 

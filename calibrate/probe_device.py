@@ -1,5 +1,6 @@
 """The probe's per-device phases: GEMMs, per-op overhead and attention; speed variation; memory-
-bound copies and the training job's memory-bound operations; storage."""
+bound copies of growing size; storage. (The training job's own operations:
+:mod:`calibrate.probe_job_ops`.)"""
 
 from __future__ import annotations
 

@@ -363,9 +363,13 @@ def _anchor(rows: list[dict[str, Any]]) -> None:
 
 def _scaling(rows: list[dict[str, Any]]) -> None:
     """Weak scaling per workload: per-process throughput against its smallest measured run,
-    measured and predicted, and the gap in points. The prediction's is the model's own (raw
-    predictions): every row but the reference job's smallest shares one drift factor, which
-    cancels, and that row's own speed-check drift is no part of how the model scales."""
+    measured and predicted, and the gap in points. Where the reference job set one drift
+    factor for the rows (:func:`_anchor`), the prediction's is the model's own (raw
+    predictions: the shared factor cancels, and the reference row's own speed-check drift is
+    no part of how the model scales); without it each row carries the drift of its own run,
+    as the measured ratio does, so the corrected predictions are compared."""
+    anchored = any("drift_reference" in r for r in rows)
+    key = "predicted_s" if anchored else "corrected_predicted_s"
     by: dict[str, list[dict[str, Any]]] = {}
     for r in rows:
         if "measured_s" in r:
@@ -374,6 +378,6 @@ def _scaling(rows: list[dict[str, Any]]) -> None:
         ref = min(group, key=lambda r: r["world_size"])
         for r in group:
             r["measured_scaling"] = ref["measured_s"] / r["measured_s"]
-            r["predicted_scaling"] = ref["predicted_s"] / r["predicted_s"]
+            r["predicted_scaling"] = ref[key] / r[key]
             if r is not ref:
                 r["scaling_gap_points"] = 100.0 * (r["predicted_scaling"] - r["measured_scaling"])

@@ -115,8 +115,7 @@ def probe(
         err.print(
             f"note: the probe ran {res.seconds:.0f} s against --time-budget {time_budget:g} s: "
             "its phases shrink with the budget down to one short run of each timing, which "
-            f"takes that long here; give --time-budget {math.ceil(res.seconds)} or more, or "
-            "fewer --phases",
+            f"takes that long here; give --time-budget {math.ceil(res.seconds)} or more",
             highlight=False,
         )
     tr = d.get("train") or {}

@@ -19,7 +19,10 @@ MODEL = {"layers": 2, "hidden": 256, "heads": 4, "vocab": 4096, "seq": 128, "bat
 
 
 def _gpu(**eff: float) -> dict[str, Any]:
+    """The placeholder device (1 TFLOP/s), with memory fast enough (1 TB/s) that the job's
+    GEMMs are compute-bound, as on the machines the fit is for."""
     gpu = copy.deepcopy(inline_job_scenario(MODEL)["cluster"]["gpu"])
+    gpu["memory_bandwidth_gbps"] = {"value": 1000.0, "source": "set by the test"}
     for k, v in eff.items():
         gpu["efficiency"][k] = {"value": v, "source": "set by the test"}
     return gpu
@@ -30,15 +33,15 @@ def _timer(gpu: dict[str, Any]) -> OpTimer:
 
 
 def test_weight_streaming_adds_weight_bytes_per_pass() -> None:
-    """A linear layer's GEMM pays its weight's bytes over the streaming bandwidth once in the
-    forward pass and twice in the backward (read for the input gradient, written as the weight
-    gradient); a product of two activations (attention scores) has no weight and pays nothing."""
+    """A compute-bound linear layer's GEMM pays its weight's bytes over the streaming
+    bandwidth once in the forward pass and twice in the backward (read for the input
+    gradient, written as the weight gradient); a product of two activations (attention
+    scores) has no weight and pays nothing."""
     plain, streamed = _gpu(), _gpu(gemm_weight_bandwidth=0.25)
     t0, t1 = _timer(plain), _timer(streamed)
     m, n, k = 512, 1024, 256
     lin = Op("mlp_up", "gemm", flops=2.0 * m * n * k, dims=(1, m, n, k), weight=True)
-    bw = GPUProfile.model_validate(plain).memory_bandwidth_gbps.value * 1e9 * 0.25
-    per_pass = 4 * k * n / bw  # fp32 weight
+    per_pass = 4 * k * n / (1000e9 * 0.25)  # fp32 weight
     assert t1.time(lin) - t0.time(lin) == pytest.approx(per_pass, rel=1e-9)
     back = backward_op(lin)
     assert back.weight
@@ -47,6 +50,45 @@ def test_weight_streaming_adds_weight_bytes_per_pass() -> None:
     assert t1.time(scores) == t0.time(scores)
     # a slower stream is never faster
     assert _timer(_gpu(gemm_weight_bandwidth=0.1)).time(lin) > t1.time(lin)
+
+
+def test_a_streamed_weight_leaves_a_memory_bound_gemms_own_traffic() -> None:
+    """In a memory-bound GEMM (few tokens) the weight is part of the traffic it already pays:
+    streamed, it moves at the streaming bandwidth instead, not twice. At a streaming fraction
+    of 1 the GEMM takes what it took."""
+    m, n, k = 8, 4096, 4096  # 8 tokens: the weight dominates the traffic
+    lin = Op("mlp_up", "gemm", flops=2.0 * m * n * k, dims=(1, m, n, k), weight=True)
+    slow_mem = {"value": 100.0, "source": "set by the test"}
+    plain, full, quarter = (
+        _gpu(**({} if f is None else {"gemm_weight_bandwidth": f})) for f in (None, 1.0, 0.25)
+    )
+    for g in (plain, full, quarter):
+        g["memory_bandwidth_gbps"] = slow_mem
+        g["peak_tflops"]["fp32"] = {"value": 1000.0, "source": "set by the test"}
+    t0, t1, tq = (_timer(g).time(lin) for g in (plain, full, quarter))
+    weight = 4 * k * n
+    others = 4 * (m * k + m * n)
+    launch = 1e-6
+    assert t0 == pytest.approx((weight + others) / 100e9 + launch, rel=1e-9)
+    assert t1 == pytest.approx(t0, rel=1e-9)
+    assert tq == pytest.approx(weight / 25e9 + others / 100e9 + launch, rel=1e-9)
+
+
+def test_fp8_weight_gradients_are_written_in_16_bits() -> None:
+    """fp8 training reads an fp8 weight but writes its gradient at 16 bits at least."""
+    gpu = _gpu(gemm_weight_bandwidth=0.5)
+    gpu["peak_tflops"]["fp8"] = {"value": 2.0, "source": "set by the test"}
+    gpu["peak_tflops"]["bf16"] = {"value": 1.0, "source": "set by the test"}
+    plain = copy.deepcopy(gpu)
+    del plain["efficiency"]["gemm_weight_bandwidth"]
+    t1 = OpTimer(GPUProfile.model_validate(gpu), "fp8")
+    t0 = OpTimer(GPUProfile.model_validate(plain), "fp8")
+    m, n, k = 4096, 1024, 1024
+    lin = Op("mlp_up", "gemm", flops=2.0 * m * n * k, dims=(1, m, n, k), weight=True)
+    bw = 1000e9 * 0.5
+    assert t1.time(lin) - t0.time(lin) == pytest.approx(k * n / bw, rel=1e-9)
+    back = backward_op(lin)
+    assert t1.time(back) - t0.time(back) == pytest.approx((1 + 2) * k * n / bw, rel=1e-9)
 
 
 def _synthetic_train(factor: float, fraction: float, steps: int = 6) -> dict[str, Any]:
@@ -199,3 +241,33 @@ def test_optimizer_per_tensor_cost_recovered_from_two_timings() -> None:
     assert fit[2] == pytest.approx(job["params"] * per_param * inv_bw, rel=1e-6)
     assert optimizer_tensor_fit(job, {**tiny, "time_s": op_s}, per_param, op_s) is None
     assert optimizer_tensor_fit(job, None, per_param, op_s) is None
+
+
+def test_a_zero_optimizer_visits_its_slice_of_the_tensors() -> None:
+    """A ZeRO optimizer steps a 1/n slice of the stage's contiguous buffer: about 1/n of its
+    tensors, plus one cut at each end; FSDP is counted per parameter (FSDP2)."""
+    from simulator.config.loading import resolve_dict
+    from simulator.engine.sim import Simulation
+
+    base = {
+        "name": "zero",
+        "cluster": {
+            "gpu": "a100-sxm4-80gb",
+            "gpus_per_node": 8,
+            "nodes": 1,
+            "fabric": "nvlink3-nvswitch",
+        },
+        "model": {"layers": 8, "hidden": 1024, "heads": 8, "vocab": 32000},
+        "training": {"seq_len": 1024, "global_batch": 8, "micro_batch": 1},
+    }
+    whole = 8 * 6 + 1 + 2  # RMSNorm Llama-style: 6 per layer, embedding, norm and output
+    ddp = Simulation(
+        resolve_dict({**base, "parallelism": {"sharding": {"kind": "zero", "stage": 0}}})
+    )
+    zero = Simulation(
+        resolve_dict({**base, "parallelism": {"sharding": {"kind": "zero", "stage": 1}}})
+    )
+    fsdp = Simulation(resolve_dict({**base, "parallelism": {"sharding": {"kind": "fsdp"}}}))
+    assert ddp._stage_tensors(0) == whole
+    assert zero.shard_n == 8 and zero._stage_tensors(0) == -(-whole // 8) + 1
+    assert fsdp._stage_tensors(0) == whole

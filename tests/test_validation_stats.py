@@ -122,3 +122,40 @@ def test_a_time_budget_that_is_not_positive_is_refused(tmp_path: Path) -> None:
     r = run_cli("probe", "--time-budget", "-5", "--out", str(tmp_path / "p.json"))
     assert r.returncode == 2 and "--time-budget" in r.stderr and "Traceback" not in r.stderr
     assert not (tmp_path / "p.json").exists()
+
+
+def test_scaling_uses_the_models_own_ratio_only_where_one_drift_factor_applies() -> None:
+    """With the reference job's one drift factor the predicted scaling is the raw predictions'
+    ratio (the reference row's own speed-check drift does not skew it); without it each row
+    carries its own run's drift, as the measured ratio does, so the corrected ones compare."""
+    from calibrate.validate import _scaling
+
+    def rows(anchored: bool) -> list[dict]:
+        one = {"workload": "w", "world_size": 1, "measured_s": 1.0, "predicted_s": 1.0}
+        two = {"workload": "w", "world_size": 2, "measured_s": 1.25, "predicted_s": 1.2}
+        one["corrected_predicted_s"], two["corrected_predicted_s"] = 0.8, 1.2 * 1.05
+        if anchored:
+            two["drift_reference"] = "probe-job at 1x1"
+        return [one, two]
+
+    a, b = rows(True), rows(False)
+    _scaling(a)
+    _scaling(b)
+    assert a[1]["predicted_scaling"] == pytest.approx(1.0 / 1.2)
+    assert b[1]["predicted_scaling"] == pytest.approx(0.8 / 1.26)
+    assert a[1]["scaling_gap_points"] == pytest.approx(100 * (1 / 1.2 - 1 / 1.25))
+
+
+def test_the_in_step_interval_widens_with_the_two_batch_differences() -> None:
+    """Where the in-step factor comes from paired steps at two batch sizes, their scatter
+    widens the compute part of the prediction's interval."""
+    from calibrate.validate import _sigmas
+
+    full = [[0.120, 0.121, 0.119, 0.122, 0.120, 0.121]]
+    half = [[0.060, 0.068, 0.055, 0.066, 0.058, 0.064]]
+    side = {"compute_fit": {"rms_rel_err": 0.01}, "train": {"compute_step_times_s": full}}
+    plain, _ = _sigmas(side)
+    side["train"]["compute_half_step_times_s"] = half
+    side["compute_fit"]["gemm_weight_bandwidth"] = 0.2
+    split, _ = _sigmas(side)
+    assert split["compute"] > plain["compute"] > 0

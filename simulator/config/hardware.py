@@ -184,7 +184,8 @@ class GPUEfficiency(BaseModel):
             "memory-bound operations, optimizer): a training step's operations take this much "
             "longer than the same operations timed alone (framework and allocator overhead, "
             "caches shared with other work, the host's other devices busy); measured by "
-            "timing the job's step without communication; unset: 1"
+            "timing the job's step without communication (with gemm_weight_bandwidth: from how "
+            "much that step shrinks at half the batch); unset: 1"
         ),
     )
 

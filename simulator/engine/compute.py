@@ -195,30 +195,37 @@ class OpTimer:
             best = max(best, 1.0 / (1.0 + SPLIT_K_COST * (1.0 - small / self.sms)))
         return best
 
-    def gemm_time(self, b: int, m: int, n: int, k: int, wide: bool = False) -> float:
+    def gemm_time(
+        self, b: int, m: int, n: int, k: int, wide: bool = False, streamed: float = 0.0
+    ) -> float:
         """One (batched) GEMM: the slower of its tensor-core time (shape-dependent efficiency:
         size curve times wave quantisation) and its memory traffic (read both inputs, write the
-        output), plus the launch. ``wide``: at the 16-bit rate even in fp8 training."""
+        output), plus the launch. ``wide``: at the 16-bit rate even in fp8 training.
+        ``streamed``: bytes of a weight operand (or weight gradient) that move on top of the
+        GEMM at ``gemm_weight_bandwidth``, so no longer part of its own traffic."""
         if min(b, m, n, k) <= 0:
             return 0.0
         flops = 2.0 * b * m * n * k
         eff = self.gemm_efficiency(flops, wide) * self.wave_efficiency(b, m, n)
         compute = flops / ((self.wide_peak if wide else self.gemm_peak) * eff)
         el = self.wide_el if wide else self.el
-        memory = el * b * (m * k + k * n + m * n) / self.mem_bw
-        return max(compute, memory) + self.launch
+        memory = max(0.0, el * b * (m * k + k * n + m * n) - streamed) / self.mem_bw
+        weight = streamed / self.weight_bw if streamed > 0.0 else 0.0
+        return weight + max(compute, memory) + self.launch
 
     def time(self, op: Op) -> float:
         if op.kind == "gemm" and op.dims is not None:
             b, m, n, k = op.dims
             w = op.wide
+            el = self.wide_el if w else self.el
+            # a weight streamed by each pass: read by the forward and the input gradient, and
+            # written (at least 16-bit, also in fp8 training) as the weight gradient
+            read = el * b * k * n if op.weight and self.weight_bw > 0.0 else 0.0
+            write = max(el, self.wide_el) * b * k * n if read else 0.0
             if op.backward:  # dIn = dOut·W^T (m×k, reduce over n), dW = In^T·dOut (k×n, over m)
-                t = self.gemm_time(b, m, k, n, w) + self.gemm_time(b, k, n, m, w)
+                t = self.gemm_time(b, m, k, n, w, read) + self.gemm_time(b, k, n, m, w, write)
             else:
-                t = self.gemm_time(b, m, n, k, w)
-            if op.weight and self.weight_bw > 0.0:
-                passes = 2 if op.backward else 1  # dIn reads the weight, dW writes its gradient
-                t += passes * (self.wide_el if w else self.el) * b * k * n / self.weight_bw
+                t = self.gemm_time(b, m, n, k, w, read)
             return t * self.scale
         if op.kind == "gemm":
             if op.flops <= 0:

@@ -11,6 +11,7 @@ from typing import Any
 
 import simpy
 
+from ..config.parallelism import ZeroSharding
 from ..config.scenario import ResolvedScenario
 from ..config.software import on
 from ..network.collectives import choose
@@ -264,10 +265,16 @@ class SimulationBase(Tracing, LinkSharing):
         )
 
     def _stage_tensors(self, stage: int) -> int:
-        """Parameter tensors one rank of ``stage`` holds (each TP rank a shard of each)."""
-        return sum(self._chunk_layers[stage]) * self.layer_tensors + self.extra_tensors.get(
-            stage, 0
-        )
+        """Parameter tensors the optimizer of one rank of ``stage`` visits: each TP rank holds a
+        shard of each. A ZeRO optimizer (Megatron's distributed optimizer, DeepSpeed) steps a
+        1/n slice of the stage's contiguous buffer: about 1/n of the tensors, one of them cut
+        at each end. FSDP is counted per parameter, as FSDP2 (and torchtitan) shard them; a
+        flat-parameter FSDP1 steps fewer, larger tensors."""
+        n = sum(self._chunk_layers[stage]) * self.layer_tensors + self.extra_tensors.get(stage, 0)
+        zero = isinstance(self.rs.parallelism.sharding, ZeroSharding)
+        if zero and self.z >= 1 and self.shard_n > 1:
+            return -(-n // self.shard_n) + 1
+        return n
 
     def _tied_peer(self, rank: int, stage: int) -> int | None:
         """The rank at the other end of the pipeline that ``rank`` exchanges the tied
