@@ -191,6 +191,22 @@ def test_no_weight_term_where_nothing_is_batch_independent() -> None:
     assert fit.factor == pytest.approx(1.2, rel=1e-9)
 
 
+def _llama_style(gpus: int, layers: int, **extra: Any) -> dict[str, Any]:
+    """A small Llama-style scenario (RMSNorm, rotary positions) on one A100 node."""
+    return {
+        "name": "tensors",
+        "cluster": {
+            "gpu": "a100-sxm4-80gb",
+            "gpus_per_node": gpus,
+            "nodes": 1,
+            "fabric": "nvlink3-nvswitch",
+        },
+        "model": {"layers": layers, "hidden": 1024, "heads": 8, "vocab": 32000},
+        "training": {"seq_len": 1024, "global_batch": 8, "micro_batch": 1},
+        **extra,
+    }
+
+
 def test_optimizer_pays_per_tensor_on_every_stage() -> None:
     """The optimizer step pays its per-tensor cost for each parameter tensor a rank holds:
     the probe's model holds 21 (8 per layer: two layer norms of weight and bias, fused QKV,
@@ -208,18 +224,7 @@ def test_optimizer_pays_per_tensor_on_every_stage() -> None:
     with_cost = simulated_compute_s(_gpu(optimizer_us_per_tensor=50.0), MODEL)
     assert with_cost - simulated_compute_s(_gpu(), MODEL) == pytest.approx(21 * 50e-6, rel=1e-6)
     # Llama-style (RMSNorm, rotary positions): 6 per layer, embedding 1, norm and output 2
-    llama = {
-        "name": "pp",
-        "cluster": {
-            "gpu": "a100-sxm4-80gb",
-            "gpus_per_node": 2,
-            "nodes": 1,
-            "fabric": "nvlink3-nvswitch",
-        },
-        "model": {"layers": 4, "hidden": 1024, "heads": 8, "vocab": 32000},
-        "training": {"seq_len": 1024, "global_batch": 8, "micro_batch": 1},
-        "parallelism": {"pp": 2},
-    }
+    llama = _llama_style(gpus=2, layers=4, parallelism={"pp": 2})
     two = Simulation(resolve_dict(llama))
     assert (two._stage_tensors(0), two._stage_tensors(1)) == (2 * 6 + 1, 2 * 6 + 2)
 
@@ -249,17 +254,7 @@ def test_a_zero_optimizer_visits_its_slice_of_the_tensors() -> None:
     from simulator.config.loading import resolve_dict
     from simulator.engine.sim import Simulation
 
-    base = {
-        "name": "zero",
-        "cluster": {
-            "gpu": "a100-sxm4-80gb",
-            "gpus_per_node": 8,
-            "nodes": 1,
-            "fabric": "nvlink3-nvswitch",
-        },
-        "model": {"layers": 8, "hidden": 1024, "heads": 8, "vocab": 32000},
-        "training": {"seq_len": 1024, "global_batch": 8, "micro_batch": 1},
-    }
+    base = _llama_style(gpus=8, layers=8)
     whole = 8 * 6 + 1 + 2  # RMSNorm Llama-style: 6 per layer, embedding, norm and output
     ddp = Simulation(
         resolve_dict({**base, "parallelism": {"sharding": {"kind": "zero", "stage": 0}}})
