@@ -36,6 +36,7 @@ from .fits import (
     fit_speed_cv,
     unit_seconds,
 )
+from .memory_fit import job_tier_fit
 from .output import Calibration, check_name, in_sample, write
 from .probe_file import load_probe
 from .step_fits import (
@@ -177,10 +178,20 @@ def calibrate(probe: dict[str, Any], file: str, name: str) -> Calibration:
     tier = fit_cache(copies, ovh)
     bw = tier["memory_gbps"] if tier else max(r["gbps"] for r in copies)
     tier_what = tier["what"] + ", all processes copying at once" if tier else ""
+    copy_tier_what = tier_what
     elem = [r for r in mem if r["kind"] != "copy"]
     elem_bw = max((r["gbps"] for r in elem), default=bw)
     mem_eff = min(1.0, elem_bw / bw)
     mem_what = f"elementwise (GELU + copy) {elem_bw:.3g} GB/s over copy {bw:.3g} GB/s"
+    jt = job_tier_fit(probe, ovh)
+    if jt is not None:
+        # the tier's shape the job's own kernels show, on the copies' memory bandwidth
+        tier = (
+            None
+            if jt["cache_mb"] is None
+            else {"cache_mb": jt["cache_mb"], "cache_gbps": jt["ratio"] * bw}
+        )
+        tier_what = jt["what"] + (f", on copy {bw:.3g} GB/s" if tier else "")
     job = job_memory_fit(probe, bw, ovh, tier)
     if job is not None:
         mem_eff, mem_what = job["memory_fraction"], job["memory_what"]
@@ -209,7 +220,7 @@ def calibrate(probe: dict[str, Any], file: str, name: str) -> Calibration:
         ),
         "memory_bandwidth_gbps": S(
             bw,
-            tier_what
+            copy_tier_what
             or "best large-tensor copy (read + write bytes) over "
             f"{len(copies)} sizes, all processes copying at once",
         ),

@@ -26,7 +26,7 @@ COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_t
 # How the phases after the collective sweep share what is left of --time-budget, and about
 # how long each takes at full length on a 2-core CPU (so a short share shortens its timings).
 PHASE_WEIGHT = {"compute": 0.22, "speed": 0.2, "memory": 0.18, "storage": 0.04, "train": 0.36}
-PHASE_NOMINAL_S = {"compute": 5.0, "speed": 4.5, "memory": 4.0, "storage": 0.3}
+PHASE_NOMINAL_S = {"compute": 5.0, "speed": 4.5, "memory": 5.0, "storage": 0.3}
 
 # The probe's training job: small enough for a CPU, big enough that compute dominates noise.
 DEFAULT_MODEL = {"layers": 2, "hidden": 256, "heads": 4, "vocab": 4096, "seq": 128, "batch": 4}

@@ -10,6 +10,8 @@ from .probe_base import ProbeBase
 
 # The optimizer timed over many tiny tensors: its per-tensor cost, bytes negligible beside it.
 TINY_TENSORS, TINY_ELEMENTS = 256, 64
+# The job's memory-bound operations are also timed on these multiples of its token count.
+TOKEN_SCALES = (0.25, 0.5, 2.0, 4.0)
 
 
 class JobOpsPhase(ProbeBase):
@@ -18,51 +20,27 @@ class JobOpsPhase(ProbeBase):
         (as Vidur and vTrain profile a model's operators), and its optimizer step: the
         simulator's byte counts over these times give the bandwidth fractions it uses."""
         torch = self.torch
-        F = torch.nn.functional
         from .model import ProbeTransformer
 
+        dev = self.device
         cfg = self.model_config()
         T, h, V = cfg["batch"] * cfg["seq"], cfg["hidden"], cfg["vocab"]
-        dev = self.device
-
-        def fwd_bwd(make: Any) -> Any:
-            def run() -> None:
-                for leaf in (x_h, x_4h, logits, w, b):
-                    leaf.grad = None  # as zero_grad(set_to_none=True): no accumulation adds
-                out = make()
-                out.backward(gout[out.shape])
-
-            return run
-
-        x_h = torch.randn(T, h, device=dev, requires_grad=True)
-        x_4h = torch.randn(T, 4 * h, device=dev, requires_grad=True)
-        logits = torch.randn(T, V, device=dev, requires_grad=True)
-        target = torch.randint(0, V, (T,), device=dev)
-        w, b = torch.ones(h, device=dev, requires_grad=True), torch.zeros(h, device=dev)
-        b.requires_grad_(True)
-        gout = {
-            torch.Size([T, h]): torch.randn(T, h, device=dev),
-            torch.Size([T, 4 * h]): torch.randn(T, 4 * h, device=dev),
-            torch.Size([]): torch.ones((), device=dev),
-        }
-        a1, a2 = torch.randn(T, h, device=dev), torch.randn(T, h, device=dev)
-        ops: dict[str, tuple[str, Any]] = {
-            "layernorm": (
-                f"layer_norm ({T}x{h}) fwd+bwd",
-                fwd_bwd(lambda: F.layer_norm(x_h, (h,), w, b)),
-            ),
-            "gelu": (f"gelu ({T}x{4 * h}) fwd+bwd", fwd_bwd(lambda: F.gelu(x_4h))),
-            "add": (f"add ({T}x{h})", lambda: torch.add(a1, a2)),
-            "cross_entropy": (
-                f"cross_entropy ({T}x{V}) fwd+bwd",
-                fwd_bwd(lambda: F.cross_entropy(logits, target)),
-            ),
-        }
         rows: dict[str, Any] = {}
-        for key, (what, fn) in ops.items():
+        for key, (what, fn) in self._memory_ops(T, h, V).items():
             self.beat(detail=f"job op {key}")
             t, it = self._timeit(fn, target_s=0.1)
             rows[key] = {"op": what, "time_s": t, "iters": it}
+        # The same operations on fewer and more tokens: how their time grows with the bytes
+        # (the cache tier the simulator's memory-bound operations follow), measured on these
+        # kernels rather than on plain copies.
+        scaled: list[dict[str, Any]] = []
+        for scale in TOKEN_SCALES:
+            n = max(1, round(T * scale))
+            for key, (what, fn) in self._memory_ops(n, h, V).items():
+                self.beat(detail=f"job op {key} ×{scale:g} tokens")
+                t, it = self._timeit(fn, target_s=0.04)
+                scaled.append({"key": key, "op": what, "scale": n / T, "time_s": t, "iters": it})
+        rows["scaled"] = scaled
         self.beat(detail="job op optimizer")
         model = ProbeTransformer(
             **{k: cfg[k] for k in ("layers", "hidden", "heads", "vocab", "seq")}
@@ -97,3 +75,44 @@ class JobOpsPhase(ProbeBase):
             "iters": it,
         }
         self.result["job_ops"] = rows
+
+    def _memory_ops(self, T: int, h: int, V: int) -> dict[str, tuple[str, Any]]:
+        """The job's memory-bound operations on ``T`` tokens: what each is, and a call that
+        runs it once (forward and backward where the job runs both)."""
+        torch = self.torch
+        F = torch.nn.functional
+        dev = self.device
+
+        def fwd_bwd(make: Any) -> Any:
+            def run() -> None:
+                for leaf in (x_h, x_4h, logits, w, b):
+                    leaf.grad = None  # as zero_grad(set_to_none=True): no accumulation adds
+                out = make()
+                out.backward(gout[out.shape])
+
+            return run
+
+        x_h = torch.randn(T, h, device=dev, requires_grad=True)
+        x_4h = torch.randn(T, 4 * h, device=dev, requires_grad=True)
+        logits = torch.randn(T, V, device=dev, requires_grad=True)
+        target = torch.randint(0, V, (T,), device=dev)
+        w, b = torch.ones(h, device=dev, requires_grad=True), torch.zeros(h, device=dev)
+        b.requires_grad_(True)
+        gout = {
+            torch.Size([T, h]): torch.randn(T, h, device=dev),
+            torch.Size([T, 4 * h]): torch.randn(T, 4 * h, device=dev),
+            torch.Size([]): torch.ones((), device=dev),
+        }
+        a1, a2 = torch.randn(T, h, device=dev), torch.randn(T, h, device=dev)
+        return {
+            "layernorm": (
+                f"layer_norm ({T}x{h}) fwd+bwd",
+                fwd_bwd(lambda: F.layer_norm(x_h, (h,), w, b)),
+            ),
+            "gelu": (f"gelu ({T}x{4 * h}) fwd+bwd", fwd_bwd(lambda: F.gelu(x_4h))),
+            "add": (f"add ({T}x{h})", lambda: torch.add(a1, a2)),
+            "cross_entropy": (
+                f"cross_entropy ({T}x{V}) fwd+bwd",
+                fwd_bwd(lambda: F.cross_entropy(logits, target)),
+            ),
+        }
