@@ -8,7 +8,9 @@
 - Compute: ``eff(F) = matmul_max · F / (F + matmul_half_flops)`` fitted to the measured matmul
   throughputs relative to a peak. On a CPU there is no datasheet peak: the best measured
   throughput is the peak figure (its source says so) and the efficiency is relative to it.
-- Memory bandwidth (large copies), storage throughput, per-op overhead, attention efficiency.
+- Memory: bandwidth from large copies; the cache tier and bandwidth fraction from the training
+  job's own memory-bound kernels (:mod:`calibrate.memory_fit`); storage throughput, per-op
+  overhead, attention efficiency.
 
 Writes ``NAME`` (gpu), ``NAME-fabric``, ``NAME-network`` (only with inter-node data) and
 ``NAME-storage`` into ``hardware_profiles/calibrated/``, plus ``NAME.calibration.json`` (the
@@ -31,12 +33,11 @@ from .fits import (
     efficiency_quality,
     fit_alpha_beta,
     fit_attention,
-    fit_cache,
     fit_efficiency,
     fit_speed_cv,
     unit_seconds,
 )
-from .memory_fit import job_tier_fit
+from .memory_fit import memory_figures
 from .output import Calibration, check_name, in_sample, write
 from .probe_file import load_probe
 from .step_fits import (
@@ -172,29 +173,16 @@ def calibrate(probe: dict[str, Any], file: str, name: str) -> Calibration:
         eff_m = 1.0
     att = probe.get("attention") or {}
     att_eff = (att.get("tflops", 0) / best) if att else 0.5
-    mem = probe["memory"]
-    copies = [r for r in mem if r["kind"] == "copy"]
     ovh = (probe.get("op_overhead") or {}).get("time_s", 5e-6)
-    tier = fit_cache(copies, ovh)
-    bw = tier["memory_gbps"] if tier else max(r["gbps"] for r in copies)
-    tier_what = tier["what"] + ", all processes copying at once" if tier else ""
-    copy_tier_what = tier_what
-    elem = [r for r in mem if r["kind"] != "copy"]
-    elem_bw = max((r["gbps"] for r in elem), default=bw)
-    mem_eff = min(1.0, elem_bw / bw)
-    mem_what = f"elementwise (GELU + copy) {elem_bw:.3g} GB/s over copy {bw:.3g} GB/s"
-    jt = job_tier_fit(probe, ovh)
-    if jt is not None:
-        # the tier's shape the job's own kernels show, on the copies' memory bandwidth
-        tier = (
-            None
-            if jt["cache_mb"] is None
-            else {"cache_mb": jt["cache_mb"], "cache_gbps": jt["ratio"] * bw}
-        )
-        tier_what = jt["what"] + (f", on copy {bw:.3g} GB/s" if tier else "")
-    job = job_memory_fit(probe, bw, ovh, tier)
-    if job is not None:
-        mem_eff, mem_what = job["memory_fraction"], job["memory_what"]
+    mf = memory_figures(probe, ovh)
+    bw, tier, tier_what, mem_eff, mem_what, job = (
+        mf.bandwidth_gbps,
+        mf.tier,
+        mf.tier_what,
+        mf.fraction,
+        mf.fraction_what,
+        mf.job,
+    )
     mem_bytes = float(probe.get("memory_bytes") or 0)
     gpu_mem = mem_bytes / max(1, ppn) / 1e9 if is_cpu else mem_bytes / 1e9
     device = (probe.get("cpu_model") if is_cpu else (probe.get("devices") or ["?"])[0]) or "?"
@@ -218,12 +206,7 @@ def calibrate(probe: dict[str, Any], file: str, name: str) -> Calibration:
             if is_cpu
             else "device memory",
         ),
-        "memory_bandwidth_gbps": S(
-            bw,
-            copy_tier_what
-            or "best large-tensor copy (read + write bytes) over "
-            f"{len(copies)} sizes, all processes copying at once",
-        ),
+        "memory_bandwidth_gbps": S(bw, mf.bandwidth_what),
         "tdp_w": S(0.0, "not measured by the probe (power unknown; 0 = unknown)"),
         "peak_tflops": peaks,
         "efficiency": {

@@ -7,7 +7,7 @@ less, and the simulator times these kernels, not copies."""
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -67,13 +67,13 @@ def _hit(working: float, cache: float) -> float:
 
 def job_tier_fit(probe: dict[str, Any], op_s: float) -> dict[str, Any] | None:
     """:func:`fit_tier` over the probe's timings of the job's memory-bound operations at its
-    own token count and the multiples it also ran (``job_ops["scaled"]``), each less the
+    own token count and the multiples it also ran (``job_ops_scaled``), each less the
     simulator's per-operation overhead ``op_s`` for every operation it stands for. The
     simulator's bytes and working sets grow with the tokens (activations, logits), so the
     job's counts are scaled by each multiple. None where the probe did not time the
     multiples or the fit has too few points; else the fit and its source text."""
     jo, tr = probe.get("job_ops") or {}, probe.get("train")
-    scaled = jo.get("scaled")
+    scaled = probe.get("job_ops_scaled")
     if not scaled or not tr:
         return None
     from simulator.config.loading import resolve_dict
@@ -117,3 +117,54 @@ def job_tier_fit(probe: dict[str, Any], op_s: float) -> dict[str, Any] | None:
             f"{fit['cache_mb']:.3g} MB, memory's from twice that"
         )
     return {**fit, "what": what + f" (rms {fit['rms_rel_err']:.0%})"}
+
+
+class MemoryFigures(NamedTuple):
+    """What a calibrated GPU profile says about memory, each with its source text."""
+
+    bandwidth_gbps: float
+    bandwidth_what: str
+    tier: dict[str, Any] | None  # cache_mb, cache_gbps (before the fraction)
+    tier_what: str
+    fraction: float
+    fraction_what: str
+    job: dict[str, Any] | None  # :func:`calibrate.step_fits.job_memory_fit`, with the optimizer
+
+
+def memory_figures(probe: dict[str, Any], op_s: float) -> MemoryFigures:
+    """Memory bandwidth from the probe's copies (a cache tier's memory side where they show
+    one); the tier's shape from the job's own kernels where the probe timed them at several
+    token counts (:func:`job_tier_fit`), else from the copies; the bandwidth fraction from
+    the job's kernels at its own shapes (else GELU + copy over copy)."""
+    from .fits import fit_cache
+    from .step_fits import job_memory_fit
+
+    mem = probe["memory"]
+    copies = [r for r in mem if r["kind"] == "copy"]
+    tier = fit_cache(copies, op_s)
+    bw = tier["memory_gbps"] if tier else max(r["gbps"] for r in copies)
+    bw_what = (
+        tier["what"] + ", all processes copying at once"
+        if tier
+        else f"best large-tensor copy (read + write bytes) over {len(copies)} sizes, "
+        "all processes copying at once"
+    )
+    tier_what = bw_what if tier else ""
+    elem_bw = max((r["gbps"] for r in mem if r["kind"] != "copy"), default=bw)
+    frac = min(1.0, elem_bw / bw)
+    frac_what = f"elementwise (GELU + copy) {elem_bw:.3g} GB/s over copy {bw:.3g} GB/s"
+    jt = job_tier_fit(probe, op_s)
+    if jt is not None:
+        # the tier's shape the job's own kernels show, on the copies' memory bandwidth
+        tier = (
+            None
+            if jt["cache_mb"] is None
+            else {"cache_mb": jt["cache_mb"], "cache_gbps": jt["ratio"] * bw}
+        )
+        tier_what = jt["what"] + f", on copy {bw:.3g} GB/s"
+    job = job_memory_fit(probe, bw, op_s, tier)
+    if job is not None:
+        frac, frac_what = job["memory_fraction"], job["memory_what"]
+        if jt is not None:
+            frac_what += "; the tier: " + jt["what"]
+    return MemoryFigures(bw, bw_what, tier, tier_what, frac, frac_what, job)

@@ -80,8 +80,18 @@ def _check_timings(data: dict[str, Any], file: str) -> None:
     damaged file would otherwise reach the least-squares fits)."""
     import math
 
-    fields = {"attention_curve": ("time_s", "seq", "tflops")}
-    for section in ("collectives", "matmul", "memory", "attention", "attention_curve"):
+    fields = {
+        "attention_curve": ("time_s", "seq", "tflops"),
+        "job_ops_scaled": ("time_s", "scale"),
+    }
+    for section in (
+        "collectives",
+        "matmul",
+        "memory",
+        "attention",
+        "attention_curve",
+        "job_ops_scaled",
+    ):
         rows = data.get(section) or []
         if not isinstance(rows, list):
             continue

@@ -40,7 +40,7 @@ class JobOpsPhase(ProbeBase):
                 self.beat(detail=f"job op {key} ×{scale:g} tokens")
                 t, it = self._timeit(fn, target_s=0.04)
                 scaled.append({"key": key, "op": what, "scale": n / T, "time_s": t, "iters": it})
-        rows["scaled"] = scaled
+        self.result["job_ops_scaled"] = scaled
         self.beat(detail="job op optimizer")
         model = ProbeTransformer(
             **{k: cfg[k] for k in ("layers", "hidden", "heads", "vocab", "seq")}

@@ -63,6 +63,11 @@ def test_probe_calibrate_simulate(tmp_path: Path) -> None:
     jo = d["job_ops"]
     assert {"layernorm", "gelu", "add", "cross_entropy", "optimizer"} <= set(jo)
     assert all(v["time_s"] > 0 for v in jo.values()) and jo["optimizer"]["params"] > 1e6
+    # ... and the memory-bound ones on a quarter to four times the job's tokens
+    js = d["job_ops_scaled"]
+    assert {r["key"] for r in js} == {"layernorm", "gelu", "add", "cross_entropy"}
+    assert sorted({r["scale"] for r in js}) == [0.25, 0.5, 2.0, 4.0]
+    assert min(r["time_s"] for r in js) > 0
     tr = d["train"]
     assert tr["params"] > 1e6 and len(tr["step_times_s"]) >= 3 and tr["wrapper"] == "ddp"
     # the same step without gradient sync, per rank
