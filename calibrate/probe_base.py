@@ -28,6 +28,10 @@ COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_t
 PHASE_WEIGHT = {"compute": 0.22, "speed": 0.2, "memory": 0.18, "storage": 0.04, "train": 0.36}
 PHASE_NOMINAL_S = {"compute": 5.0, "speed": 4.5, "memory": 5.0, "storage": 0.3}
 
+# What _timeit_cold writes between calls to empty the caches: more than a CPU's last-level
+# cache, more than an H100's 50 MB or a B200's 126 MB of L2 (datasheets).
+FLUSH_BYTES, FLUSH_BYTES_GPU = 64 * 2**20, 512 * 2**20
+
 # The probe's training job: small enough for a CPU, big enough that compute dominates noise.
 DEFAULT_MODEL = {"layers": 2, "hidden": 256, "heads": 4, "vocab": 4096, "seq": 128, "batch": 4}
 
@@ -111,6 +115,7 @@ class ProbeBase:
         self.train_steps = int(args.train_steps)
         self.phase_end = self.budget_end  # this phase's share of the budget (see plan_phase)
         self.target_scale = 1.0  # timings' target durations, scaled down on a short budget
+        self._flush: Any = None  # the buffer _timeit_cold writes to empty the caches
         self.result: dict[str, Any] = {}
 
     # -- bookkeeping ----------------------------------------------------------------------------
@@ -288,6 +293,55 @@ class ProbeBase:
                 self._sync_dev()
                 runs.append((time.perf_counter() - t0) / iters)
         return self.reduce_max(statistics.median(runs)), iters * repeats
+
+    def _timeit_cold(
+        self, fn: Any, target_s: float = 0.15, min_calls: int = 5, max_calls: int = 40
+    ) -> tuple[float, float, int]:
+        """(cold, warm) seconds per call, medians over single calls, MAX over ranks: before
+        each cold call a buffer larger than the caches is written, so the call starts with its
+        operands out of cache as inside a training step (the step's other work evicted them),
+        and each warm call repeats the call before it. Device events time a GPU's calls."""
+        torch = self.torch
+        if self._flush is None:
+            n = (FLUSH_BYTES_GPU if self.cuda else FLUSH_BYTES) // 4
+            self._flush = torch.zeros(n, device=self.device)
+        with self._local():
+            fn()
+            self._sync_dev()
+            t0 = time.perf_counter()
+            self._flush.add_(1.0)
+            fn()
+            self._sync_dev()
+            first = max(time.perf_counter() - t0, 1e-7)
+        calls = int(min(max_calls, max(min_calls, target_s * self.target_scale / (2 * first))))
+        calls = int(self.reduce_max(calls))
+        if self.pg:
+            self.dist.barrier()
+        cold: list[float] = []
+        warm: list[float] = []
+        with self._local():
+            for _ in range(calls):
+                self._flush.add_(1.0)
+                cold.append(self._one_call(fn))
+                warm.append(self._one_call(fn))
+        return (
+            self.reduce_max(statistics.median(cold)),
+            self.reduce_max(statistics.median(warm)),
+            calls,
+        )
+
+    def _one_call(self, fn: Any) -> float:
+        if self.cuda:
+            torch = self.torch
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record()
+            fn()
+            b.record()
+            b.synchronize()
+            return float(a.elapsed_time(b)) / 1e3
+        t0 = time.perf_counter()
+        fn()
+        return time.perf_counter() - t0
 
     def model_config(self) -> dict[str, int]:
         return dict(

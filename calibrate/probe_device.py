@@ -24,7 +24,11 @@ class DevicePhases(ProbeBase):
         cfg = self.model_config()
         T, h, V = cfg["batch"] * cfg["seq"], cfg["hidden"], cfg["vocab"]
         # The training job's own GEMM shapes (forward and backward), then square sizes, kept
-        # in that order so that a short time budget still times the job's.
+        # in that order so that a short time budget still times the job's. Each call is timed
+        # with its operands out of cache, as in a training step, where the other operations
+        # have evicted them: on the 2-core VM the job's GEMMs ran 2-3% slower so, and those of
+        # a model with a quarter of its hidden size 17-20% (2026-11-24), a cost per call that
+        # GEMMs timed back to back hide.
         squares = [(n, n, n) for n in (64, 128, 256, 384, 512, 768, 1024)]
         if self.cuda:
             squares += [(n, n, n) for n in (2048, 4096, 8192)]
@@ -53,7 +57,7 @@ class DevicePhases(ProbeBase):
                 self.beat(detail=f"matmul {dname} {m}x{k}x{n}")
                 x = torch.randn(m, k, device=self.device).to(tdt[dname])
                 y = torch.randn(k, n, device=self.device).to(tdt[dname])
-                t, it = self._timeit(lambda x=x, y=y: torch.matmul(x, y))
+                t, warm, it = self._timeit_cold(lambda x=x, y=y: torch.matmul(x, y))
                 fl = 2.0 * m * k * n
                 rows.append(
                     {
@@ -63,6 +67,8 @@ class DevicePhases(ProbeBase):
                         "n": n,
                         "flops": fl,
                         "time_s": t,
+                        "warm_time_s": warm,
+                        "timing": "cold",
                         "iters": it,
                         "tflops": fl / t / 1e12,
                     }
