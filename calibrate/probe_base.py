@@ -300,7 +300,8 @@ class ProbeBase:
         """(cold, warm) seconds per call, medians over single calls, MAX over ranks: before
         each cold call a buffer larger than the caches is written, so the call starts with its
         operands out of cache as inside a training step (the step's other work evicted them),
-        and each warm call repeats the call before it. Device events time a GPU's calls."""
+        and each warm call repeats the call before it. Device events time a GPU's calls (as
+        ``triton.testing.do_bench`` does, which also clears the L2 cache before each run)."""
         torch = self.torch
         if self._flush is None:
             n = (FLUSH_BYTES_GPU if self.cuda else FLUSH_BYTES) // 4

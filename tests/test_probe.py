@@ -53,6 +53,9 @@ def test_probe_calibrate_simulate(tmp_path: Path) -> None:
     for c in d["collectives"]:
         assert c["time_s"] > 0 and c["busbw_gbps"] >= 0
     assert d["matmul"] and d["memory"] and d["storage"]["write_gbps"] > 0
+    # GEMMs timed one call at a time with the caches emptied first, the warm time beside
+    mm = d["matmul"]
+    assert all(r["timing"] == "cold" and r["warm_time_s"] > 0 for r in mm)
     # copies from cache-sized to memory-sized tensors (the cache tier)
     assert len([r for r in d["memory"] if r["kind"] == "copy"]) == 9
     # attention at the job's sequence and at half, twice and four times it
