@@ -203,7 +203,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--min-iters", type=int, default=5)
     p.add_argument("--max-iters", type=int, default=50)
-    p.add_argument("--train-steps", type=int, default=8)
+    # 16 pairs: on the 2-core VM one sync cost's paired differences scatter 9-51 ms about a
+    # 20-27 ms median (2026-11-24), so 8 left the median ±4 ms, and wider models inherit twice that
+    p.add_argument("--train-steps", type=int, default=16)
     p.add_argument("--train-warmup", type=int, default=3)
     p.add_argument("--fsdp", action="store_true", help="wrap the training model in FSDP")
     p.add_argument("--jobs", default=None, help="jobs phase: JSON list of model configurations")
