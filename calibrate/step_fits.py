@@ -111,13 +111,14 @@ def optimizer_tensor_fit(
     time both, or where they do not show a per-tensor cost."""
     if not tiny or not job.get("tensors") or not tiny.get("tensors"):
         return None
+    import numpy as np
+
     a = [[job["params"] * per_param, job["tensors"]], [tiny["params"] * per_param, tiny["tensors"]]]
     b = [job["time_s"] - op_s, tiny["time_s"] - op_s]
-    det = a[0][0] * a[1][1] - a[0][1] * a[1][0]
-    if det == 0:
+    try:
+        inv_bw, per_tensor = (float(x) for x in np.linalg.solve(a, b))
+    except np.linalg.LinAlgError:  # the two steps are one equation: no split
         return None
-    inv_bw = (b[0] * a[1][1] - a[0][1] * b[1]) / det
-    per_tensor = (a[0][0] * b[1] - b[0] * a[1][0]) / det
     if per_tensor <= 0 or inv_bw <= 0:
         return None
     what = (
