@@ -15,19 +15,31 @@ import numpy as np
 SubOps = list[tuple[float, float]]
 
 
+# A kind of operation counts towards the tier only if its time grows at least this much over
+# a 16× range of tokens (4× less per-call overhead than pure streaming would show): kernels whose
+# time is mostly fixed cost (a GPU's small layer norms, 140-220 µs at any size on the H100 probe
+# of 2026-11-23) say nothing about where bytes come from.
+MIN_GROWTH = 4.0
+# A fit whose relative rms is above this is noise, not a memory tier (the VM's kernels: 17-29%).
+MAX_RMS = 0.35
+
+
 def fit_tier(points: list[tuple[str, SubOps, float]]) -> dict[str, Any] | None:
     """The shape of the memory tier (a cache's size and how many times faster than memory it
     runs) from measured times of kinds of memory-bound operations at several sizes: each
     operation takes ``bytes`` at the cache's speed while its working set fits, at memory's
     from twice the cache, linear in between (:func:`simulator.engine.compute.tiered_seconds`).
     Each kind keeps its own speed (a layer norm and a cross-entropy do not stream bytes
-    equally fast); the tier is shared. Least squares on relative time over a grid of sizes and
-    speed-ups. ``ratio`` 1 and ``cache_mb`` None where no tier has three timings wholly on
-    either side of it and fits twice as closely as none; None with fewer than two sizes of
-    some kind."""
+    equally fast); the tier is shared, and seen only through kinds timed on both sides of it.
+    Least squares on relative time over a grid of sizes and speed-ups. ``ratio`` 1 and
+    ``cache_mb`` None where a tier could be tested (three timings wholly on either side, one
+    kind on both) but none fits twice as closely as one speed per kind. None (no say: the
+    copies' tier stands) where no kind grows with its bytes (:data:`MIN_GROWTH`) at two sizes
+    or more, where no tier could be tested, or where the fit's rms exceeds :data:`MAX_RMS`."""
     pts = [(k, ops, t) for k, ops, t in points if t > 0 and ops and sum(b for b, _ in ops) > 0]
+    pts = [p for p in pts if p[0] in _growing_kinds(pts)]
     kinds = sorted({k for k, _, _ in pts})
-    if not kinds or any(sum(1 for k, _, _ in pts if k == kind) < 2 for kind in kinds):
+    if not kinds:
         return None
     idx = np.array([kinds.index(k) for k, _, _ in pts])
     t = np.array([p[2] for p in pts])
@@ -43,22 +55,42 @@ def fit_tier(points: list[tuple[str, SubOps, float]]) -> dict[str, Any] | None:
 
     flat_sse = sse_for(nbytes)
     n = len(pts)
-    flat = {"cache_mb": None, "ratio": 1.0, "rms_rel_err": math.sqrt(flat_sse / n)}
     works = [w or b for _, ops, _ in pts for b, w in ops]
     best: tuple[float, float, float] | None = None
     for cache in np.geomspace(min(works) / 2, max(works), 48):
         hit_b = np.array([sum(b * _hit(w or b, cache) for b, w in ops) for _, ops, _ in pts])
         share = hit_b / nbytes
-        if (share >= 0.99).sum() < 3 or (share <= 0.01).sum() < 3:
-            continue  # a tier needs timings wholly on either side of it
+        inside, outside = share >= 0.99, share <= 0.01
+        if inside.sum() < 3 or outside.sum() < 3:
+            continue  # a tier needs timings wholly on either side of it ...
+        if not any(inside[idx == j].any() and outside[idx == j].any() for j in range(len(kinds))):
+            continue  # ... and a kind timed on both (each kind's speed is its own)
         for ratio in np.geomspace(1.25, 16.0, 40):
             sse = sse_for(hit_b / ratio + (nbytes - hit_b))
             if best is None or sse < best[0]:
                 best = (sse, float(cache), float(ratio))
-    if best is None or best[0] > 0.5 * flat_sse:
-        return flat
-    sse, cache, ratio = best
-    return {"cache_mb": cache / 1e6, "ratio": ratio, "rms_rel_err": math.sqrt(sse / n)}
+    if best is None:
+        return None
+    out: dict[str, Any] = {"cache_mb": None, "ratio": 1.0, "rms_rel_err": math.sqrt(flat_sse / n)}
+    if best[0] <= 0.5 * flat_sse:
+        sse, cache, ratio = best
+        out = {"cache_mb": cache / 1e6, "ratio": ratio, "rms_rel_err": math.sqrt(sse / n)}
+    out["kinds"] = kinds
+    return None if out["rms_rel_err"] > MAX_RMS else out
+
+
+def _growing_kinds(pts: list[tuple[str, SubOps, float]]) -> set[str]:
+    """The kinds timed at two sizes or more whose time grows at least :data:`MIN_GROWTH`× over
+    a 16× growth of their bytes (pro rata over the range they span)."""
+    out = set()
+    for kind in {k for k, _, _ in pts}:
+        mine = sorted((sum(b for b, _ in ops), t) for k, ops, t in pts if k == kind)
+        if len(mine) < 2:
+            continue
+        (b0, t0), (b1, t1) = mine[0], mine[-1]
+        if b1 > b0 and math.log(t1 / t0) >= math.log(MIN_GROWTH) * math.log(b1 / b0) / math.log(16):
+            out.add(kind)
+    return out
 
 
 def _hit(working: float, cache: float) -> float:
@@ -67,8 +99,9 @@ def _hit(working: float, cache: float) -> float:
 
 def job_tier_fit(probe: dict[str, Any], op_s: float) -> dict[str, Any] | None:
     """:func:`fit_tier` over the probe's timings of the job's memory-bound operations at its
-    own token count and the multiples it also ran (``job_ops_scaled``), each less the
-    simulator's per-operation overhead ``op_s`` for every operation it stands for. The
+    own token count and the multiples it also ran (``job_ops_scaled``), each less the probe's
+    bare per-operation overhead ``op_s`` (a one-element add; :func:`calibrate.step_fits.
+    job_memory_fit` takes off the same) for every operation it stands for. The
     simulator's bytes and working sets grow with the tokens (activations, logits), so the
     job's counts are scaled by each multiple. None where the probe did not time the
     multiples or the fit has too few points; else the fit and its source text."""
@@ -104,13 +137,13 @@ def job_tier_fit(probe: dict[str, Any], op_s: float) -> dict[str, Any] | None:
     scales = sorted({float(r["scale"]) for r in rows})
     what = (
         f"fit of the simulator's memory tier to the training job's own memory-bound "
-        f"operations ({', '.join(sorted(per_key))}) timed on {len(scales)} token counts "
+        f"operations ({', '.join(fit['kinds'])}) timed on {len(scales)} token counts "
         f"({scales[0]:g}-{scales[-1]:g}× the job's), {len(points)} timings, bytes and working "
         "sets as the simulator counts them, less per-op overhead, each kind at its own "
         "speed: "
     )
     if fit["cache_mb"] is None:
-        what += "no cache tier shows (time grows with the bytes)"
+        what += "no cache tier fits better than one speed per kind of operation"
     else:
         what += (
             f"{fit['ratio']:.3g}× memory's speed while the working set fits "
@@ -155,6 +188,19 @@ def memory_figures(probe: dict[str, Any], op_s: float) -> MemoryFigures:
     frac_what = f"elementwise (GELU + copy) {elem_bw:.3g} GB/s over copy {bw:.3g} GB/s"
     jt = job_tier_fit(probe, op_s)
     if jt is not None:
+        if tier is None and jt["cache_mb"] is not None:
+            # the copies showed no tier, so their best may be an in-cache size: memory's side
+            # is the copies that move at least twice the kernels' cache
+            past = [r["gbps"] for r in copies if r["bytes_moved"] >= 2e6 * jt["cache_mb"]]
+            if past:
+                bw = float(np.median(past))
+                bw_what = (
+                    f"median of the {len(past)} copies moving at least twice the "
+                    f"{jt['cache_mb']:.3g} MB cache the job's kernels show, all processes "
+                    "copying at once"
+                )
+        elif tier is not None:
+            bw_what = "the memory side of " + bw_what
         # the tier's shape the job's own kernels show, on the copies' memory bandwidth
         tier = (
             None

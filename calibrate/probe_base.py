@@ -26,11 +26,26 @@ COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_t
 # How the phases after the collective sweep share what is left of --time-budget, and about
 # how long each takes at full length on a 2-core CPU (so a short share shortens its timings).
 PHASE_WEIGHT = {"compute": 0.22, "speed": 0.2, "memory": 0.18, "storage": 0.04, "train": 0.36}
-PHASE_NOMINAL_S = {"compute": 5.0, "speed": 4.5, "memory": 5.0, "storage": 0.3}
+PHASE_NOMINAL_S = {"compute": 6.0, "speed": 4.5, "memory": 5.0, "storage": 0.3}
 
-# What _timeit_cold writes between calls to empty the caches: more than a CPU's last-level
-# cache, more than an H100's 50 MB or a B200's 126 MB of L2 (datasheets).
+# What _timeit_cold writes between calls to empty the caches: at least 64 MB and four times
+# the CPU's last-level cache as Linux reports it (server parts hold 100 MB or more), and more
+# than an H100's 50 MB or a B200's 126 MB of L2 (datasheets) on a GPU.
 FLUSH_BYTES, FLUSH_BYTES_GPU = 64 * 2**20, 512 * 2**20
+
+
+def cpu_flush_bytes() -> int:
+    """:data:`FLUSH_BYTES`, or four times the largest CPU cache sysfs lists if that is more."""
+    largest = 0
+    for f in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*/size"):
+        try:
+            txt = f.read_text().strip().upper()
+            mult = {"K": 2**10, "M": 2**20, "G": 2**30}.get(txt[-1:], 1)
+            largest = max(largest, int(txt.rstrip("KMG")) * mult)
+        except (OSError, ValueError):
+            continue
+    return max(FLUSH_BYTES, 4 * largest)
+
 
 # The probe's training job: small enough for a CPU, big enough that compute dominates noise.
 DEFAULT_MODEL = {"layers": 2, "hidden": 256, "heads": 4, "vocab": 4096, "seq": 128, "batch": 4}
@@ -304,7 +319,7 @@ class ProbeBase:
         ``triton.testing.do_bench`` does, which also clears the L2 cache before each run)."""
         torch = self.torch
         if self._flush is None:
-            n = (FLUSH_BYTES_GPU if self.cuda else FLUSH_BYTES) // 4
+            n = (FLUSH_BYTES_GPU if self.cuda else cpu_flush_bytes()) // 4
             self._flush = torch.zeros(n, device=self.device)
         with self._local():
             fn()
@@ -320,11 +335,14 @@ class ProbeBase:
             self.dist.barrier()
         cold: list[float] = []
         warm: list[float] = []
-        with self._local():
-            for _ in range(calls):
-                self._flush.add_(1.0)
-                cold.append(self._one_call(fn))
-                warm.append(self._one_call(fn))
+        for _ in range(calls):
+            self._flush.add_(1.0)
+            if self.pg and not self.cuda:
+                # processes sharing a host's caches and memory bus all flush, then all time:
+                # one's flush never overlaps another's timed call (a GPU's flush stays on it)
+                self.dist.barrier()
+            cold.append(self._one_call(fn))
+            warm.append(self._one_call(fn))
         return (
             self.reduce_max(statistics.median(cold)),
             self.reduce_max(statistics.median(warm)),
@@ -335,6 +353,9 @@ class ProbeBase:
         if self.cuda:
             torch = self.torch
             a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            # the device kept busy while the call is queued: the start event fires when the
+            # call can start, not when the host gets round to launching it
+            torch.cuda._sleep(200_000)
             a.record()
             fn()
             b.record()

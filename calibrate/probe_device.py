@@ -79,6 +79,7 @@ class DevicePhases(ProbeBase):
             self.result["notes"].append(
                 f"time budget ({a.time_budget:g} s): GEMM sweep cut to {len(rows)} timings"
             )
+        self._flush = None  # the cache-emptying buffer's memory back
         self.save()
         # Per-operation overhead (the CPU's "kernel launch"): a one-element in-place add.
         self.beat(detail="op overhead")

@@ -75,6 +75,10 @@ def load_probe(path: str | Path) -> dict[str, Any]:
     return data
 
 
+# Sections whose rows must carry every field checked (a row without one is damaged).
+REQUIRED_FIELDS = {"job_ops_scaled"}
+
+
 def _check_timings(data: dict[str, Any], file: str) -> None:
     """Every timing a fit uses is a positive, finite number of seconds (a hand-edited or
     damaged file would otherwise reach the least-squares fits)."""
@@ -98,7 +102,8 @@ def _check_timings(data: dict[str, Any], file: str) -> None:
         for i, row in enumerate(rows):
             for key in fields.get(section, ("time_s",)):
                 t = row.get(key) if isinstance(row, dict) else None
-                if t is None and isinstance(row, dict) and key not in row:
+                optional = section not in REQUIRED_FIELDS
+                if t is None and isinstance(row, dict) and key not in row and optional:
                     continue
                 if (
                     not isinstance(t, int | float)

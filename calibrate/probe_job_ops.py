@@ -34,7 +34,15 @@ class JobOpsPhase(ProbeBase):
         # (the cache tier the simulator's memory-bound operations follow), measured on these
         # kernels rather than on plain copies.
         scaled: list[dict[str, Any]] = []
-        for scale in TOKEN_SCALES:
+        for i, scale in enumerate(TOKEN_SCALES):
+            # past the phase's share, the larger multiples are skipped (two sizes per kind
+            # already test a tier's shape against its own speed)
+            if i >= 2 and self.phase_left() < 0:
+                self.result["notes"].append(
+                    f"time budget ({self.args.time_budget:g} s): job operations timed on "
+                    f"{i + 1} token counts instead of {len(TOKEN_SCALES) + 1}"
+                )
+                break
             n = max(1, round(T * scale))
             for key, (what, fn) in self._memory_ops(n, h, V).items():
                 self.beat(detail=f"job op {key} ×{scale:g} tokens")

@@ -58,6 +58,39 @@ def test_too_few_sizes_give_no_fit() -> None:
     assert fit_tier([]) is None
 
 
+def test_a_kind_timed_at_one_size_is_left_out_not_the_fit() -> None:
+    pts = _points(8.0, 3.0, {"norm": 20e9, "softmax": 7e9})
+    lone = [("gelu", [(4 * MB, 2 * MB)], 1e-3)]
+    fit = fit_tier(pts + lone)
+    assert fit is not None and fit["kinds"] == ["norm", "softmax"]
+    assert fit["cache_mb"] == pytest.approx(8.0, rel=0.1)
+
+
+def test_kernels_that_are_all_fixed_cost_have_no_say() -> None:
+    # a GPU's small kernels: ~150 µs whatever their bytes (launch and framework overhead)
+    pts = [
+        (k, ops, 150e-6 * (1 + 0.01 * i))
+        for i, (k, ops, _) in enumerate(_points(None, 1, {"a": 1e9, "b": 2e9}))
+    ]
+    assert fit_tier(pts) is None
+
+
+def test_no_say_where_no_tier_could_be_tested() -> None:
+    # every working set within a factor of two: no size has timings wholly on both sides
+    pts = [
+        (kind, [(2 * w * MB, w * MB)], 2 * w * MB / bw)
+        for kind, bw in (("norm", 20e9), ("softmax", 7e9))
+        for w in (4.0, 5.0, 6.0, 7.0)
+    ]
+    assert fit_tier(pts) is None
+
+
+def test_a_fit_this_scattered_is_noise_not_a_tier() -> None:
+    pts = _points(None, 1.0, {"add": 90e9, "gelu": 15e9})
+    wild = [2.0, 0.5, 1.0, 1.8, 0.6]
+    assert fit_tier([(k, ops, t * wild[i % 5]) for i, (k, ops, t) in enumerate(pts)]) is None
+
+
 def _probe_with_scaled_ops(cache_mb: float | None, ratio: float, op_s: float = 0.0) -> dict:
     """A probe whose job-op timings (at the job's tokens and the multiples the probe runs)
     follow the simulator's own byte counts on a tier of the given shape."""
@@ -93,7 +126,7 @@ def _probe_with_scaled_ops(cache_mb: float | None, ratio: float, op_s: float = 0
 def test_the_job_kernels_tier_is_read_back_from_a_probe() -> None:
     flat = job_tier_fit(_probe_with_scaled_ops(None, 1.0), 0.0)
     assert flat is not None and flat["cache_mb"] is None
-    assert "no cache tier shows" in flat["what"]
+    assert "no cache tier fits better" in flat["what"]
     tiered = job_tier_fit(_probe_with_scaled_ops(4.0, 4.0), 0.0)
     assert tiered is not None and tiered["cache_mb"] == pytest.approx(4.0, rel=0.15)
     assert tiered["ratio"] == pytest.approx(4.0, rel=0.15)
@@ -140,7 +173,8 @@ def test_calibrate_takes_the_kernels_flat_tier_over_the_copies_cache() -> None:
     probe.update(_probe_with_scaled_ops(None, 1.0, op_s), train=probe["train"])
     after = calibrate(probe, "p.json", "zz").gpu
     assert "cache_mb" not in after
-    assert "job's own memory-bound" in after["efficiency"]["memory_bandwidth"]["source"]
+    assert "token counts" not in before["efficiency"]["memory_bandwidth"]["source"]
+    assert "token counts" in after["efficiency"]["memory_bandwidth"]["source"]
     assert "cache tier" in after["memory_bandwidth_gbps"]["source"]  # the copies' bandwidth
 
 
@@ -155,3 +189,16 @@ def test_a_damaged_scaled_timing_is_a_user_error(tmp_path: Path) -> None:
     with pytest.raises(UserError) as e:
         load_probe(str(f))
     assert "job_ops_scaled[3].time_s" in str(e.value.path)
+
+
+def test_a_scaled_timing_without_its_scale_is_a_user_error(tmp_path: Path) -> None:
+    from calibrate.probe_file import load_probe
+
+    probe = _bundled_probe()
+    probe["job_ops_scaled"] = _probe_with_scaled_ops(None, 1.0)["job_ops_scaled"]
+    del probe["job_ops_scaled"][0]["scale"]
+    f = tmp_path / "p.json"
+    f.write_text(json.dumps(probe))
+    with pytest.raises(UserError) as e:
+        load_probe(str(f))
+    assert "job_ops_scaled[0].scale" in str(e.value.path)

@@ -69,7 +69,10 @@ def test_probe_calibrate_simulate(tmp_path: Path) -> None:
     # ... and the memory-bound ones on a quarter to four times the job's tokens
     js = d["job_ops_scaled"]
     assert {r["key"] for r in js} == {"layernorm", "gelu", "add", "cross_entropy"}
-    assert sorted({r["scale"] for r in js}) == [0.25, 0.5, 2.0, 4.0]
+    scales = sorted({r["scale"] for r in js})
+    # a 6 s budget may skip the larger multiples, and says so
+    assert scales[:2] == [0.25, 0.5]
+    assert scales == [0.25, 0.5, 2.0, 4.0] or any("token counts" in n for n in d["notes"])
     assert min(r["time_s"] for r in js) > 0
     tr = d["train"]
     assert tr["params"] > 1e6 and len(tr["step_times_s"]) >= 3 and tr["wrapper"] == "ddp"
