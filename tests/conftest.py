@@ -208,3 +208,23 @@ def run_cli_process(
 def cli():
     """The real console script in a fresh process: ``cli(*args, cwd=..., timeout=..., env=...)``."""
     return run_cli_process
+
+
+def h100_probe_two_ranks() -> dict[str, Any]:
+    """The bundled one-GPU H100 probe, given the two-process intra-node all-reduce a
+    calibration needs (alpha 100 µs, 1 GB/s)."""
+    import json
+
+    probe = json.loads((REPO / "benchmarks/results/probe-h100-2026-11-23.json").read_text())
+    probe.update(world_size=2, procs_per_node=2)
+    probe["collectives"] = [
+        {
+            "op": "all_reduce",
+            "group": "intra",
+            "group_size": 2,
+            "bytes": b,
+            "time_s": 1e-4 + b / 1e9,
+        }
+        for b in (2**k for k in range(10, 25, 2))
+    ]
+    return probe

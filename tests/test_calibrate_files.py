@@ -79,24 +79,12 @@ def test_calibrate_says_when_the_drift_reference_moved(factor: float, noted: boo
     """validate rescales its predictions by the probe's end-of-run drift reference; when that
     reference disagrees with the same work timed earlier in the probe, the machine was not
     steady and calibrate says so."""
-    import copy
+
+    from conftest import h100_probe_two_ranks
 
     from calibrate.fit import calibrate
 
-    repo = Path(__file__).resolve().parents[1]
-    probe = json.loads((repo / "benchmarks/results/probe-h100-2026-11-23.json").read_text())
-    probe = copy.deepcopy(probe)
-    probe.update(world_size=2, procs_per_node=2)
-    probe["collectives"] = [
-        {
-            "op": "all_reduce",
-            "group": "intra",
-            "group_size": 2,
-            "bytes": b,
-            "time_s": 1e-4 + b / 1e9,
-        }
-        for b in (2**k for k in range(10, 25, 2))
-    ]
+    probe = h100_probe_two_ranks()
     sv = probe["speed_variation"]
     probe["train_speed_check"] = {
         "block_times_s": [[t * factor for t in sv["block_times_s"][0]]],

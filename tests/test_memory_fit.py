@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 
 import pytest
+from conftest import h100_probe_two_ranks
 
 from calibrate.memory_fit import fit_tier, job_tier_fit
 from simulator.engine.compute import tiered_seconds
@@ -136,24 +137,8 @@ def test_the_job_kernels_tier_is_read_back_from_a_probe() -> None:
     assert job_tier_fit(old, 0.0) is None
 
 
-REPO = Path(__file__).resolve().parents[1]
-
-
 def _bundled_probe() -> dict:
-    """The one-GPU H100 probe, given the two-process all-reduce a calibration needs."""
-    probe = json.loads((REPO / "benchmarks/results/probe-h100-2026-11-23.json").read_text())
-    probe.update(world_size=2, procs_per_node=2)
-    probe["collectives"] = [
-        {
-            "op": "all_reduce",
-            "group": "intra",
-            "group_size": 2,
-            "bytes": b,
-            "time_s": 1e-4 + b / 1e9,
-        }
-        for b in (2**k for k in range(10, 25, 2))
-    ]
-    return probe
+    return h100_probe_two_ranks()
 
 
 def test_calibrate_takes_the_kernels_flat_tier_over_the_copies_cache() -> None:
