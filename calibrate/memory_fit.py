@@ -37,7 +37,8 @@ def fit_tier(points: list[tuple[str, SubOps, float]]) -> dict[str, Any] | None:
     copies' tier stands) where no kind grows with its bytes (:data:`MIN_GROWTH`) at two sizes
     or more, where no tier could be tested, or where the fit's rms exceeds :data:`MAX_RMS`."""
     pts = [(k, ops, t) for k, ops, t in points if t > 0 and ops and sum(b for b, _ in ops) > 0]
-    pts = [p for p in pts if p[0] in _growing_kinds(pts)]
+    growing = _growing_kinds(pts)
+    pts = [p for p in pts if p[0] in growing]
     kinds = sorted({k for k, _, _ in pts})
     if not kinds:
         return None
