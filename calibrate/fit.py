@@ -47,6 +47,7 @@ from .step_fits import (
     launch_fit,
     simulated_compute_s,
 )
+from .storage_fit import storage_profile
 
 
 def _src(probe: dict[str, Any], file: str, what: str) -> str:
@@ -304,34 +305,7 @@ def calibrate(probe: dict[str, Any], file: str, name: str) -> Calibration:
             "so achievable_fraction is 1.",
             "scaled inside a training step by achievable_fraction (see its source).",
         )
-    st = probe.get("storage") or {}
-    if st:
-        storage = {
-            "kind": "storage",
-            "name": f"{name}-storage",
-            "display_name": f"{name}: storage at {st.get('path')}",
-            "technology": "local_nvme",
-            "read_gbps_per_client": S(
-                st["read_gbps"],
-                f"sequential read of {st['bytes']} B after fadvise DONTNEED (page cache may help)",
-            ),
-            "write_gbps_per_client": S(
-                st["write_gbps"], f"sequential write of {st['bytes']} B with fsync"
-            ),
-            "latency_ms": S(st["first_byte_s"] * 1e3, "first 4 KiB read of the file"),
-        }
-    else:
-        storage = {
-            "kind": "storage",
-            "name": f"{name}-storage",
-            "display_name": f"{name}: storage",
-            "technology": "local_nvme",
-            "read_gbps_per_client": S(
-                1.0, "not measured (probe ran without the storage phase): placeholder"
-            ),
-            "write_gbps_per_client": S(1.0, "not measured: placeholder"),
-            "latency_ms": S(0.1, "not measured: placeholder"),
-        }
+    storage = storage_profile(S, probe.get("storage") or {}, name)
     sidecar = {
         "format": "clustersim-calibration",
         "version": 1,

@@ -28,20 +28,47 @@ class Calibration:
     fits: list[AlphaBeta]
 
 
-def write(cal: Calibration, out_dir: str | Path) -> list[Path]:
+def write(cal: Calibration, out_dir: str | Path, probe_file: str = "") -> list[Path]:
+    """Write the calibration's profiles and sidecar into ``out_dir``, each atomically, after
+    every profile has passed the checks a profile folder's loading applies: a calibration
+    that would not load writes nothing (an earlier one under the same name stays whole)."""
+    profiles = [p for p in (cal.gpu, cal.fabric, cal.network, cal.storage) if p is not None]
+    texts = [yaml.safe_dump(p, sort_keys=False, width=100, allow_unicode=True) for p in profiles]
+    for prof, text in zip(profiles, texts, strict=True):
+        _loads(prof, text, probe_file)
     d = Path(out_dir)
     d.mkdir(parents=True, exist_ok=True)
     written = []
-    for prof in (cal.gpu, cal.fabric, cal.network, cal.storage):
-        if prof is None:
-            continue
+    for prof, text in zip(profiles, texts, strict=True):
         p = d / f"{prof['name']}.yaml"
-        write_atomic(p, yaml.safe_dump(prof, sort_keys=False, width=100, allow_unicode=True))
+        write_atomic(p, text)
         written.append(p)
     p = d / f"{cal.name}.calibration.json"
     write_atomic(p, json.dumps(cal.sidecar, indent=1))
     written.append(p)
     return written
+
+
+def _loads(prof: dict[str, Any], text: str, probe_file: str) -> None:
+    """Refuse a profile its folder could not load (a figure outside its range), naming it."""
+    import tempfile
+
+    from simulator.catalog import load_profile_file
+
+    with tempfile.TemporaryDirectory(prefix="clustersim-calibrate-") as tmp:
+        p = Path(tmp) / f"{prof['name']}.yaml"
+        p.write_text(text)
+        try:
+            load_profile_file(p)
+        except UserError as exc:
+            raise UserError(
+                f"the calibrated {prof.get('kind', '')} profile '{prof['name']}' would not "
+                f"load ({exc.message}); nothing was written",
+                file=probe_file or None,
+                path=exc.path,
+                hint="re-run `clustersim probe`; if the figure is a real measurement, "
+                "this machine is outside what a profile describes",
+            ) from None
 
 
 def check_name(name: str) -> None:

@@ -10,6 +10,7 @@ from typing import Any
 from simulator.errors import UserError
 
 from .probe import FORMAT, VERSION
+from .probe_shape import check_shape
 
 NEEDED = {
     "matmul": "compute (matmul)",
@@ -23,7 +24,13 @@ def load_probe(path: str | Path) -> dict[str, Any]:
     p = Path(path)
     file = str(path)
     try:
-        text = p.read_text()
+        text = p.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise UserError(
+            "probe file is not UTF-8 text: it looks damaged (or is not a probe file)",
+            file=file,
+            hint="give the JSON file `clustersim probe --out` wrote",
+        ) from None
     except OSError as exc:
         raise UserError(
             f"cannot read probe file: {exc.strerror}",
@@ -56,6 +63,7 @@ def load_probe(path: str | Path) -> dict[str, Any]:
             path="version",
             hint="re-run the probe with this version of clustersim",
         )
+    check_shape(data, file)
     missing = [label for key, label in NEEDED.items() if not data.get(key)]
     coll = [r for r in data.get("collectives") or [] if r.get("group") == "intra"]
     if data.get("collectives") and len({r["bytes"] for r in coll if r["op"] == "all_reduce"}) < 2:

@@ -25,6 +25,7 @@ from .fits import unit_seconds
 from .intervals import LEVEL, Z, bootstrap_median, passed, prediction_sd, robust_rel_sd, verdict
 from .launch import ProbeFailed, launch
 from .prediction import drift_reference, host_occupancy_factor, loopback_network, predict
+from .probe_shape import check_sidecar
 from .scenario import cpu_comm_overlaps
 from .workloads import KEYS, check_names, select, workloads
 
@@ -47,13 +48,14 @@ def load_sidecar(profile: str) -> tuple[dict[str, Any], Path]:
         cat.get(profile, "gpu")  # raises the usual 'unknown profile' error
     path = cat.files[profile].parent / f"{profile}.calibration.json"
     try:
-        side = json.loads(path.read_text())
+        side = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         raise UserError(
             f"profile '{profile}' has no calibration record",
             file=str(path),
             hint="validate needs a profile written by `clustersim calibrate`",
         ) from None
+    check_sidecar(side, str(path))
     if not side.get("train"):
         raise UserError(
             f"calibration record of '{profile}' has no training job",
@@ -179,6 +181,13 @@ def validate(
     wls = select(workloads(base), workload_names)
     layouts = _layouts(nprocs, nodes_list, threads, cores)
     todo = [lay for lay in layouts if "skipped" not in lay]
+    if not todo:
+        raise UserError(
+            "no layout can run here: " + "; ".join(lay["skipped"] for lay in layouts),
+            path="--nproc/--nodes",
+            hint="give fewer processes, or calibrate from a probe run with fewer threads "
+            "per process (clustersim probe --threads)",
+        )
     speed = dict(side.get("speed_variation") or {})
     if not speed.get("shape"):  # older calibrations: the probe job's MLP shape
         speed["shape"] = [base["batch"] * base["seq"], base["hidden"]]

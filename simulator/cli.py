@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import sys
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -179,8 +180,15 @@ def simulate(
     from .report.trace import write_trace
     from .simulate import simulate as run_sim
 
-    rs = load_scenario(find_scenario(scenario), set_ or [])
+    source = find_scenario(scenario)
+    rs = load_scenario(source, set_ or [])
     if trace is not None:  # checked once the scenario is known good, before simulating
+        if Path(trace).resolve() == Path(source).resolve():
+            raise UserError(
+                "--trace names the scenario file itself; the trace would replace it",
+                path="--trace",
+                hint="give the trace its own file, e.g. --trace step.trace.json",
+            )
         output_path(trace, "--trace")
     if full:
         with err.status(f"simulating all {rs.gpus} ranks (full mode)…"):

@@ -41,7 +41,25 @@ def probe(
     from calibrate.launch import ProbeFailed, launch
 
     if nproc < 1:
-        raise UserError("--nproc must be at least 1")
+        raise UserError("--nproc must be at least 1", path="--nproc", hint="e.g. --nproc 2")
+    if not (math.isfinite(timeout) and timeout > 0):
+        raise UserError(
+            f"--timeout must be a positive number of seconds (got {timeout:g})",
+            path="--timeout",
+            hint="seconds without progress before a rank counts as hung, e.g. --timeout 60",
+        )
+    if threads < 0:
+        raise UserError(
+            f"--threads must be 0 (cores // nproc) or more (got {threads})",
+            path="--threads",
+            hint="e.g. --threads 1",
+        )
+    if max_bytes < 4096:
+        raise UserError(
+            f"--max-bytes must be at least 4096 bytes, for two message sizes (got {max_bytes})",
+            path="--max-bytes",
+            hint="the largest collective message timed, e.g. --max-bytes 67108864",
+        )
     if not time_budget > 0:
         raise UserError(
             f"the time budget must be a positive number of seconds (got {time_budget:g})",
@@ -147,8 +165,19 @@ def calibrate(
     check_name(name)
     check_free(name, out_dir)
     data = load_probe(probe_file)
-    cal = fit(data, probe_file, name)
-    files = write(cal, out_dir)
+    try:
+        cal = fit(data, probe_file, name)
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError, ZeroDivisionError) as exc:
+        # load_probe checks the shape the fits read; a file that passes and still cannot be
+        # fitted is inconsistent in a way it does not name (e.g. hand-edited figures).
+        raise UserError(
+            f"the probe file could not be fitted ({type(exc).__name__}: {exc}); it looks "
+            "damaged or edited",
+            file=probe_file,
+            hint="re-run `clustersim probe`; if a fresh probe fails the same way, report it "
+            "with the probe file",
+        ) from None
+    files = write(cal, out_dir, probe_file)
     hint = _searchable(out_dir)
     check = in_sample(name, cal.sidecar)
     if fmt == Fmt.json:
@@ -265,11 +294,27 @@ def validate(
 
     def ints(text: str, opt: str) -> list[int]:
         try:
-            return [int(x) for x in text.split(",") if x.strip()]
+            out = [int(x) for x in text.split(",") if x.strip()]
         except ValueError:
+            out = []
+        if not out:
             raise UserError(
                 f"{opt} '{text}' is not a comma list of integers", path=opt, hint=f"e.g. {opt} 1,2"
-            ) from None
+            )
+        return out
+
+    if not (math.isfinite(timeout) and timeout > 0):
+        raise UserError(
+            f"--timeout must be a positive number of seconds (got {timeout:g})",
+            path="--timeout",
+            hint="e.g. --timeout 120",
+        )
+    if workloads.strip() and not [w for w in workloads.split(",") if w.strip()]:
+        raise UserError(
+            f"--workloads '{workloads}' names no workload",
+            path="--workloads",
+            hint="a comma list such as --workloads wide,long-seq, or leave it out for all",
+        )
 
     from .report.progress import progress_bar
 

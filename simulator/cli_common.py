@@ -4,6 +4,7 @@ stdout, messages on stderr), output formats and the Ctrl-C note."""
 from __future__ import annotations
 
 import json
+import math
 import sys
 from enum import StrEnum
 from typing import Any
@@ -43,8 +44,19 @@ class Fmt(StrEnum):
     csv = "csv"
 
 
+def _finite(obj: Any) -> Any:
+    """``obj`` with every non-finite float as None: JSON has no NaN or Infinity."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: _finite(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [_finite(v) for v in obj]
+    return obj
+
+
 def _json(obj: Any) -> None:
-    sys.stdout.write(json.dumps(obj, indent=2, default=str) + "\n")
+    sys.stdout.write(json.dumps(_finite(obj), indent=2, default=str, allow_nan=False) + "\n")
 
 
 def _flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:

@@ -106,10 +106,25 @@ def sweep(
                 path="--deadline-days" if deadline_days is not None else "--budget-usd",
                 hint="set run.tokens in the base scenario (e.g. 1.0e12)",
             )
+    from .sweep.spec import axis_paths, unknown_field
+
+    for i, axis in enumerate(spec.axes):
+        for field in axis_paths(i, axis):
+            problem = unknown_field(field)
+            if problem:
+                raise UserError(
+                    f"axis path '{field}': {problem}",
+                    file=spec_file,
+                    path=f"axes[{i}]",
+                    hint="give a scenario field path (clustersim schema lists them)",
+                )
     if all_plans:
         spec = spec.model_copy(update={"keep": "all"})
     pts = points(spec)
     path = Path(out_file)
+    from .sweep.run import check_output
+
+    check_output(path)
     _kept[0] = f"finished points are kept in {out_file}; run the same command again to resume"
     with progress_bar(err, f"sweep {safe(spec.name)}", len(pts)) as update:
         rows = run_sweep(

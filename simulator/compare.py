@@ -56,9 +56,13 @@ def _values(d: dict[str, Any]) -> dict[str, float | None]:
 
 
 def _step_why(a: dict[str, Any], b: dict[str, Any]) -> str:
-    """The step category whose time differs most between two results."""
+    """Why ``a``'s step serves better than ``b``'s: the step category where ``b`` spends the
+    most time beyond ``a`` (where ``a``'s step is the shorter), else ``a``'s larger step."""
+    ta, tb = a.get("tokens_per_step"), b.get("tokens_per_step")
+    if a["step_time_s"] >= b["step_time_s"] and ta and tb and ta > tb:
+        return f"{ta:,.0f} vs {tb:,.0f} tokens per step (a longer step that carries more)"
     cats = set(a["breakdown_s"]) | set(b["breakdown_s"])
-    key = max(cats, key=lambda k: abs(a["breakdown_s"].get(k, 0.0) - b["breakdown_s"].get(k, 0.0)))
+    key = max(cats, key=lambda k: b["breakdown_s"].get(k, 0.0) - a["breakdown_s"].get(k, 0.0))
     da, db = a["breakdown_s"].get(key, 0.0), b["breakdown_s"].get(key, 0.0)
     return f"{CATEGORY_LABELS.get(key, key)}: {da:.3f} s vs {db:.3f} s per step"
 
@@ -92,6 +96,32 @@ def _why(a: dict[str, Any], b: dict[str, Any], key: str) -> str:
     return "; ".join(reasons) if reasons else "the same step"
 
 
+# Figures of the whole run: they scale with the run's token budget.
+WHOLE_RUN = ("time_to_train_days", "usd_total")
+
+
+def _unlike(results: list[dict[str, Any]], names: list[str]) -> list[str]:
+    """What makes the scenarios not like for like: another model, or other tokens per step."""
+    notes = []
+    params = {round(float(r.get("params") or 0), -3) for r in results}
+    if len(params) > 1:
+        shown = ", ".join(
+            f"{n} {float(r.get('params') or 0) / 1e9:.3g} B"
+            for n, r in zip(names, results, strict=True)
+        )
+        notes.append(
+            f"the scenarios train different models ({shown} parameters): step time, "
+            "throughput and MFU are not like for like"
+        )
+    tokens = {r.get("tokens_per_step") for r in results}
+    if len(tokens) > 1 and None not in tokens:
+        notes.append(
+            "the scenarios take different tokens per step (global batch × sequence): compare "
+            "tokens/s and $ per million tokens rather than step time"
+        )
+    return notes
+
+
 def _unique(names: list[str]) -> list[str]:
     """Scenario names as column labels: a name given twice gets its position (#2, #3...)."""
     out = []
@@ -108,12 +138,27 @@ def compare_results(results: list[dict[str, Any]]) -> dict[str, Any]:
     vals = [_values(r) for r in results]
     fits = [bool(r.get("fits", True)) for r in results]
     not_fitting = [n for n, f in zip(names, fits, strict=True) if not f]
+    notes = _unlike(results, names)
+    budgets = {r.get("run_tokens") for r in results if r.get("run_tokens") is not None}
     rows = []
     for key, label, better, fmt in METRICS:
         column = [v[key] for v in vals]
         present = [(i, x) for i, x in enumerate(column) if x is not None]
         if key != "memory_gb_per_gpu":
             present = [(i, x) for i, x in present if fits[i]]
+        if key in WHOLE_RUN and len(budgets) > 1 and len(present) >= 2:
+            rows.append(
+                {
+                    "metric": key,
+                    "label": label,
+                    "values": column,
+                    "formatted": [None if x is None else _show(fmt, x) for x in column],
+                    "best": None,
+                    "verdict": f"{label}: no verdict, the scenarios train on different token "
+                    "budgets (run.tokens); $ per million tokens and tokens/s compare them",
+                }
+            )
+            continue
         if len(present) < 2:
             if key != "memory_gb_per_gpu" and len([x for x in column if x is not None]) >= 2:
                 rows.append(
@@ -156,7 +201,13 @@ def compare_results(results: list[dict[str, Any]]) -> dict[str, Any]:
                 "verdict": verdict,
             }
         )
-    return {"scenarios": names, "fits": fits, "not_fitting": not_fitting, "metrics": rows}
+    return {
+        "scenarios": names,
+        "fits": fits,
+        "not_fitting": not_fitting,
+        "notes": notes,
+        "metrics": rows,
+    }
 
 
 def compare_csv_rows(rep: dict[str, Any]) -> tuple[list[str], list[dict[str, Any]]]:
@@ -187,6 +238,8 @@ def print_compare(rep: dict[str, Any], console: Console) -> None:
         t.add_row(safe(m["label"]), *cells)
     t.add_row("fits in GPU memory", *("yes" if f else "[red]no[/red]" for f in rep["fits"]))
     console.print(t)
+    for note in rep.get("notes", []):
+        console.print("• note: " + safe(note), highlight=False)
     for n in rep["not_fitting"]:
         console.print(
             f"• {safe(n)} does not fit in GPU memory: it cannot run as simulated, so it is "

@@ -62,6 +62,8 @@ class SimResult:
             "params": m.params,
             "events": m.events,
             "goodput": self.run.goodput,
+            "tokens_per_step": rs.training.tokens_per_step,
+            "run_tokens": rs.run.tokens,
             "time_to_train_days": self.run.time_to_train_days,
             "interruptions": self.run.notes,
             "notes": self.notes,
@@ -84,6 +86,25 @@ def _check_full_size(rs: ResolvedScenario) -> None:
             f"--full simulates every rank's passes; {rs.gpus} GPUs x {passes} passes each is "
             f"above the limit of {FULL_MODE_PASS_LIMIT:,} rank-passes",
             hint=hint + ", or fewer micro-batches per step",
+        )
+
+
+# A trace holds an event per operation span of every traced rank (one rank per stage, or every
+# rank under --full); past this estimate the JSON would be gigabytes and take minutes to write.
+TRACE_EVENT_LIMIT = 2_000_000
+
+
+def _check_trace_size(rs: ResolvedScenario, full: bool) -> None:
+    ranks = rs.gpus if full else rs.pp
+    passes = rs.micro_batches * rs.parallelism.virtual_stages * 2
+    per_pass = max(1, rs.model.layers // (rs.pp * rs.parallelism.virtual_stages)) + 2
+    events = ranks * passes * per_pass
+    if events > TRACE_EVENT_LIMIT:
+        raise UserError(
+            f"the trace would hold about {events:,} events (traced ranks x passes x layers), "
+            f"above the limit of {TRACE_EVENT_LIMIT:,}",
+            path="--trace",
+            hint="trace a step with fewer micro-batches (training.global_batch), or drop --trace",
         )
 
 
@@ -124,6 +145,8 @@ def simulate(
     notes.extend(rs.sharding_notes())
     if full:
         _check_full_size(rs)
+    if trace:
+        _check_trace_size(rs, full)
     # Symmetric mode extrapolates the steady state where that is exact; a trace or the full
     # mode needs every event.
     eng = run_engine(rs, full=full, trace=trace) if full or trace else run_periodic(rs)
@@ -154,6 +177,11 @@ def reference_layout(rs: ResolvedScenario) -> ResolvedScenario | None:
     else:
         candidates = _reference_candidates(rs)
     why: UserError | None = None
+    # A reference whose groups straddle nodes unevenly where the scenario's do not runs slower
+    # per GPU for its placement alone (a ring's pace is set by the node with fewest members),
+    # which would read as scaling above 100%: taken only if no evenly placed one fits.
+    aligned = _node_aligned(rs)
+    uneven: ResolvedScenario | None = None
     for nodes in candidates:
         data = {**base, "cluster": {**base["cluster"], "nodes": nodes}}
         if nodes > 1 and not data["cluster"].get("network") and rs.network is not None:
@@ -164,8 +192,14 @@ def reference_layout(rs: ResolvedScenario) -> ResolvedScenario | None:
             except UserError as exc:
                 why = why or exc
                 continue
-            if memory_report(ref).fits or rs.run.scaling_reference is not None:
+            if rs.run.scaling_reference is not None:
                 return ref
+            if memory_report(ref).fits:
+                if not aligned or _node_aligned(ref):
+                    return ref
+                uneven = uneven or ref
+    if uneven is not None:
+        return uneven
     if rs.run.scaling_reference is not None:
         # The user asked for this reference: say why it cannot be laid out, not nothing.
         reason = why.message if why is not None else "it cannot be laid out"

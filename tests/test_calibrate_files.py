@@ -15,12 +15,25 @@ from simulator.errors import UserError
 
 PROBE = _probe_like(
     collectives=[
-        {"op": "all_reduce", "group": "intra", "bytes": b, "time_s": 1e-4 + b / 1e9}
+        {
+            "op": "all_reduce",
+            "group": "intra",
+            "group_size": 2,
+            "bytes": b,
+            "time_s": 1e-4 + b / 1e9,
+        }
         for b in (1024, 1 << 20)
     ],
-    matmul=[{"m": 64, "n": 64, "k": 64, "flops": 5.2e5, "time_s": 1e-5}],
-    memory=[{"kind": "copy", "bytes": 1 << 20, "time_s": 1e-4}],
-    train={"step_time_median_s": 0.1},
+    matmul=[
+        {"dtype": "fp32", "m": 64, "n": 64, "k": 64, "flops": 5.2e5, "time_s": 1e-5, "tflops": 0.05}
+    ],
+    memory=[
+        {"kind": "copy", "bytes": 1 << 20, "bytes_moved": 2 << 20, "time_s": 1e-4, "gbps": 21.0}
+    ],
+    train={
+        "model": {"layers": 2, "hidden": 64, "heads": 2, "vocab": 128, "seq": 32, "batch": 2},
+        "step_time_median_s": 0.1,
+    },
 )
 
 

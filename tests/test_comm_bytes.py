@@ -5,7 +5,7 @@ pipeline sends."""
 from __future__ import annotations
 
 import pytest
-from conftest import resolve_inline
+from conftest import REPO, resolve_inline
 
 from simulator.config.loading import resolve_dict
 from simulator.workload.comm import step_comm
@@ -103,3 +103,18 @@ def test_pipeline_p2p_bytes() -> None:
         (p2p,) = _comm(rs, stage, group="pp")
         assert p2p.bytes == expected
         assert p2p.calls == sends
+
+
+def test_gradient_buckets_are_counted_not_listed() -> None:
+    """A bucket size of a kilobyte makes millions of buckets: counted (one item), so `check`
+    answers at once, and the bytes on the wire do not depend on the bucket size."""
+    from simulator.config.loading import load_scenario
+    from simulator.workload.comm import comm_summary, dp_buckets
+
+    path = REPO / "scenarios" / "llama3-70b-64xh100.yaml"
+    coarse = load_scenario(path)
+    fine = load_scenario(path, ["parallelism.dp_bucket_mb=0.001"])
+    size, count = dp_buckets(fine, 0)
+    assert count > 1_000_000 and size <= 1e3 + 1e-6
+    assert len(step_comm(fine, 0)) == len(step_comm(coarse, 0))  # listed: millions of items
+    assert comm_summary(coarse)["dp"] == pytest.approx(comm_summary(fine)["dp"], rel=1e-9)

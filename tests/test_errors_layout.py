@@ -199,3 +199,38 @@ def test_sharding_and_chunk_checks(parallelism: dict[str, Any], path: str, says:
     with pytest.raises(UserError) as exc:
         resolve_dict(data)
     assert (exc.value.path or "").startswith(path) and says in exc.value.message
+
+
+@pytest.mark.parametrize(
+    ("sets", "says"),
+    [
+        (("cluster.gpu=mi300x",), "joins NVIDIA GPUs only"),
+        (("cluster.fabric=infinity-fabric-mi300x",), "joins AMD GPUs only"),
+    ],
+)
+def test_a_fabric_of_another_vendor_is_refused(sets: tuple[str, ...], says: str) -> None:
+    args = [a for s in sets for a in ("--set", s)]
+    res = run_cli("check", "llama3-8b-8xh100", *args)
+    assert res.returncode == 2 and "cluster.fabric" in res.stderr and says in res.stderr
+
+
+def test_json_output_never_holds_nan_or_infinity() -> None:
+    """An owned cluster kept 1% busy: the figures are large, and the JSON stays valid (a
+    non-finite figure would be written as null, never as NaN or Infinity)."""
+    import json
+
+    res = run_cli(
+        "simulate",
+        "llama3-8b-8xh100",
+        "--set",
+        "cluster.pricing.profile=own-dgx-h100",
+        "--set",
+        "cluster.pricing.utilisation=0.01",
+        "--format",
+        "json",
+    )
+    assert res.returncode == 0, res.stderr
+    assert "NaN" not in res.stdout and "Infinity" not in res.stdout
+    json.loads(res.stdout)
+    low = run_cli("check", "llama3-8b-8xh100", "--set", "cluster.pricing.utilisation=1e-300")
+    assert low.returncode == 2 and "cluster.pricing.utilisation" in low.stderr

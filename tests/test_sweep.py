@@ -4,6 +4,7 @@ plots, and `compare`."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -307,3 +308,51 @@ def test_bundled_sweeps_load() -> None:
     for f in sorted((REPO / "scenarios" / "sweeps").glob("*.yaml")):
         spec, _base, _ = load_spec(f)
         assert points(spec)
+
+
+def _cmp_scenario(tmp_path: Path, name: str, tokens: float, **par: Any) -> Path:
+    data = yaml.safe_load((REPO / "scenarios" / "llama3-70b-64xh100.yaml").read_text())
+    data["name"] = name
+    data.setdefault("run", {})["tokens"] = tokens
+    data["parallelism"].update(par)
+    p = tmp_path / f"{name}.yaml"
+    p.write_text(yaml.safe_dump(data))
+    return p
+
+
+def test_compare_gives_no_whole_run_verdict_across_token_budgets(tmp_path: Path) -> None:
+    """A 10x smaller token budget is not a faster plan: time to train and $ for the budget get
+    no verdict when the budgets differ, the per-token figures still do."""
+    a = _cmp_scenario(tmp_path, "a", 1e12)
+    b = _cmp_scenario(tmp_path, "b", 1e11, recompute="full")
+    rep = json.loads(run_cli("compare", str(a), str(b), "--format", "json").stdout)
+    by = {m["metric"]: m for m in rep["metrics"]}
+    for key in ("time_to_train_days", "usd_total"):
+        assert by[key]["best"] is None and "token budgets" in by[key]["verdict"]
+    assert by["step_time_s"]["best"] == "a"  # full recompute is slower per step
+    assert by["usd_per_million_tokens"]["best"] == "a"
+
+
+def test_compare_explains_a_win_by_what_the_loser_spends_more_on(tmp_path: Path) -> None:
+    a = _cmp_scenario(tmp_path, "a", 1e12)
+    b = _cmp_scenario(tmp_path, "b", 1e12, recompute="full")
+    rep = json.loads(run_cli("compare", str(a), str(b), "--format", "json").stdout)
+    verdict = {m["metric"]: m for m in rep["metrics"]}["step_time_s"]["verdict"]
+    why = verdict.split("why: ")[1]
+    cat, times = why.split(": ")
+    ta, tb = (float(x.split(" s")[0]) for x in times.split(" vs "))
+    assert tb > ta, verdict  # the reason is the winner's advantage, never its handicap
+
+
+def test_compare_says_when_scenarios_are_not_like_for_like(tmp_path: Path) -> None:
+    small = yaml.safe_load((REPO / "scenarios" / "llama3-8b-8xh100.yaml").read_text())
+    small["name"] = "small"
+    small["training"]["global_batch"] = 64
+    p = tmp_path / "small.yaml"
+    p.write_text(yaml.safe_dump(small))
+    rep = json.loads(
+        run_cli("compare", str(REPO / "scenarios" / "llama3-70b-64xh100.yaml"), str(p),
+                "--format", "json").stdout
+    )  # fmt: skip
+    assert any("different models" in n for n in rep["notes"])
+    assert any("tokens per step" in n for n in rep["notes"])

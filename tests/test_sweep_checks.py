@@ -236,3 +236,46 @@ def test_a_bundled_sweep_runs_by_name(tmp_path: Path) -> None:
     assert find_sweep("gpu-generations.yaml").is_file()
     res = run_cli("sweep", "no-such-sweep", "--out", str(tmp_path / "o.csv"))
     assert res.returncode == 2 and "no-such-sweep" in res.stderr
+
+
+def test_an_unknown_axis_path_is_refused_before_any_output_is_touched(tmp_path: Path) -> None:
+    out = tmp_path / "o.csv"
+    good = _write(tmp_path, "good.yaml", axes=[{"cluster.nodes": [1]}])
+    assert run_cli("sweep", str(good), "--out", str(out)).returncode == 0
+    before = out.read_bytes()
+    bad = _write(tmp_path, "bad.yaml", axes=[{"cluster.nodez": [1, 2]}])
+    res = run_cli("sweep", str(bad), "--out", str(out))
+    assert res.returncode == 2 and "axes[0]" in res.stderr and "did you mean 'nodes'" in res.stderr
+    assert out.read_bytes() == before
+
+
+@pytest.mark.parametrize(
+    ("name", "content"),
+    [
+        ("notes.csv", b"hello world\n"),
+        ("other.csv", b"a,b\n1,2\n"),
+        ("other.jsonl", b'{"x": 1}\n'),
+        ("junk.jsonl", b"not json\n"),
+        ("latin1.csv", b"caf\xe9\n"),
+        ("junk.parquet", b"PAR1junk"),
+    ],
+)
+def test_a_sweep_never_replaces_a_file_it_did_not_write(
+    tmp_path: Path, name: str, content: bytes
+) -> None:
+    out = tmp_path / name
+    out.write_bytes(content)
+    spec = _write(tmp_path, axes=[{"cluster.nodes": [1]}])
+    res = run_cli("sweep", str(spec), "--out", str(out))
+    assert res.returncode == 2 and "not a clustersim sweep output" in res.stderr
+    assert "Traceback" not in res.stderr
+    assert out.read_bytes() == content
+
+
+@pytest.mark.parametrize("name", ["../../evil", "llama/70b", "", "-x"])
+def test_a_sweep_name_is_a_plain_file_name(tmp_path: Path, name: str) -> None:
+    spec = tmp_path / "s.yaml"
+    spec.write_text(yaml.safe_dump({"name": name, "base": str(BASE)}))
+    res = run_cli("sweep", str(spec), "--out", str(tmp_path / "o.csv"))
+    assert res.returncode == 2 and "name" in res.stderr and "Traceback" not in res.stderr
+    assert not (tmp_path / "o.csv").exists()

@@ -104,7 +104,9 @@ def check_layout(
             f"(per CP rank) over TP={par.tp}, which does not divide them",
             file=file,
             path="parallelism.sequence_parallel",
-            hint="set tp above 1, a seq_len that TP divides, or sequence_parallel: false",
+            hint="set tp above 1, or sequence_parallel: false"
+            if par.tp == 1
+            else f"use a seq_len that {par.tp * par.cp} divides, or sequence_parallel: false",
         )
     if par.dp_bucket_copy and par.zero_stage >= 1:
         raise UserError(

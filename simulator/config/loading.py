@@ -165,6 +165,16 @@ def resolve(
     gpus = c.gpus_per_node * c.nodes
     tr = sc.training
 
+    # NVLink/NVSwitch joins NVIDIA GPUs only, Infinity Fabric AMD ones (PCIe joins any).
+    needs = {"nvswitch": "nvidia", "infinity_fabric": "amd"}.get(fabric.technology)
+    if needs is not None and gpu.vendor != needs:
+        raise UserError(
+            f"fabric '{fabric.name}' ({fabric.technology}) joins {needs.upper()} GPUs only, "
+            f"and '{gpu.name}' is a {gpu.vendor.upper()} GPU",
+            file=file,
+            path="cluster.fabric",
+            hint="pick a fabric for this GPU (clustersim profiles list fabric), e.g. a PCIe one",
+        )
     if c.gpus_per_node > fabric.max_gpus:
         raise UserError(
             f"{c.gpus_per_node} GPUs per node but fabric '{fabric.name}' joins at most "

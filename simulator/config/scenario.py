@@ -94,12 +94,12 @@ class PricingSpec(BaseModel):
     )
     utilisation: float = Field(
         default=1.0,
-        gt=0,
+        ge=0.01,
         le=1,
         description="share of an owned cluster's amortisation life, or of a reserved term, kept "
-        "busy with work like this run: the run carries the idle rest, so capex, opex and "
-        "reserved rent per hour used are divided by it (on-demand and spot bill only the hours "
-        "used)",
+        "busy with work like this run (at least 1%): the run carries the idle rest, so capex, "
+        "opex and reserved rent per hour used are divided by it (on-demand and spot bill only "
+        "the hours used)",
     )
 
 

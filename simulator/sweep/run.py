@@ -95,6 +95,36 @@ def read_rows(path: Path) -> Rows:
     return rows
 
 
+def check_output(path: Path) -> None:
+    """Refuse an existing ``--out`` file that is not a clustersim sweep output (its rows would
+    be replaced): a sweep resumes only from its own CSV, JSON lines or Parquet rows."""
+    j = _journal(path)
+    target = j if j.exists() else path
+    if not target.is_file() or target.stat().st_size == 0:
+        return
+    ok = False
+    try:
+        if _fmt(target) == "parquet":
+            import pyarrow.parquet as pq
+
+            ok = "point_key" in pq.read_schema(target).names
+        else:
+            with open(target, encoding="utf-8") as fh:
+                first = fh.readline()
+            if _fmt(target) == "csv":
+                ok = "point_key" in next(csv.reader([first]), [])
+            else:
+                ok = isinstance(json.loads(first), dict) and "point_key" in json.loads(first)
+    except Exception:  # unreadable, not UTF-8, not JSON, no pyarrow: not ours to replace
+        ok = False
+    if not ok:
+        raise UserError(
+            f"'{target}' exists and is not a clustersim sweep output; a sweep would replace it",
+            path="--out",
+            hint="give another --out, or move that file away",
+        )
+
+
 def complete_points(rows: Rows) -> dict[str, Rows]:
     """Rows grouped by point key, only the points whose every row is present."""
     by: dict[str, Rows] = {}

@@ -83,7 +83,11 @@ class AutoPlan(BaseModel):
 class SweepSpec(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    name: str = Field(max_length=200)
+    name: str = Field(
+        max_length=200,
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$",
+        description="the sweep's name (names its plots): letters, digits, '.', '_' and '-'",
+    )
     description: str | None = Field(default=None, max_length=10_000)
     base: str = Field(max_length=1000, description="scenario file, relative to the spec")
     axes: list[dict[str, list[Any]]] = Field(
@@ -180,6 +184,54 @@ def axis_paths(i: int, axis: dict[str, list[Any]]) -> list[str]:
     return sorted({k for o in opts for k in o})
 
 
+def unknown_field(path: str) -> str | None:
+    """Where ``path`` leaves the scenario's schema: None if every part names a field (or goes
+    below a field that is no fixed model, such as an inline profile), else the first unknown
+    part with the fields that were possible there."""
+    import difflib
+    import types
+    import typing
+
+    from pydantic import BaseModel
+
+    from ..config.scenario import Scenario
+
+    def models(ann: Any) -> list[type[BaseModel]] | None:
+        """The model classes an annotation allows; None if it allows anything else too."""
+        origin = typing.get_origin(ann)
+        if origin is typing.Annotated:
+            return models(typing.get_args(ann)[0])
+        if origin in (typing.Union, types.UnionType):
+            out: list[type[BaseModel]] = []
+            for a in typing.get_args(ann):
+                if a is type(None):
+                    continue
+                sub = models(a)
+                if sub is None:
+                    return None
+                out += sub
+            return out
+        if isinstance(ann, type) and issubclass(ann, BaseModel):
+            return [ann]
+        return None
+
+    current: list[type[BaseModel]] | None = [Scenario]
+    done: list[str] = []
+    for part in path.split("."):
+        if current is None:
+            return None
+        fields = {name: f for m in current for name, f in m.model_fields.items()}
+        if part not in fields:
+            near = difflib.get_close_matches(part, list(fields), n=1)
+            where = ".".join(done) or "the scenario"
+            return f"unknown field '{part}' in {where}" + (
+                f" (did you mean '{near[0]}'?)" if near else ""
+            )
+        done.append(part)
+        current = models(fields[part].annotation)
+    return None
+
+
 def _set_expr(path: str, value: Any) -> str:
     return f"{path}={json.dumps(value)}"
 
@@ -244,4 +296,13 @@ def points(spec: SweepSpec) -> list[Point]:
     return out
 
 
-__all__ = ["AUTO_FIELDS", "AutoPlan", "Point", "SweepSpec", "axis_paths", "load_spec", "points"]
+__all__ = [
+    "AUTO_FIELDS",
+    "AutoPlan",
+    "Point",
+    "SweepSpec",
+    "axis_paths",
+    "load_spec",
+    "points",
+    "unknown_field",
+]

@@ -81,13 +81,13 @@ def dp_bucket_bytes(rs: ResolvedScenario, width: float) -> float:
     return rs.dp_bucket_bytes
 
 
-def dp_buckets(rs: ResolvedScenario, stage: int = 0) -> list[float]:
-    """Gradient bucket sizes (bytes) of one rank's DP reduction (over DP×CP), in backward
-    order."""
+def dp_buckets(rs: ResolvedScenario, stage: int = 0) -> tuple[float, int]:
+    """One rank's DP reduction (over DP×CP) as equal gradient buckets: (bytes each, count).
+    Counted, not listed: a tiny bucket size makes millions of them."""
     total = stage_params(rs, stage) * grad_wire_bytes_per_param(rs)
     bucket = dp_bucket_bytes(rs, grad_wire_bytes_per_param(rs))
     n = max(1, math.ceil(total / bucket))
-    return [total / n] * n
+    return total / n, n
 
 
 def step_comm(rs: ResolvedScenario, stage: int = 0) -> list[CommItem]:
@@ -140,15 +140,13 @@ def step_comm(rs: ResolvedScenario, stage: int = 0) -> list[CommItem]:
         g = grad_wire_bytes_per_param(rs)
         params = stage_params(rs, stage)
         n = shard_group(rs)
+        b, count = dp_buckets(rs, stage)
         if z == 0:
-            for b in dp_buckets(rs, stage):
-                items.append(CommItem("dp", "all_reduce", b, 1, rs.dp_cp, "backward"))
+            items.append(CommItem("dp", "all_reduce", b, count, rs.dp_cp, "backward"))
         else:
             coll = "all_reduce" if rs.grads_all_reduced else "reduce_scatter"
-            for b in dp_buckets(rs, stage):
-                # ZeRO-2/3 and FSDP keep no full gradient: every micro-batch's is
-                # reduce-scattered.
-                items.append(CommItem("dp", coll, b, 1 if z < 2 else m, n, "backward"))
+            # ZeRO-2/3 and FSDP keep no full gradient: every micro-batch's is reduce-scattered.
+            items.append(CommItem("dp", coll, b, count * (1 if z < 2 else m), n, "backward"))
             if n < rs.dp_cp:  # hybrid sharding: then all-reduce the shard across replicas
                 items.append(
                     CommItem("dp", "all_reduce", params * g / n, 1, rs.dp_cp // n, "backward")

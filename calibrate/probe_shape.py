@@ -1,0 +1,196 @@
+"""The shape of a probe file: each section the calibration reads has the type it expects, and
+each row the fields the fits index. A damaged or hand-edited file (a section that is a string,
+a row without its ``group``) is refused with the field's path, before any fit reads it."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from simulator.errors import UserError
+
+NUM = "number"
+INT = "integer"
+STR = "string"
+DICT = "mapping"
+LIST = "list"
+
+# Rows of the list sections: the fields every row must carry, with their types.
+ROWS: dict[str, dict[str, str]] = {
+    "collectives": {"op": STR, "group": STR, "group_size": INT, "bytes": NUM, "time_s": NUM},
+    "matmul": {"dtype": STR, "flops": NUM, "tflops": NUM, "time_s": NUM},
+    "memory": {"kind": STR, "bytes_moved": NUM, "gbps": NUM, "time_s": NUM},
+    "attention_curve": {"seq": NUM, "tflops": NUM, "time_s": NUM},
+    "job_ops_scaled": {"key": STR, "scale": NUM, "time_s": NUM},
+}
+# Mapping sections: the fields they must carry when present.
+MAPPINGS: dict[str, dict[str, str]] = {
+    "attention": {"seq": NUM, "tflops": NUM, "time_s": NUM},
+    "train": {"model": DICT, "step_time_median_s": NUM},
+    "storage": {"read_gbps": NUM, "write_gbps": NUM, "first_byte_s": NUM, "bytes": NUM},
+    "speed_variation": {},
+    "job_ops": {},
+    "op_overhead": {"time_s": NUM},
+    "step_overhead": {"time_s": NUM},
+    "train_speed_check": {},
+    "train_sync_cost": {},
+}
+# Top-level figures.
+SCALARS: dict[str, str] = {
+    "world_size": INT,
+    "nodes": INT,
+    "procs_per_node": INT,
+    "threads_per_process": INT,
+}
+TRAIN_MODEL = ("layers", "hidden", "heads", "vocab", "seq", "batch")
+
+
+def _type_ok(v: Any, want: str) -> bool:
+    if want == STR:
+        return isinstance(v, str)
+    if want == DICT:
+        return isinstance(v, dict)
+    if want == LIST:
+        return isinstance(v, list)
+    if isinstance(v, bool) or not isinstance(v, int | float):
+        return False
+    if want == INT:
+        return float(v).is_integer() and v >= 1
+    return math.isfinite(v)
+
+
+def _refuse(file: str, path: str, v: Any, want: str) -> UserError:
+    got = "missing" if v is _MISSING else f"{type(v).__name__} {_short(v)}"
+    what = {INT: "a positive whole number", NUM: "a finite number"}.get(want, f"a {want}")
+    return UserError(
+        f"probe file field should be {what} (got {got}): the file is damaged or was edited",
+        file=file,
+        path=path,
+        hint="re-run `clustersim probe`; a probe file is not meant to be edited",
+    )
+
+
+_MISSING = object()
+
+
+def _short(v: Any) -> str:
+    text = repr(v)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _check_fields(row: dict[str, Any], fields: dict[str, str], file: str, at: str) -> None:
+    for key, want in fields.items():
+        v = row.get(key, _MISSING)
+        if v is _MISSING or not _type_ok(v, want):
+            raise _refuse(file, f"{at}.{key}", v, want)
+
+
+def check_shape(data: dict[str, Any], file: str) -> None:
+    """Refuse (exit 2, with the field's path) a probe file whose sections or rows do not have
+    the types the calibration reads. Absent sections are left to the caller's checks."""
+    for key, want in SCALARS.items():
+        if key in data and not _type_ok(data[key], want):
+            raise _refuse(file, key, data[key], want)
+    for section, fields in ROWS.items():
+        if section not in data or data[section] is None:
+            continue
+        rows = data[section]
+        if not isinstance(rows, list):
+            raise _refuse(file, section, rows, LIST)
+        for i, row in enumerate(rows):
+            if not isinstance(row, dict):
+                raise _refuse(file, f"{section}[{i}]", row, DICT)
+            _check_fields(row, fields, file, f"{section}[{i}]")
+    for section, fields in MAPPINGS.items():
+        if section not in data or data[section] is None:
+            continue
+        block = data[section]
+        if not isinstance(block, dict):
+            raise _refuse(file, section, block, DICT)
+        if block:  # an empty mapping is a phase that did not run
+            _check_fields(block, fields, file, section)
+    model = (data.get("train") or {}).get("model")
+    if isinstance(model, dict):
+        _check_fields(model, dict.fromkeys(TRAIN_MODEL, INT), file, "train.model")
+    for name, job in (data.get("job_ops") or {}).items():
+        if not isinstance(job, dict):
+            raise _refuse(file, f"job_ops.{name}", job, DICT)
+        _check_fields(job, {"time_s": NUM}, file, f"job_ops.{name}")
+    st = data.get("storage") or {}
+    for key in ("read_gbps", "write_gbps", "first_byte_s", "bytes"):
+        v = st.get(key)
+        if isinstance(v, int | float) and not isinstance(v, bool) and v <= 0:
+            raise UserError(
+                f"storage figure {v!r} is not positive: the file is damaged or was edited",
+                file=file,
+                path=f"storage.{key}",
+                hint="re-run `clustersim probe`; a probe file is not meant to be edited",
+            )
+
+
+# A calibration record (NAME.calibration.json) as validate reads it.
+SIDECAR_MAPPINGS: dict[str, dict[str, str]] = {
+    "train": {"model": DICT},
+    "compute_fit": {},
+    "speed_variation": {},
+}
+SIDECAR_SCALARS: dict[str, str] = {
+    "threads_per_process": INT,
+    "procs_per_node": INT,
+    "hosts": INT,
+    "world_size": INT,
+}
+
+
+def check_sidecar(side: Any, file: str) -> None:
+    """Refuse (exit 2, with the field's path) a calibration record whose parts validate reads
+    do not have the types ``clustersim calibrate`` writes."""
+
+    def refuse(path: str, v: Any, want: str) -> UserError:
+        err = _refuse(file, path, v, want)
+        err.message = err.message.replace("probe file", "calibration record")
+        err.hint = (
+            "re-run `clustersim calibrate` on the probe file; a record is not meant to be edited"
+        )
+        return err
+
+    if not isinstance(side, dict):
+        raise refuse("(top level)", side, DICT)
+    if side.get("format") != "clustersim-calibration" or side.get("version") != 1:
+        raise UserError(
+            f"not a calibration record this clustersim reads (format {side.get('format')!r}, "
+            f"version {side.get('version')!r}; expected 'clustersim-calibration', 1)",
+            file=file,
+            path="format" if side.get("format") != "clustersim-calibration" else "version",
+            hint="re-run `clustersim calibrate` on the probe file with this clustersim",
+        )
+    for key, want in SIDECAR_SCALARS.items():
+        if side.get(key) is not None and not _type_ok(side[key], want):
+            raise refuse(key, side[key], want)
+    for section, fields in SIDECAR_MAPPINGS.items():
+        block = side.get(section)
+        if block is None:
+            continue
+        if not isinstance(block, dict):
+            raise refuse(section, block, DICT)
+        for key, want in fields.items():
+            v = block.get(key, _MISSING)
+            if v is _MISSING or not _type_ok(v, want):
+                raise refuse(f"{section}.{key}", v, want)
+    model = (side.get("train") or {}).get("model") or {}
+    for key in TRAIN_MODEL:
+        v = model.get(key, _MISSING)
+        if v is _MISSING or not _type_ok(v, INT):
+            raise refuse(f"train.model.{key}", v, INT)
+    fits = side.get("fits")
+    if fits is not None:
+        if not isinstance(fits, list):
+            raise refuse("fits", fits, LIST)
+        for i, f in enumerate(fits):
+            if not isinstance(f, dict):
+                raise refuse(f"fits[{i}]", f, DICT)
+    steps = (side.get("train") or {}).get("compute_step_times_s")
+    if steps is not None and not (
+        isinstance(steps, list) and all(isinstance(r, list) for r in steps)
+    ):
+        raise refuse("train.compute_step_times_s", steps, "list of lists")

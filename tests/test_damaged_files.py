@@ -1,0 +1,188 @@
+"""Damaged probe files and calibration records, and outputs a failed run must not touch.
+
+Every case goes through the command line as a user would run it: exit 2 with the file and the
+field's path, never a traceback, and nothing written (or replaced) by a run that fails."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import REPO, h100_probe_two_ranks, run_cli
+from test_errors import assert_user_error
+
+
+def _probe(tmp_path: Path, edit=None, name: str = "p.json") -> Path:  # type: ignore[no-untyped-def]
+    data = h100_probe_two_ranks()
+    if edit is not None:
+        edit(data)
+    f = tmp_path / name
+    f.write_text(json.dumps(data))
+    return f
+
+
+@pytest.mark.parametrize(
+    "edit, path",
+    [
+        (lambda d: d.update(matmul="x"), "matmul"),
+        (lambda d: d.update(train="x"), "train"),
+        (lambda d: d["train"].update(model="x"), "train.model"),
+        (lambda d: d["train"]["model"].update(hidden="big"), "train.model.hidden"),
+        (lambda d: d["collectives"].append("x"), "collectives[8]"),
+        (lambda d: d["collectives"][0].pop("group"), "collectives[0].group"),
+        (lambda d: d["collectives"][0].update(group_size="two"), "collectives[0].group_size"),
+        (lambda d: d["collectives"][0].update(bytes=True), "collectives[0].bytes"),
+        (lambda d: d["matmul"][0].pop("tflops"), "matmul[0].tflops"),
+        (lambda d: d.update(world_size=0), "world_size"),
+        (lambda d: d.update(speed_variation="x"), "speed_variation"),
+        (lambda d: d.update(job_ops={"gelu": "x"}), "job_ops.gelu"),
+        (lambda d: d.update(storage={"read_gbps": -1.0, "write_gbps": 1.0,
+                                     "first_byte_s": 1e-4, "bytes": 1 << 20}),
+         "storage.read_gbps"),
+    ],
+)  # fmt: skip
+def test_a_damaged_probe_file_names_the_field(tmp_path: Path, edit, path: str) -> None:  # type: ignore[no-untyped-def]
+    f = _probe(tmp_path, edit)
+    res = run_cli("calibrate", str(f), "--name", "dmg", "--out-dir", str(tmp_path / "out"))
+    assert_user_error(res, file=f, path=path, hint=("re-run `clustersim probe`",))
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_probe_file_that_is_not_utf8_is_refused(tmp_path: Path) -> None:
+    f = tmp_path / "p.json"
+    f.write_bytes(b'{"format": "clustersim-probe", "host": "\xff\xfe"}')
+    res = run_cli("calibrate", str(f), "--name", "dmg", "--out-dir", str(tmp_path / "out"))
+    assert_user_error(res, file=f, path=None, says=("not UTF-8",))
+
+
+def test_a_calibration_that_would_not_load_writes_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    monkeypatch.setenv("CLUSTERSIM_PROFILE_PATH", str(out))
+    good = _probe(tmp_path, name="good.json")
+    assert run_cli("calibrate", str(good), "--name", "cal", "--out-dir", str(out)).returncode == 0
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+
+    def slow_first_byte(d: dict) -> None:
+        d["storage"]["first_byte_s"] = 1e9  # 1e12 ms: past any profile's range
+
+    bad = _probe(tmp_path, slow_first_byte, name="bad.json")
+    res = run_cli("calibrate", str(bad), "--name", "cal", "--out-dir", str(out))
+    assert_user_error(res, file=bad, path=None, says=("nothing was written", "latency_ms"))
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+
+
+def test_a_very_slow_disk_still_gives_a_profile_that_loads(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def slow_disk(d: dict) -> None:
+        d["storage"]["read_gbps"] = 5e-4  # 0.5 MB/s, below a profile's 1 MB/s floor
+
+    f = _probe(tmp_path, slow_disk)
+    out = tmp_path / "out"
+    out.mkdir()
+    monkeypatch.setenv("CLUSTERSIM_PROFILE_PATH", str(out))
+    assert run_cli("calibrate", str(f), "--name", "slow", "--out-dir", str(out)).returncode == 0
+    st = yaml.safe_load((out / "slow-storage.yaml").read_text())
+    assert st["read_gbps_per_client"]["value"] == 1e-3
+    assert "measured 0.0005 GB/s" in st["read_gbps_per_client"]["source"]
+
+
+@pytest.fixture
+def calibrated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    out = tmp_path / "cal"
+    out.mkdir()
+    # set first: calibrate then needs no search-path change of its own (it would outlive the
+    # test in this process)
+    monkeypatch.setenv("CLUSTERSIM_PROFILE_PATH", str(out))
+    res = run_cli("calibrate", str(_probe(tmp_path)), "--name", "vcal", "--out-dir", str(out))
+    assert res.returncode == 0, res.stderr
+    return out / "vcal.calibration.json"
+
+
+@pytest.mark.parametrize(
+    "edit, path",
+    [
+        (lambda d: d.update(fits="x"), "fits"),
+        (lambda d: d.update(train="x"), "train"),
+        (lambda d: d["train"]["model"].update(layers=-1), "train.model.layers"),
+        (lambda d: d.update(threads_per_process=0), "threads_per_process"),
+        (lambda d: d.update(version=2), "version"),
+    ],
+)
+def test_a_damaged_calibration_record_stops_validate_before_any_run(
+    calibrated: Path,
+    edit,  # type: ignore[no-untyped-def]
+    path: str,
+) -> None:
+    side = json.loads(calibrated.read_text())
+    edit(side)
+    calibrated.write_text(json.dumps(side))
+    res = run_cli("validate", "--profile", "vcal", "--nproc", "1")
+    assert_user_error(res, file=calibrated, path=path, hint=("clustersim calibrate",))
+
+
+def test_validate_refuses_when_no_layout_can_run(calibrated: Path) -> None:
+    side = json.loads(calibrated.read_text())
+    side["threads_per_process"] = 64  # more than this machine's cores for one process
+    calibrated.write_text(json.dumps(side))
+    res = run_cli("validate", "--profile", "vcal", "--nproc", "1")
+    assert_user_error(res, file=None, path="--nproc/--nodes", says=("no layout can run",))
+
+
+@pytest.mark.parametrize(
+    "args, path",
+    [
+        (("--nproc", ""), "--nproc"),
+        (("--nproc", ","), "--nproc"),
+        (("--timeout", "-1"), "--timeout"),
+        (("--timeout", "nan"), "--timeout"),
+        (("--workloads", ","), "--workloads"),
+    ],
+)
+def test_validate_options_are_checked_first(args: tuple[str, ...], path: str) -> None:
+    res = run_cli("validate", "--profile", "h100-sxm-80gb", *args)
+    assert_user_error(res, file=None, path=path)
+
+
+@pytest.mark.parametrize(
+    "args, path",
+    [
+        (("--timeout", "-1"), "--timeout"),
+        (("--threads", "-3"), "--threads"),
+        (("--max-bytes", "0"), "--max-bytes"),
+        (("--nproc", "0"), "--nproc"),
+    ],
+)
+def test_probe_options_are_checked_before_launching(
+    tmp_path: Path, args: tuple[str, ...], path: str
+) -> None:
+    res = run_cli("probe", "--out", str(tmp_path / "p.json"), *args)
+    assert_user_error(res, file=None, path=path)
+    assert not list(tmp_path.iterdir())
+
+
+def test_a_trace_never_replaces_the_scenario(tmp_path: Path) -> None:
+    sc = tmp_path / "s.yaml"
+    sc.write_bytes((REPO / "scenarios" / "llama3-8b-8xh100.yaml").read_bytes())
+    before = sc.read_bytes()
+    res = run_cli("simulate", str(sc), "--trace", str(sc))
+    assert_user_error(res, file=None, path="--trace", says=("scenario file itself",))
+    assert sc.read_bytes() == before
+
+
+def test_a_trace_too_large_to_write_is_refused_before_simulating(tmp_path: Path) -> None:
+    res = run_cli(
+        "simulate",
+        "llama3-8b-8xh100",
+        "--set",
+        "training.global_batch=16777216",
+        "--trace",
+        str(tmp_path / "t.json"),
+    )
+    assert_user_error(res, file=None, path="--trace", says=("events",), hint=("micro-batches",))
+    assert not (tmp_path / "t.json").exists()
