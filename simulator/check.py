@@ -131,6 +131,10 @@ def find_levers(rs: ResolvedScenario, limit: int = 5) -> list[Lever]:
 
 
 def check(rs: ResolvedScenario) -> CheckReport:
+    if rs.run.scaling_reference is not None:
+        from .simulate import reference_layout
+
+        reference_layout(rs)  # a reference that cannot be laid out: the error simulate gives
     mem = memory_report(rs)
     tokens = rs.training.tokens_per_step
     s = rs.training.seq_len

@@ -260,12 +260,45 @@ def schema(
     _json(s)
 
 
+def threading_main() -> bool:
+    """Whether this is the main thread (only it may set signal handlers)."""
+    import threading
+
+    return threading.current_thread() is threading.main_thread()
+
+
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where the process is so that cleanup runs (a probe's or a live run's
+    rank processes are stopped, temporary folders removed) as it does for Ctrl-C."""
+
+
+_terminated = [False]
+
+
+def _on_sigterm(_signum: int, _frame: Any) -> None:
+    _terminated[0] = True
+    raise _Terminated
+
+
 def main() -> None:
     """Console-script entry point: user errors exit 2 with one message, no traceback."""
+    import signal
+
+    if not threading_main():
+        _main()
+        return
+    old = signal.signal(signal.SIGTERM, _on_sigterm)
+    try:
+        _main()
+    finally:
+        signal.signal(signal.SIGTERM, old)
+
+
+def _main() -> None:
     try:
         rc = app(standalone_mode=False)
         if rc == 130:  # click turns Ctrl-C into this return value outside standalone mode
-            raise KeyboardInterrupt
+            raise _Terminated if _terminated[0] else KeyboardInterrupt
         if isinstance(rc, int) and rc:
             sys.exit(rc)
     except UserError as exc:
@@ -273,9 +306,9 @@ def main() -> None:
         sys.exit(2)
     except typer.Exit as exc:
         sys.exit(exc.exit_code)
-    except (typer.Abort, KeyboardInterrupt):
+    except (typer.Abort, KeyboardInterrupt) as exc:
         err.print(f"interrupted: {safe(_kept[0])}", highlight=False)
-        sys.exit(130)
+        sys.exit(143 if isinstance(exc, _Terminated) or _terminated[0] else 130)
     except BrokenPipeError:  # `clustersim ... | head`: the reader has what it wanted
         import os
 

@@ -177,6 +177,9 @@ def calibrate(
             hint="re-run `clustersim probe`; if a fresh probe fails the same way, report it "
             "with the probe file",
         ) from None
+    from .report.files import output_path
+
+    output_path(out_dir, "--out-dir", folder=True)
     files = write(cal, out_dir, probe_file)
     hint = _searchable(out_dir)
     check = in_sample(name, cal.sidecar)

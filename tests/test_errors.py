@@ -366,10 +366,9 @@ def test_oversized_yaml_message_reads_well(tmp_path: Path) -> None:
     assert "is is" not in res.stderr
 
 
-def test_impossible_scaling_reference_is_an_error_not_a_missing_figure() -> None:
-    res = run_cli(
-        "simulate", "llama3-70b-64xh100", "--set", "run.scaling_reference.nodes=2"
-    )  # fmt: skip
+@pytest.mark.parametrize("command", ["simulate", "check"])
+def test_impossible_scaling_reference_is_an_error_not_a_missing_figure(command: str) -> None:
+    res = run_cli(command, "llama3-70b-64xh100", "--set", "run.scaling_reference.nodes=2")
     assert_user_error(
         res,
         file=None,

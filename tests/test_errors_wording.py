@@ -109,3 +109,60 @@ def test_compare_keeps_both_scenarios_of_one_name(tmp_path: Path) -> None:
     assert len(set(rows[0])) == len(rows[0]) == 4  # metric, two distinct columns, best
     step = next(r for r in rows if r[0] == "step_time_s")
     assert step[1] != step[2]
+
+
+def test_a_software_override_without_a_software_key_adjusts_the_default_stack() -> None:
+    ok = run_cli("check", "llama3-8b-8xh100", "--set", "software.comm_sms=20")
+    assert ok.returncode == 0, ok.stderr
+    res = run_cli("check", "llama3-8b-8xh100", "--set", "software.comm_sms=1000")
+    assert_user_error(
+        res, file=None, path="software.comm_sms", says=("132",), hint=("at most 132",)
+    )
+
+
+def test_an_unknown_preset_lists_the_presets_or_the_near_ones() -> None:
+    far = run_cli("check", "llama3-8b-8xh100", "--set", "model=zzzz")
+    assert_user_error(far, file=None, path="model", hint=("use a preset (", "llama3-70b"))
+    near = run_cli("check", "llama3-8b-8xh100", "--set", "model=llama3-8x")
+    assert_user_error(near, file=None, path="model", hint=("did you mean llama3-8b",))
+
+
+def test_heads_that_do_not_divide_say_what_must_divide() -> None:
+    res = run_cli("check", "llama3-8b-8xh100", "--set", "model.heads=3")
+    assert_user_error(res, file=None, path="model", hint=("hidden a multiple of heads",))
+
+
+def test_calibrate_output_folder_is_checked(tmp_path: Path) -> None:
+    import json
+
+    from conftest import h100_probe_two_ranks
+
+    probe = tmp_path / "p.json"
+    probe.write_text(json.dumps(h100_probe_two_ranks()))
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    for out_dir, says in ((str(afile), "is a file"), ("", "empty path")):
+        res = run_cli("calibrate", str(probe), "--name", "zq", "--out-dir", out_dir)
+        assert_user_error(res, file=None, path="--out-dir", says=(says,), hint=("folder",))
+    assert afile.read_text() == "x"
+
+
+def test_a_sweep_base_that_is_a_folder_or_the_spec_itself_is_named(tmp_path: Path) -> None:
+    (tmp_path / "adir").mkdir()
+    for base, says in (("adir", "is a folder"), ("s.yaml", "names itself")):
+        spec = tmp_path / "s.yaml"
+        spec.write_text(yaml.safe_dump({"name": "t", "base": base}))
+        res = run_cli("sweep", str(spec), "--out", str(tmp_path / "o.csv"))
+        assert_user_error(res, file=spec, path="base", says=(says,))
+
+
+def test_an_unreachable_ray_address_is_refused_at_once(tmp_path: Path) -> None:
+    spec = tmp_path / "s.yaml"
+    spec.write_text(
+        yaml.safe_dump({"name": "t", "base": str(REPO / "scenarios" / "llama3-8b-8xh100.yaml")})
+    )
+    res = run_cli(
+        "sweep", str(spec), "--out", str(tmp_path / "o.csv"), "--executor", "ray",
+        "--address", "127.0.0.1:1",
+    )  # fmt: skip
+    assert_user_error(res, file=None, path="--address", says=("could not reach",))

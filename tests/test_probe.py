@@ -234,3 +234,50 @@ def test_hung_rank_is_named_within_timeout(tmp_path: Path) -> None:
     assert "rank 0" in r.stderr and "memory" in r.stderr and "hung" in r.stderr
     d = json.loads(out.read_text())
     assert d["complete"] is False and d["matmul"]
+
+
+def _ranks_writing(out: Path) -> list[int]:
+    """Process ids whose command line names ``out`` (the probe's rank processes)."""
+    pids = []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit() or int(d.name) == os.getpid():
+            continue
+        try:
+            cmd = (d / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"calibrate.probe" in cmd and str(out).encode() in cmd:
+            pids.append(int(d.name))
+    return pids
+
+
+def test_a_terminated_probe_stops_its_ranks(tmp_path: Path) -> None:
+    """`kill -TERM` (a scheduler's cancel, a closed session) stops the rank processes too and
+    keeps the measurements so far, as Ctrl-C does; before, the ranks ran on as orphans."""
+    import shutil
+    import signal
+    import subprocess
+    import time
+
+    out = tmp_path / "p.json"
+    exe = shutil.which("clustersim")
+    assert exe
+    p = subprocess.Popen(
+        [exe, "probe", "--nproc", "2", "--out", str(out), "--time-budget", "60"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=tmp_path,
+    )
+    deadline = time.monotonic() + 60
+    while len(_ranks_writing(out)) < 2 and time.monotonic() < deadline and p.poll() is None:
+        time.sleep(0.2)
+    assert len(_ranks_writing(out)) == 2, "the probe did not start its two ranks"
+    p.send_signal(signal.SIGTERM)
+    _, err = p.communicate(timeout=60)
+    assert p.returncode == 143, err
+    assert err.strip().splitlines()[-1].startswith("interrupted:") and "Traceback" not in err
+    deadline = time.monotonic() + 15
+    while _ranks_writing(out) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not _ranks_writing(out)

@@ -87,8 +87,12 @@ def resolve_model(model: Any, file: str | None) -> ModelSpec:
             f"unknown model preset '{name}'",
             file=file,
             path="model" if isinstance(model, str) else "model.preset",
-            hint=(f"did you mean {', '.join(near)}? " if near else "")
-            + "or give the architecture inline (layers, hidden, heads, vocab, ...)",
+            hint=(
+                f"did you mean {', '.join(near)}? Or give the architecture inline "
+                if near
+                else f"use a preset ({', '.join(sorted(PRESETS))}) or give the architecture inline "
+            )
+            + "(layers, hidden, heads, vocab, ...)",
         )
     base = PRESETS[name]
     if isinstance(model, ModelPresetRef) and model.model_extra:
@@ -219,6 +223,15 @@ def resolve(
     name = sc.name or (Path(file).stem if file else "scenario")
     software = _resolve_profile(sc.software, SoftwareProfile, ("software",), file, "software")
     check_stack(par, software, model, file)
+    if gpu.sm_count is not None and software.comm_sms.value > gpu.sm_count.value:
+        raise UserError(
+            f"software.comm_sms {software.comm_sms.value:g} is more SMs than '{gpu.name}' has "
+            f"({gpu.sm_count.value:g}): a collective cannot hold them",
+            file=file,
+            path="software.comm_sms",
+            hint=f"give at most {gpu.sm_count.value:g} (NCCL holds one SM per channel, "
+            "typically 8-32)",
+        )
     once = gathers_once(par, software)
     par = par.model_copy(update={"overlap": _stack_overlap(par.overlap, software, once)})
     return ResolvedScenario(

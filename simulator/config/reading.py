@@ -35,7 +35,7 @@ def read_yaml(path: Path) -> dict[str, Any]:
         ) from None
     except UnicodeDecodeError:
         raise UserError(
-            "not a UTF-8 text file", file=str(path), hint="save the scenario as UTF-8 YAML"
+            "not a UTF-8 text file", file=str(path), hint="save the file as UTF-8 YAML"
         ) from None
     data = parse_yaml(text, str(path))
     if not isinstance(data, dict):
@@ -79,6 +79,12 @@ def parse_yaml(text: str, file: str | None) -> Any:
     return data
 
 
+def _default_software() -> str:
+    from .scenario import Scenario
+
+    return str(Scenario.model_fields["software"].default)
+
+
 def apply_sets(data: dict[str, Any], sets: list[str], file: str | None) -> dict[str, Any]:
     """Apply ``PATH=VALUE`` overrides; VALUE is parsed as YAML (numbers, true, lists...)."""
     out = copy.deepcopy(data)
@@ -107,6 +113,8 @@ def apply_sets(data: dict[str, Any], sets: list[str], file: str | None) -> dict[
         node: Any = out
         for depth, key in enumerate(keys[:-1]):
             nxt = node.get(key) if isinstance(node, dict) else None
+            if nxt is None and depth == 0 and key == "software":
+                nxt = _default_software()  # the stack a scenario without one runs
             if isinstance(nxt, str):
                 # A profile or preset given by name: turn it into a reference with overrides.
                 ref_key = "preset" if keys[: depth + 1] == ["model"] else "profile"

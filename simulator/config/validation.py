@@ -113,6 +113,10 @@ def validation_error(
         got = repr(err["input"])
         msg = f"{msg} (got {got if len(got) <= 80 else got[:77] + '...'})"
     hint = _HINTS.get(err["type"], "fix the value")
+    if err["type"] == "value_error" and "must be divisible by" in msg:
+        hint = "give values that divide: hidden a multiple of heads, heads of kv_heads"
+    elif err["type"] in ("greater_than_equal", "greater_than", "less_than_equal", "less_than"):
+        hint = "give a value in the allowed range"
     if err["type"] == "extra_forbidden" and loc:
         fields = list(getattr(holder, "model_fields", {}))
         near = closest(str(loc[-1]), fields)

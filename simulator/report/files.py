@@ -23,11 +23,15 @@ def output_path(path: str | Path, option: str, folder: bool = False) -> Path:
     raw = str(path)
     p = Path(raw)
     if not raw.strip():
-        raise UserError("an empty path was given", path=option, hint="give a file path")
+        raise UserError(
+            "an empty path was given",
+            path=option,
+            hint="give a folder" if folder else "give a file path",
+        )
     if folder:
         if p.exists() and not p.is_dir():
             raise UserError(
-                f"{raw} is a file, not a folder", path=option, hint="give a folder for the plots"
+                f"{raw} is a file, not a folder", path=option, hint="give a folder (or a new name)"
             )
         target = p
     else:

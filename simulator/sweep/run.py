@@ -200,6 +200,28 @@ def _pool(
             yield f.result()
 
 
+def _reachable(address: str | None) -> None:
+    """A HOST:PORT Ray address must accept a connection within seconds: Ray itself retries an
+    unreachable one for minutes, printing its own connection errors."""
+    import socket
+
+    if not address or address in ("auto", "local") or address.startswith("ray://"):
+        return
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit():
+        return  # let Ray say what it makes of it
+    try:
+        with socket.create_connection((host, int(port)), timeout=5.0):
+            pass
+    except OSError as exc:
+        raise UserError(
+            f"could not reach the Ray cluster at '{address}': {exc.strerror or exc}",
+            path="--address",
+            hint="start it (ray start --head) or give its address; leave --address out "
+            "for a local Ray",
+        ) from None
+
+
 def _ray(
     args: list[tuple[str, dict[str, Any], Point, list[str], str]], address: str | None
 ) -> Iterator[Rows]:
@@ -210,6 +232,7 @@ def _ray(
             "the Ray executor needs Ray", hint='pip install "clustersim[ray]"'
         ) from None
     if not ray.is_initialized():
+        _reachable(address)
         try:
             ray.init(address=address, include_dashboard=False, log_to_driver=False)
         except ConnectionError as exc:

@@ -264,10 +264,19 @@ def load_spec(path: str | Path) -> tuple[SweepSpec, dict[str, Any], Path]:
     base_path = (p.parent / spec.base).resolve()
     if not base_path.is_file():
         raise UserError(
-            f"base scenario '{spec.base}' not found (looked for {base_path})",
+            f"base scenario '{spec.base}' is a folder (looked at {base_path})"
+            if base_path.is_dir()
+            else f"base scenario '{spec.base}' not found (looked for {base_path})",
             file=str(p),
             path="base",
-            hint="give the scenario's path relative to the sweep file",
+            hint="give the scenario file's path relative to the sweep file",
+        )
+    if base_path == p.resolve():
+        raise UserError(
+            "the sweep spec names itself as its base scenario",
+            file=str(p),
+            path="base",
+            hint="give the scenario file the sweep varies",
         )
     return spec, read_yaml(base_path), base_path
 
