@@ -95,31 +95,32 @@ def launch(
     procs: dict[int, subprocess.Popen] = {}
     t_start = time.monotonic()
     root = str(Path(__file__).resolve().parent.parent)
-    for rank in range(world):
-        env = dict(
-            {**HEAP_KEEPING_ENV, **os.environ},
-            RANK=str(rank),
-            WORLD_SIZE=str(world),
-            LOCAL_RANK=str(rank % nproc),
-            LOCAL_WORLD_SIZE=str(nproc),
-            GROUP_RANK=str(rank // nproc),
-            NODE_RANK=str(rank // nproc),
-            MASTER_ADDR="127.0.0.1",
-            MASTER_PORT=str(port),
-            OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"),
-            PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""),
-        )
-        procs[rank] = subprocess.Popen(
-            cmd,
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE if log is None else log,
-            start_new_session=True,
-        )
     last_progress = time.monotonic()
     last_sig: tuple = ()
     failure: ProbeFailed | None = None
     try:
+        # Started inside the try: an interrupt between two starts still stops the first.
+        for rank in range(world):
+            env = dict(
+                {**HEAP_KEEPING_ENV, **os.environ},
+                RANK=str(rank),
+                WORLD_SIZE=str(world),
+                LOCAL_RANK=str(rank % nproc),
+                LOCAL_WORLD_SIZE=str(nproc),
+                GROUP_RANK=str(rank // nproc),
+                NODE_RANK=str(rank // nproc),
+                MASTER_ADDR="127.0.0.1",
+                MASTER_PORT=str(port),
+                OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"),
+                PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""),
+            )
+            procs[rank] = subprocess.Popen(
+                cmd,
+                env=env,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE if log is None else log,
+                start_new_session=True,
+            )
         while True:
             codes = {r: p.poll() for r, p in procs.items()}
             beats = _beats(hb)
@@ -150,6 +151,9 @@ def launch(
                 break
             time.sleep(0.1)
     finally:
+        # A second Ctrl-C or SIGTERM must not cut the clean-up short: held until it is done.
+        held = {signal.SIGINT, signal.SIGTERM}
+        signal.pthread_sigmask(signal.SIG_BLOCK, held)
         for p in procs.values():
             if p.poll() is None:
                 try:
@@ -162,6 +166,7 @@ def launch(
             except subprocess.TimeoutExpired:
                 pass
         shutil.rmtree(hb, ignore_errors=True)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, held)
     if failure is not None:
         _mark_failed(out, str(failure), failure.rank, failure.phase, world, nodes)
         raise failure
