@@ -11,7 +11,11 @@ import pytest
 from conftest import inline_scenario
 
 from simulator.config.loading import resolve_dict
-from simulator.engine.setup import loader_bytes_per_node
+from simulator.engine.setup import (
+    LOADER_REQUESTS_IN_FLIGHT,
+    loader_bytes_per_node,
+    loader_latency_s,
+)
 from simulator.network.topology import Layout
 from simulator.simulate import simulate
 
@@ -45,11 +49,30 @@ def _starved(pp: int, tp: int, full: bool = False) -> tuple[float, float, int]:
 def test_a_deep_pipeline_reads_on_its_first_and_last_nodes(full: bool) -> None:
     # PP4 over 4 nodes, DP 1: node 0 reads the tokens, node 3 the labels, each the whole step.
     step, total, m = _starved(pp=4, tp=8, full=full)
-    assert step == pytest.approx(total / (READ_GBPS * 1e9) + m * LATENCY_S, rel=1e-9)
+    assert step == pytest.approx(total / (READ_GBPS * 1e9) + _waves(m) * LATENCY_S, rel=1e-9)
     # No pipeline, DP 4: each node reads a quarter.
     step1, total1, m1 = _starved(pp=1, tp=8, full=full)
     assert total1 == total
-    assert step1 == pytest.approx(total / 4 / (READ_GBPS * 1e9) + m1 * LATENCY_S, rel=1e-9)
+    assert step1 == pytest.approx(total / 4 / (READ_GBPS * 1e9) + _waves(m1) * LATENCY_S, rel=1e-9)
+
+
+def _waves(m: int) -> float:
+    """Windows of read requests: the loader keeps LOADER_REQUESTS_IN_FLIGHT in flight."""
+    return 1.0 + (m - 1) / LOADER_REQUESTS_IN_FLIGHT
+
+
+def test_storage_latency_is_paid_per_wave_of_requests_not_per_micro_batch() -> None:
+    data = inline_scenario("llama3-8b", nodes=1, gpus_per_node=8, global_batch=512, tp=8)
+    data["cluster"]["storage"] = {
+        "profile": "object-store",
+    }
+    rs = resolve_dict(data)
+    assert rs.micro_batches == 512
+    lat = rs.storage.latency_ms.value * 1e-3
+    assert loader_latency_s(rs, rs.micro_batches) == pytest.approx(
+        lat * (1 + 511 / LOADER_REQUESTS_IN_FLIGHT)
+    )
+    assert loader_latency_s(rs, 1) == pytest.approx(lat)
 
 
 def test_every_reader_reads_its_replicas_share() -> None:

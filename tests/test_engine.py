@@ -109,7 +109,7 @@ def test_one_gpu_has_no_communication_and_no_bubble(full: bool) -> None:
 
 
 # -- accounting ---------------------------------------------------------------------------------
-SLOW_STORAGE = {"profile": "nfs", "read_gbps_per_client": 0.002, "latency_ms": 5.0}
+SLOW_STORAGE = {"profile": "nfs", "read_gbps_per_client": 0.001, "latency_ms": 20.0}
 
 LAYOUTS: dict[str, dict[str, Any]] = {
     "dp": scenario(2, 8),

@@ -29,7 +29,7 @@ from ..workload.memory import shard_group
 from .compute import Program
 from .results import EngineResult, RankResult
 from .schedule import schedule_arrays
-from .setup import PROGRAMS, loader_bytes_per_node
+from .setup import PROGRAMS, loader_bytes_per_node, loader_latency_s
 from .sim import Simulation
 
 if TYPE_CHECKING:  # numpy loads with the walk, not with the simulate path
@@ -346,7 +346,7 @@ class _Walk:
         st = rs.storage
         per_node = loader_bytes_per_node(rs, sim.lay)
         busiest = max(range(len(per_node)), key=per_node.__getitem__)
-        t = st.latency_ms.value * 1e-3 * sim.m
+        t = loader_latency_s(rs, sim.m)
         if per_node[busiest] <= 0:
             return t  # no input to read (input_bytes_per_token: 0)
         links: list[tuple[Any, float]] = [(("storage_client", busiest), 1.0)]

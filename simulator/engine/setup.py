@@ -43,6 +43,20 @@ from .sharing import LinkSharing
 from .stragglers import pace as straggler_pace
 from .tracing import Tracing
 
+# Read requests a data loader keeps in flight per reader rank: Megatron-LM's --num-workers
+# default of 2 (megatron/training/arguments.py) times PyTorch DataLoader's default
+# prefetch_factor of 2 (torch.utils.data.DataLoader). The storage's first-byte latency is paid
+# once per wave of requests, not once per micro-batch in series.
+LOADER_REQUESTS_IN_FLIGHT = 4
+
+
+def loader_latency_s(rs: ResolvedScenario, micro_batches: int) -> float:
+    """The storage latency a step's input reads pay: the first request's in full, then the
+    others streaming through the loader's in-flight window (linear in the micro-batches, so
+    a pipeline's steady state extrapolates exactly)."""
+    waves = 1.0 + max(0, micro_batches - 1) / LOADER_REQUESTS_IN_FLIGHT
+    return rs.storage.latency_ms.value * 1e-3 * waves
+
 
 def loader_bytes_per_node(rs: ResolvedScenario, lay: Layout) -> list[float]:
     """Training data each node reads per step: every reader rank (under a Megatron-style stack
@@ -334,7 +348,7 @@ class SimulationBase(Tracing, LinkSharing):
         st = rs.storage
         per_node = loader_bytes_per_node(rs, self.lay)
         t0 = self.env.now
-        yield self.env.timeout(st.latency_ms.value * 1e-3 * self.m)
+        yield self.env.timeout(loader_latency_s(rs, self.m))
         busiest = max(range(len(per_node)), key=per_node.__getitem__)
         nodes = [n for n, b in enumerate(per_node) if b > 0] if self.full else [busiest]
         if per_node[busiest] <= 0:
