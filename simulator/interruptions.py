@@ -1,7 +1,9 @@
 """Interrupted runs: checkpoints and the share of wall time that makes progress (goodput).
 
 A run is interrupted when a GPU fails (the GPU profile's ``mtbf_hours`` per GPU: a synchronous
-job stops when any of its GPUs does) and, on spot, when an instance is reclaimed (the price
+job stops when any of its GPUs does), when anything else of the platform does (its
+``mtbf_other_hours``: hosts, NICs, switches, software) and, on spot, when an instance is
+reclaimed (the price
 profile's preemptions per instance a day). It saves its model state every ``τ`` of
 useful work, which takes ``δ`` (the state over the storage's write bandwidth), and after an
 interruption spends ``R`` getting going again (new capacity, processes, communicators, and
@@ -163,6 +165,13 @@ def run_goodput(rs: ResolvedScenario, step_s: float, notes: list[str]) -> float:
         )
     else:
         notes.append(f"GPU '{rs.gpu.name}' gives no mtbf_hours: hardware failures not modelled")
+    other = rs.gpu.mtbf_other_hours
+    if other is not None:
+        per_hour += rs.gpus / other.value
+        rates.append(
+            f"other failures (host, network, software): one per {other.value:,.0f} GPU-hours, "
+            f"one every {other.value / rs.gpus:,.1f} h"
+        )
     price = rs.price
     spot = isinstance(price, CloudPrice) and rs.price_tier == "spot"
     if spot:

@@ -207,3 +207,25 @@ def test_spot_preemptions_strike_a_job_once_per_node() -> None:
     calm64 = cost(priced(CLOUD, tier="spot", nodes=64, global_batch=1024))
     ratio = big.time_to_train_days / calm64.time_to_train_days  # type: ignore[operator]
     assert 1.2 < ratio < 3
+
+
+def test_the_rest_of_the_platform_interrupts_the_job_too() -> None:
+    """Hosts, switches and software stop a synchronous job as a GPU does: their rate adds to
+    the GPUs' (one interruption per 1,000 and per 3,000 GPU-hours interrupt as one per 750)."""
+    data = copy.deepcopy(_failing(1000.0).raw)
+    data["cluster"]["gpu"]["mtbf_other_hours"] = fig(3000.0)
+    both = resolve_dict(data)
+    combined = _failing(750.0)
+    assert cost(both).goodput == pytest.approx(cost(combined).goodput, rel=1e-12)
+    assert cost(both).goodput < cost(_failing(1000.0)).goodput
+    assert any("other failures (host, network, software)" in a for a in cost(both).assumptions)
+
+
+def test_the_llama3_interruption_rate_is_reproduced() -> None:
+    """The bundled H100 profile's two rates give the Llama 3 paper's 419 interruptions in 54
+    days on 16,384 GPUs (Sec. 3.3.4): one every 3.1 hours."""
+    from simulator.catalog import load_catalog
+
+    gpu = load_catalog().get("h100-sxm-80gb", "gpu")
+    per_hour = 16384 / gpu.mtbf_hours.value + 16384 / gpu.mtbf_other_hours.value  # type: ignore[attr-defined]
+    assert per_hour * 54 * 24 == pytest.approx(419, rel=0.02)

@@ -30,6 +30,7 @@ FIGURE_RANGES: dict[str, Range] = {
     "peak_tflops": (1e-3, 1e6, False, "TFLOP/s"),
     "sm_count": (1.0, 1e5, False, "streaming multiprocessors"),
     "mtbf_hours": (1.0, 1e9, False, "hours"),
+    "mtbf_other_hours": (1.0, 1e9, False, "GPU-hours"),
     "speed_cv": (0.0, 1.0, False, "coefficient of variation"),
     "matmul_max": _FRACTION,
     "matmul_fp8_max": _FRACTION,

@@ -223,6 +223,12 @@ class GPUProfile(_Profile):
         "this many; unset: no wave quantisation",
     )
     mtbf_hours: Num | None = Field(default=None, description="mean time between GPU failures")
+    mtbf_other_hours: Num | None = Field(
+        default=None,
+        description="GPU-hours between interruptions of a synchronous job from everything but "
+        "its GPUs (host, network, storage, software), per GPU of the platform; none: not "
+        "counted",
+    )
     speed_cv: Num | None = Field(
         default=None, description="coefficient of variation of per-GPU speed (stragglers)"
     )
