@@ -234,3 +234,8 @@ def test_json_output_never_holds_nan_or_infinity() -> None:
     json.loads(res.stdout)
     low = run_cli("check", "llama3-8b-8xh100", "--set", "cluster.pricing.utilisation=1e-300")
     assert low.returncode == 2 and "cluster.pricing.utilisation" in low.stderr
+
+
+def test_a_token_budget_below_one_step_is_refused() -> None:
+    res = run_cli("check", "llama3-8b-8xh100", "--set", "run.tokens=1")
+    assert res.returncode == 2 and "run.tokens" in res.stderr and "one step" in res.stderr

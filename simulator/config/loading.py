@@ -211,6 +211,14 @@ def resolve(
                 else "make DP·TP·PP·CP equal the GPU count",
             )
     check_layout(model, par, tr, dp, file)
+    if sc.run.tokens is not None and sc.run.tokens < tr.tokens_per_step:
+        raise UserError(
+            f"run.tokens {sc.run.tokens:g} is less than one step's {tr.tokens_per_step:,} "
+            "tokens (global batch × sequence length)",
+            file=file,
+            path="run.tokens",
+            hint="give the run's whole token budget (e.g. 1.0e12), or leave it out",
+        )
     if tr.precision == "fp8" and "fp8" not in gpu.peak_tflops:
         raise UserError(
             f"GPU '{gpu.name}' has no fp8 tensor-core rate in its profile (fp8 training needs "
