@@ -280,9 +280,21 @@ def _on_sigterm(_signum: int, _frame: Any) -> None:
     raise _Terminated
 
 
+def _reader_closed(self: Any) -> None:
+    """rich's answer to a closed pipe (`clustersim ... | head`), as success: the reader has
+    what it wanted (rich's own exits 1, which fails `set -o pipefail` scripts)."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    raise SystemExit(0)
+
+
 def main() -> None:
     """Console-script entry point: user errors exit 2 with one message, no traceback."""
     import signal
+
+    import rich.console
+
+    rich.console.Console.on_broken_pipe = _reader_closed  # type: ignore[method-assign]
 
     if not threading_main():
         _main()
@@ -306,6 +318,12 @@ def _main() -> None:
         sys.exit(2)
     except typer.Exit as exc:
         sys.exit(exc.exit_code)
+    except SystemExit as exc:
+        # typer's own broken-pipe handling (`clustersim ... | head`) exits 1 after wrapping
+        # stdout: the reader has what it wanted, which is success, as below.
+        if exc.code == 1 and type(sys.stdout).__name__ == "PacifyFlushWrapper":
+            sys.exit(0)
+        raise
     except (typer.Abort, KeyboardInterrupt) as exc:
         err.print(f"interrupted: {safe(_kept[0])}", highlight=False)
         sys.exit(143 if isinstance(exc, _Terminated) or _terminated[0] else 130)

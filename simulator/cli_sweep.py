@@ -32,6 +32,14 @@ def sweep(
         bool | None, typer.Option("--own/--rent", help="only owned, or only rented, clusters")
     ] = None,
     all_plans: Annotated[bool, typer.Option("--all", help="keep every valid plan")] = False,
+    replace: Annotated[
+        bool,
+        typer.Option(
+            "--replace",
+            help="drop rows of --out that match no point of this run (another spec or "
+            "settings); without it such a file is refused",
+        ),
+    ] = False,
     executor: Annotated[str, typer.Option(help="local | serial | ray")] = "local",
     workers: Annotated[
         int | None, typer.Option(help="local processes (default: cores)", min=1)
@@ -118,13 +126,34 @@ def sweep(
                     path=f"axes[{i}]",
                     hint="give a scenario field path (clustersim schema lists them)",
                 )
+    priced = bool((base.get("cluster") or {}).get("pricing")) or any(
+        p == "cluster" or p.startswith("cluster.pricing")
+        for i, a in enumerate(spec.axes)
+        for p in axis_paths(i, a)
+    )
+    needs_price = (
+        "--best " + best if best in ("cost", "usd-per-token") else None,
+        "--budget-usd" if budget_usd is not None else None,
+    )
+    for opt in needs_price:
+        if opt and not priced:
+            raise UserError(
+                f"{opt} needs prices, and neither the base scenario nor an axis sets "
+                "cluster.pricing",
+                file=spec_file,
+                path=opt.split()[0],
+                hint="give the base scenario a cluster.pricing (or an axis over it), or use "
+                "--best time",
+            )
     if all_plans:
         spec = spec.model_copy(update={"keep": "all"})
     pts = points(spec)
     path = Path(out_file)
-    from .sweep.run import check_output
+    from .sweep.run import check_output, reachable
 
     check_output(path)
+    if executor == "ray":
+        reachable(address)  # before the output is touched
     _kept[0] = f"finished points are kept in {out_file}; run the same command again to resume"
     with progress_bar(err, f"sweep {safe(spec.name)}", len(pts)) as update:
         rows = run_sweep(
@@ -136,6 +165,7 @@ def sweep(
             workers,
             address,
             on_point=lambda done, total: update(done),
+            replace=replace,
             on_stale=lambda n: err.print(
                 f"{safe(out_file)}: {n} row(s) match no point of this run (another base "
                 "scenario, other sweep settings or profiles, or points no longer in the spec) "
@@ -169,6 +199,13 @@ def sweep(
     for reason, n in sorted(failed.items()):
         out.print(f"  {n} point(s): {safe(reason)}")
     front = pareto(rows)
+    from .sweep.answers import run_basis
+
+    if ok and not run_basis(ok):
+        out.print(
+            "note: the points do not share one token budget (run.tokens), so they are compared "
+            "per million tokens: seconds and $ per million tokens, not days and $ for the run"
+        )
     t = Table(title="Pareto front: time to train against total cost")
     for col in ("point", "layout", "tier", "days", "US$", "$/M tokens", "MFU"):
         t.add_column(col, justify="right" if col not in ("layout", "tier") else "left")

@@ -181,6 +181,8 @@ def test_a_trace_too_large_to_write_is_refused_before_simulating(tmp_path: Path)
         "llama3-8b-8xh100",
         "--set",
         "training.global_batch=16777216",
+        "--set",
+        "run.tokens=1e15",
         "--trace",
         str(tmp_path / "t.json"),
     )

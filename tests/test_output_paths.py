@@ -97,9 +97,17 @@ def test_table_output_into_a_closed_pipe_exits_0() -> None:
 
     exe = shutil.which("clustersim")
     assert exe
-    for fmt in ("table", "json"):
+    for args in (
+        ["simulate", "llama3-70b-64xh100", "--format", "table"],
+        ["simulate", "llama3-70b-64xh100", "--format", "json"],
+        ["simulate", "gpt3-175b-megatron-1024xa100", "--format", "csv", "--no-scaling"],
+        ["--help"],  # typer's help through rich, which exits 1 on a closed pipe by itself
+        ["sweep", "--help"],
+        ["profiles", "list", "--format", "csv"],
+    ):
+        fmt = " ".join(args)
         p = subprocess.Popen(
-            [exe, "simulate", "llama3-70b-64xh100", "--format", fmt],
+            [exe, *args],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             env={**os.environ, "COLUMNS": "200"},

@@ -339,3 +339,16 @@ def test_schema_of_a_profile_kind_gives_value_ranges() -> None:
     s = json.loads(res.stdout)
     assert s["title"] == "clustersim gpu profile" and "value range" in res.stdout
     assert run_cli("schema", "--profile", "gpux").returncode == 2
+
+
+def test_the_bundled_schema_files_are_what_schema_prints() -> None:
+    """The editor schemas the bundled scenarios and sweeps name are never stale."""
+    for path, args in (
+        (REPO / "scenarios" / "scenario.schema.json", ("schema",)),
+        (REPO / "scenarios" / "sweeps" / "sweep.schema.json", ("schema", "--sweep")),
+    ):
+        res = run_cli(*args)
+        assert res.returncode == 0
+        assert json.loads(path.read_text()) == json.loads(res.stdout), (
+            f"{path.name} is stale: regenerate it with clustersim {' '.join(args)} > {path}"
+        )

@@ -165,7 +165,8 @@ def test_constraints_need_best_and_cost_needs_prices(tmp_path: Path) -> None:
     base.write_text(yaml.safe_dump(data))
     unpriced = _write(tmp_path, "u.yaml", base=str(base), axes=[{"training.global_batch": [32]}])
     res = run_cli("sweep", str(unpriced), "--out", str(tmp_path / "u.csv"), "--best", "cost")
-    assert res.returncode == 2 and "no point of the sweep has one" in res.stderr
+    assert res.returncode == 2 and "needs prices" in res.stderr
+    assert not (tmp_path / "u.csv").exists()  # refused before the run
 
 
 def test_unmet_constraints_show_what_the_sweep_can_do(tmp_path: Path) -> None:
@@ -279,3 +280,114 @@ def test_a_sweep_name_is_a_plain_file_name(tmp_path: Path, name: str) -> None:
     res = run_cli("sweep", str(spec), "--out", str(tmp_path / "o.csv"))
     assert res.returncode == 2 and "name" in res.stderr and "Traceback" not in res.stderr
     assert not (tmp_path / "o.csv").exists()
+
+
+def test_a_rerun_never_drops_another_sweeps_rows_unless_told(tmp_path: Path) -> None:
+    out = tmp_path / "o.csv"
+    first = _write(tmp_path, "a.yaml", axes=[{"cluster.nodes": [1, 2]}])
+    assert run_cli("sweep", str(first), "--out", str(out)).returncode == 0
+    before = out.read_bytes()
+    other = _write(tmp_path, "b.yaml", axes=[{"training.global_batch": [64]}])
+    res = run_cli("sweep", str(other), "--out", str(out))
+    assert res.returncode == 2 and "--replace" in res.stderr and "would drop" in res.stderr
+    assert out.read_bytes() == before
+    assert run_cli("sweep", str(other), "--out", str(out), "--replace").returncode == 0
+    assert out.read_bytes() != before
+
+
+def test_a_torn_first_row_of_a_jsonl_sweep_resumes(tmp_path: Path) -> None:
+    spec = _write(tmp_path, axes=[{"cluster.nodes": [1, 2]}])
+    full = tmp_path / "full.jsonl"
+    assert run_cli("sweep", str(spec), "--out", str(full)).returncode == 0
+    torn = tmp_path / "torn.jsonl"
+    torn.write_bytes(full.read_bytes()[:200])  # an interruption inside the first row
+    assert b"\n" not in torn.read_bytes()
+    assert run_cli("sweep", str(spec), "--out", str(torn)).returncode == 0
+    assert torn.read_bytes() == full.read_bytes()
+
+
+def test_points_of_other_token_budgets_compare_per_token() -> None:
+    """A 10x smaller budget is not a 10x faster plan: rows whose budgets differ are compared
+    per million tokens; an unpriced row never wins a tie on cost."""
+    from simulator.sweep.answers import pareto, run_basis
+
+    def row(point: int, tokens: float, tps: float, usd_m: float | None) -> dict[str, Any]:
+        days = tokens / tps / 86400
+        return {
+            "point": point,
+            "status": "ok",
+            "gpus": 8,
+            "tokens_per_s": tps,
+            "goodput": 1.0,
+            "time_to_train_days": days,
+            "usd_total": None if usd_m is None else usd_m * tokens / 1e6,
+            "usd_per_million_tokens": usd_m,
+        }
+
+    fast_big = row(0, 1e12, 2e6, 2.0)  # twice the throughput, on a 10x budget
+    slow_small = row(1, 1e11, 1e6, 3.0)
+    assert not run_basis([fast_big, slow_small])
+    assert run_basis([fast_big, row(2, 1e12, 1e6, 3.0)])
+    chosen, _ = best([fast_big, slow_small], "time")
+    assert chosen is not None and chosen["point"] == 0
+    assert pareto([fast_big, slow_small]) == [fast_big]
+    unpriced = row(3, 1e12, 2e6, None)
+    chosen, _ = best([unpriced, fast_big], "time")
+    assert chosen is not None and chosen["point"] == 0
+
+
+def test_a_price_objective_without_any_price_is_refused_before_the_run(tmp_path: Path) -> None:
+    base = yaml.safe_load(BASE.read_text())
+    base.get("cluster", {}).pop("pricing", None)
+    b = tmp_path / "base.yaml"
+    b.write_text(yaml.safe_dump(base))
+    spec = tmp_path / "s.yaml"
+    spec.write_text(yaml.safe_dump({"name": "t", "base": str(b)}))
+    out = tmp_path / "o.csv"
+    res = run_cli("sweep", str(spec), "--out", str(out), "--best", "cost")
+    assert res.returncode == 2 and "needs prices" in res.stderr
+    assert not out.exists()
+
+
+def test_a_scenario_and_a_sweep_spec_are_told_apart() -> None:
+    res = run_cli("sweep", str(BASE), "--out", "/tmp/never-written.csv")
+    assert res.returncode == 2 and "not a sweep spec" in res.stderr
+    spec = REPO / "scenarios" / "sweeps" / "gpu-generations.yaml"
+    res = run_cli("compare", str(spec), str(BASE))
+    assert res.returncode == 2 and "sweep spec" in res.stderr and "not a scenario" in res.stderr
+
+
+def test_a_terminated_sweep_stops_its_workers_at_once_and_resumes(tmp_path: Path) -> None:
+    """SIGTERM to a sweep on the local pool: the points not started are cancelled and the
+    workers stopped (not the rest of the sweep computed first), the rows written so far stay,
+    and the same command finishes the file."""
+    import shutil
+    import signal
+    import subprocess
+    import time
+
+    exe = shutil.which("clustersim")
+    assert exe
+    out = tmp_path / "o.csv"
+    cmd = [exe, "sweep", "llama3-70b-strong-scaling", "--out", str(out), "--workers", "2"]
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and (not out.exists() or out.read_text().count("\n") < 2):
+        time.sleep(0.1)
+    p.send_signal(signal.SIGTERM)
+    _, err = p.communicate(timeout=30)
+    if p.returncode == 0:
+        pytest.skip("the sweep finished before the signal arrived")
+    assert p.returncode == 143 and "interrupted:" in err and "Traceback" not in err
+    time.sleep(1.0)
+
+    def cmdline(d: Path) -> bytes:
+        try:
+            return (d / "cmdline").read_bytes()
+        except OSError:  # a process that ended meanwhile
+            return b""
+
+    assert not [
+        d for d in Path("/proc").iterdir() if d.name.isdigit() and str(out).encode() in cmdline(d)
+    ], "a worker outlived the sweep"
+    assert subprocess.run(cmd, capture_output=True, timeout=300).returncode == 0

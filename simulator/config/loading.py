@@ -282,7 +282,14 @@ def load_scenario(path: str | Path, sets: list[str] | None = None) -> ResolvedSc
     """Read, override, validate and resolve a scenario file."""
     p = Path(path)
     file = str(path)
-    data = apply_sets(read_yaml(p), sets or [], file)
+    raw = read_yaml(p)
+    if isinstance(raw, dict) and "base" in raw and "axes" in raw and "cluster" not in raw:
+        raise UserError(
+            "this is a sweep spec (base, axes), not a scenario",
+            file=file,
+            hint=f"run it with clustersim sweep {file}, or give a scenario file",
+        )
+    data = apply_sets(raw, sets or [], file)
     sc = parse_scenario(data, file)
     return resolve(sc, file, data)
 

@@ -40,9 +40,10 @@ def read_yaml(path: Path) -> dict[str, Any]:
     data = parse_yaml(text, str(path))
     if not isinstance(data, dict):
         raise UserError(
-            "a scenario must be a YAML mapping (cluster:, model:, training:, ...)",
+            "the file must be a YAML mapping: a scenario (cluster:, model:, training:, ...) "
+            "or a sweep spec (name:, base:, axes:)",
             file=str(path),
-            hint="see scenarios/ for examples, or `clustersim schema`",
+            hint="see scenarios/ and scenarios/sweeps/ for examples, or `clustersim schema`",
         )
     return data
 

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UserError
-from ..sweep.answers import cost_of, ok_rows, pareto, time_of
+from ..sweep.answers import cost_of, ok_rows, pareto, run_basis, time_of
 
 Rows = list[dict[str, Any]]
 
@@ -87,15 +87,18 @@ def cost_time(rows: Rows, path: Path, title: str, best: dict[str, Any] | None = 
     """Every layout's cost against its time to train, the Pareto front joined, the best
     labelled."""
     plt = _plt()
-    ok = [r for r in ok_rows(rows) if time_of(r) is not None and cost_of(r) is not None]
-    days = any(r.get("time_to_train_days") not in (None, "") for r in ok)
+    # One basis for every point: whole-run figures only where every point has the same budget.
+    days = run_basis(ok_rows(rows))
+    ok = [r for r in ok_rows(rows) if time_of(r, days) is not None and cost_of(r, days) is not None]
     fig, ax = plt.subplots(figsize=(10.5, 5.5))
     for tier in sorted({str(r.get("tier") or "unpriced") for r in ok}):
         sel = [r for r in ok if str(r.get("tier") or "unpriced") == tier]
-        ax.scatter([time_of(r) for r in sel], [cost_of(r) for r in sel], label=tier, alpha=0.7)
+        ax.scatter(
+            [time_of(r, days) for r in sel], [cost_of(r, days) for r in sel], label=tier, alpha=0.7
+        )
     front = pareto(ok)
     if front:
-        xs, ys = [time_of(r) for r in front], [cost_of(r) for r in front]
+        xs, ys = [time_of(r, days) for r in front], [cost_of(r, days) for r in front]
         ax.plot(xs, ys, color="black", linewidth=1.2)
         ax.scatter(
             xs,
@@ -109,7 +112,7 @@ def cost_time(rows: Rows, path: Path, title: str, best: dict[str, Any] | None = 
     if best is not None:
         ax.annotate(
             "best: " + _label(best),
-            (time_of(best), cost_of(best)),
+            (time_of(best, days), cost_of(best, days)),
             xytext=(15, 15),
             textcoords="offset points",
             arrowprops={"arrowstyle": "->"},

@@ -9,22 +9,42 @@ Rows = list[dict[str, Any]]
 Objective = Literal["time", "cost", "usd-per-token"]
 
 
-def time_of(r: dict[str, Any]) -> float | None:
-    """Days to train when the scenario has a token budget, else wall seconds per million
-    tokens (per token, so that points with other batch sizes or sequence lengths compare;
-    with the time lost to interruptions, as the days have it)."""
+def _budget(r: dict[str, Any]) -> float | None:
+    """The token budget a row's days to train stand for (days × tokens/s × goodput)."""
+    days, tps = _num(r.get("time_to_train_days")), _num(r.get("tokens_per_s"))
+    if days is None or not tps:
+        return None
+    return days * 86400.0 * tps * (_num(r.get("goodput")) or 1.0)
+
+
+def run_basis(rows: Rows) -> bool:
+    """Whether the rows compare on whole-run figures (days, $ for the run): only when every
+    one has a token budget and it is the same budget; else per million tokens."""
+    if not rows or any(_num(r.get("time_to_train_days")) is None for r in rows):
+        return False
+    budgets = [b for b in (_budget(r) for r in rows) if b is not None]
+    return not budgets or max(budgets) <= min(budgets) * (1 + 1e-6)
+
+
+def time_of(r: dict[str, Any], run: bool = True) -> float | None:
+    """Days to train when the rows compare on the whole run (``run``) and the row has them,
+    else wall seconds per million tokens (per token, so that points with other batch sizes,
+    sequence lengths or token budgets compare; with the time lost to interruptions, as the
+    days have it)."""
     v = r.get("time_to_train_days")
-    if v not in (None, ""):
+    if run and v not in (None, ""):
         return float(v)
     tps = _num(r.get("tokens_per_s"))
     good = _num(r.get("goodput")) or 1.0
     return 1e6 / (tps * good) if tps else None
 
 
-def cost_of(r: dict[str, Any]) -> float | None:
-    """$ for the whole run when there is a token budget, else $ per million tokens."""
+def cost_of(r: dict[str, Any], run: bool = True) -> float | None:
+    """$ for the whole run when the rows compare on it, else $ per million tokens."""
     v = r.get("usd_total")
-    return float(v) if v not in (None, "") else _num(r.get("usd_per_million_tokens"))
+    if run and v not in (None, ""):
+        return float(v)
+    return _num(r.get("usd_per_million_tokens"))
 
 
 def _num(v: Any) -> float | None:
@@ -37,12 +57,14 @@ def ok_rows(rows: Rows) -> Rows:
 
 def pareto(rows: Rows) -> Rows:
     """The rows no other row beats on both time and cost (ties kept once), fastest first."""
-    pts = [r for r in ok_rows(rows) if time_of(r) is not None and cost_of(r) is not None]
-    pts.sort(key=lambda r: (time_of(r), cost_of(r)))
+    ok = ok_rows(rows)
+    run = run_basis(ok)
+    pts = [r for r in ok if time_of(r, run) is not None and cost_of(r, run) is not None]
+    pts.sort(key=lambda r: (time_of(r, run), cost_of(r, run)))
     front: Rows = []
     best_cost = float("inf")
     for r in pts:
-        c = cost_of(r)
+        c = cost_of(r, run)
         assert c is not None
         if c < best_cost:
             front.append(r)
@@ -78,16 +100,26 @@ def best(
             removed["ownership"] += 1
             continue
         keep.append(r)
+    run = run_basis(keep)
+
+    def t(r: dict[str, Any]) -> float:
+        v = time_of(r, run)
+        return float("inf") if v is None else v
+
+    def c(r: dict[str, Any]) -> tuple[bool, float]:
+        v = cost_of(r, run)
+        return (v is None, 0.0 if v is None else v)  # unpriced: after every priced row
+
     key = {
-        "time": lambda r: (time_of(r), cost_of(r) or 0.0),
-        "cost": lambda r: (cost_of(r) is None, cost_of(r) or 0.0, time_of(r)),
+        "time": lambda r: (t(r), *c(r)),
+        "cost": lambda r: (*c(r), t(r)),
         "usd-per-token": lambda r: (
             r.get("usd_per_million_tokens") in (None, ""),
             float(r.get("usd_per_million_tokens") or 0.0),
-            time_of(r),
+            t(r),
         ),
     }[objective]
     return (min(keep, key=key) if keep else None), removed
 
 
-__all__ = ["best", "cost_of", "ok_rows", "pareto", "time_of"]
+__all__ = ["best", "cost_of", "ok_rows", "pareto", "run_basis", "time_of"]

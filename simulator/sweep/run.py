@@ -113,6 +113,8 @@ def check_output(path: Path) -> None:
                 first = fh.readline()
             if _fmt(target) == "csv":
                 ok = "point_key" in next(csv.reader([first]), [])
+            elif not first.endswith("\n") and first.startswith('{"sweep": '):
+                ok = True  # our first row, torn by an interruption: resumed without it
             else:
                 ok = isinstance(json.loads(first), dict) and "point_key" in json.loads(first)
     except Exception:  # unreadable, not UTF-8, not JSON, no pyarrow: not ours to replace
@@ -194,19 +196,53 @@ def _pool(
 ) -> Iterator[Rows]:
     from concurrent.futures import ProcessPoolExecutor, as_completed
 
-    with ProcessPoolExecutor(max_workers=workers) as ex:
+    ex = ProcessPoolExecutor(max_workers=max(1, min(workers, len(args))), initializer=_worker_init)
+    try:
         futs = [ex.submit(evaluate_point, *a) for a in args]
         for f in as_completed(futs):
             yield f.result()
+    except BaseException:
+        # Interrupted (Ctrl-C, SIGTERM) or failed: the points not started are cancelled and the
+        # workers stopped now, not after the rest of the sweep has been computed; the rows
+        # already appended stay.
+        for proc in list(getattr(ex, "_processes", {}).values()):
+            proc.terminate()
+        ex.shutdown(wait=False, cancel_futures=True)
+        raise
+    ex.shutdown(wait=True)
 
 
-def _reachable(address: str | None) -> None:
+def _worker_init() -> None:
+    """A pool worker ignores Ctrl-C (the parent stops it), ends at SIGTERM, and gets one when
+    its parent dies (Linux), so a killed sweep leaves no worker behind."""
+    import signal
+    import sys
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # not the parent's handler, inherited by fork
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        try:
+            ctypes.CDLL("libc.so.6").prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+        except OSError:
+            pass
+
+
+def reachable(address: str | None) -> None:
     """A HOST:PORT Ray address must accept a connection within seconds: Ray itself retries an
     unreachable one for minutes, printing its own connection errors."""
     import socket
 
     if not address or address in ("auto", "local") or address.startswith("ray://"):
         return
+    if "://" in address:
+        raise UserError(
+            f"'{address}' is a URL: Ray's --address is the head's HOST:PORT (its GCS port, "
+            "6379 by default), or ray://HOST:PORT for Ray Client",
+            path="--address",
+            hint="e.g. --address 10.0.0.1:6379 (the dashboard's http:// URL does not serve jobs)",
+        )
     host, _, port = address.rpartition(":")
     if not host or not port.isdigit():
         return  # let Ray say what it makes of it
@@ -232,16 +268,22 @@ def _ray(
             "the Ray executor needs Ray", hint='pip install "clustersim[ray]"'
         ) from None
     if not ray.is_initialized():
-        _reachable(address)
+        import signal
+
+        reachable(address)
+        term = signal.getsignal(signal.SIGTERM)
         try:
             ray.init(address=address, include_dashboard=False, log_to_driver=False)
-        except ConnectionError as exc:
+        except Exception as exc:  # ConnectionError, ValueError (format), RuntimeError, ...
             raise UserError(
-                f"could not reach the Ray cluster at '{address}': {exc}",
+                f"could not reach the Ray cluster at '{address}': "
+                f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}",
                 path="--address",
-                hint="start it (ray start --head) or give its address; leave --address out "
-                "for a local Ray",
+                hint="start it (ray start --head) and give HOST:PORT (or ray://HOST:PORT with "
+                "ray[client]); leave --address out for a local Ray",
             ) from None
+        if term is not None and signal.getsignal(signal.SIGTERM) is not term:
+            signal.signal(signal.SIGTERM, term)  # Ray installs its own; ours says what was kept
     remote = ray.remote(evaluate_point)
     pending = [remote.remote(*a) for a in args]
     while pending:
@@ -290,12 +332,13 @@ def run_sweep(
     address: str | None = None,
     on_point: Callable[[int, int], None] | None = None,
     on_stale: Callable[[int], None] | None = None,
+    replace: bool = True,
 ) -> Rows:
     """Evaluate every point not already in ``out``; return all rows (sorted) and write them.
     A finished point is reused only if it came from the same base scenario, sweep settings and
     profiles (its key covers them), renumbered and relabelled as the spec now has it;
     ``on_stale`` is told how many rows of ``out`` match no point of this run (they are
-    dropped)."""
+    dropped; without ``replace`` the run refuses instead, writing nothing)."""
     cols = columns(spec)
     out.parent.mkdir(parents=True, exist_ok=True)
     salt = run_fingerprint(spec, base)
@@ -304,6 +347,14 @@ def run_sweep(
     have = complete_points(old)
     keys = {p.key for p in pts}
     stale = sum(1 for r in old if str(r.get("point_key")) not in keys)
+    if stale and not replace:
+        raise UserError(
+            f"{stale} of the {len(old)} row(s) in '{out}' match no point of this run (another "
+            "spec or base scenario, other sweep settings, other profiles or another clustersim "
+            "version): the run would drop them",
+            path="--out",
+            hint="give another --out to keep them, or --replace to drop them",
+        )
     if stale and on_stale:
         on_stale(stale)
     rows: Rows = []

@@ -257,6 +257,13 @@ def load_spec(path: str | Path) -> tuple[SweepSpec, dict[str, Any], Path]:
     """The spec, its base scenario as a mapping, and the base's path."""
     p = Path(path)
     data = read_yaml(p)
+    if isinstance(data, dict) and "cluster" in data and "base" not in data:
+        raise UserError(
+            "this is a scenario (it has a cluster), not a sweep spec",
+            file=str(p),
+            hint="a sweep spec names its base scenario and axes: base: FILE, axes: [...]; "
+            "run a scenario with clustersim simulate",
+        )
     try:
         spec = SweepSpec.model_validate(data)
     except ValidationError as exc:
