@@ -143,6 +143,14 @@ def simulate(
                 "per node that the group sizes divide (or that divide them)"
             )
     notes.extend(rs.sharding_notes())
+    m = rs.model
+    if m.position == "learned" and m.max_positions and rs.training.seq_len > m.max_positions:
+        notes.append(
+            f"{m.name} learns {m.max_positions} positions but the sequence is "
+            f"{rs.training.seq_len} tokens: the model as given has no embedding past position "
+            f"{m.max_positions} (set model.max_positions to extend the table; its parameters "
+            "are counted from that size)"
+        )
     if full:
         _check_full_size(rs)
     if trace:

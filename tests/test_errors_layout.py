@@ -239,3 +239,21 @@ def test_json_output_never_holds_nan_or_infinity() -> None:
 def test_a_token_budget_below_one_step_is_refused() -> None:
     res = run_cli("check", "llama3-8b-8xh100", "--set", "run.tokens=1")
     assert res.returncode == 2 and "run.tokens" in res.stderr and "one step" in res.stderr
+
+
+def test_a_sequence_past_a_learned_position_table_is_noted() -> None:
+    """Accepted (a what-if may mean an extended table) but said: GPT-3 learns 2048 positions."""
+    import json
+
+    res = run_cli(
+        "simulate",
+        "gpt3-175b-megatron-1024xa100",
+        "--set",
+        "training.seq_len=4096",
+        "--no-scaling",
+        "--format",
+        "json",
+    )
+    assert res.returncode == 0, res.stderr
+    notes = json.loads(res.stdout)["notes"]
+    assert any("learns 2048 positions" in n for n in notes)
