@@ -64,6 +64,17 @@ def _step_why(a: dict[str, Any], b: dict[str, Any]) -> str:
     cats = set(a["breakdown_s"]) | set(b["breakdown_s"])
     key = max(cats, key=lambda k: b["breakdown_s"].get(k, 0.0) - a["breakdown_s"].get(k, 0.0))
     da, db = a["breakdown_s"].get(key, 0.0), b["breakdown_s"].get(key, 0.0)
+    if f"{db:.3f}" <= f"{da:.3f}" or db <= da:
+        # No part of the step is longer for b: a wins per GPU (MFU, tokens/s per GPU) with a
+        # longer step, i.e. it does its work on fewer or slower GPUs, closer to their peak.
+        ta, tb = a.get("model_tflops_per_gpu"), b.get("model_tflops_per_gpu")
+        ma, mb = a.get("mfu"), b.get("mfu")
+        if ta and tb and ma and mb:
+            return (
+                f"a lower peak to reach ({ta / ma:,.0f} vs {tb / mb:,.0f} TFLOP/s per GPU) "
+                "though the other is as fast or faster in every part of the step"
+            )
+        return "though the other is as fast or faster in every part of the step"
     return f"{CATEGORY_LABELS.get(key, key)}: {da:.3f} s vs {db:.3f} s per step"
 
 
@@ -88,7 +99,7 @@ def _why(a: dict[str, Any], b: dict[str, Any], key: str) -> str:
             reasons.append(f"${pa:.2f} vs ${pb:.2f} per GPU-hour")
     if key in ("usd_per_million_tokens", "usd_total", "time_to_train_days"):
         ga, gb = _goodput(a), _goodput(b)
-        if ga > gb and _differs(ga, gb):
+        if ga > gb and f"{ga:.1%}" != f"{gb:.1%}":
             reasons.append(f"{ga:.1%} vs {gb:.1%} of wall time making progress")
     tps_a, tps_b = a.get("tokens_per_s") or 0.0, b.get("tokens_per_s") or 0.0
     if _differs(a["step_time_s"], b["step_time_s"]) or _differs(tps_a, tps_b):

@@ -356,3 +356,22 @@ def test_compare_says_when_scenarios_are_not_like_for_like(tmp_path: Path) -> No
     )  # fmt: skip
     assert any("different models" in n for n in rep["notes"])
     assert any("tokens per step" in n for n in rep["notes"])
+
+
+def test_compare_explains_a_per_gpu_win_on_a_longer_step_by_the_peak() -> None:
+    """Two A100 nodes beat one H100 node on MFU while every part of their step is longer: the
+    reason is the lower peak, never a category where both spend 0.000 s."""
+    rep = json.loads(
+        run_cli(
+            "compare",
+            str(REPO / "scenarios" / "llama3-70b-1xh100-node.yaml"),
+            str(REPO / "scenarios" / "llama3-70b-2xa100-nodes.yaml"),
+            "--format",
+            "json",
+        ).stdout
+    )
+    mfu = {m["metric"]: m for m in rep["metrics"]}["mfu"]
+    assert mfu["best"] == "llama3-70b-2xa100-nodes"
+    assert "lower peak" in mfu["verdict"] and "0.000 s vs 0.000 s" not in mfu["verdict"]
+    for m in rep["metrics"]:  # a reason whose printed figures are equal is no reason
+        assert "99.9% vs 99.9%" not in m["verdict"], m["verdict"]

@@ -149,7 +149,8 @@ def print_simulation(d: dict[str, Any], console: Console) -> None:
     """The `simulate` report: headline figures, idle breakdown, cost."""
     lay = d["layout"]
     console.print(
-        f"[bold]{safe(d['scenario'])}[/bold]: {d['gpus']} GPUs ({d['nodes']} nodes), "
+        f"[bold]{safe(d['scenario'])}[/bold]: {d['gpus']} GPUs ({d['nodes']} "
+        f"node{'s' if d['nodes'] != 1 else ''}), "
         f"DP={lay['dp']} TP={lay['tp']} PP={lay['pp']} CP={lay['cp']}, "
         f"{lay['micro_batches']} micro-batches, {lay['schedule']}, ZeRO {_zero(lay)}, "
         f"recompute {_recompute(lay)}  [dim]({d['mode']} mode)[/dim]"
