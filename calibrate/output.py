@@ -34,8 +34,8 @@ def write(cal: Calibration, out_dir: str | Path, probe_file: str = "") -> list[P
     that would not load writes nothing (an earlier one under the same name stays whole)."""
     profiles = [p for p in (cal.gpu, cal.fabric, cal.network, cal.storage) if p is not None]
     texts = [yaml.safe_dump(p, sort_keys=False, width=100, allow_unicode=True) for p in profiles]
-    for prof, text in zip(profiles, texts, strict=True):
-        _loads(prof, text, probe_file)
+    for prof in profiles:
+        _loads(prof, probe_file)
     d = Path(out_dir)
     d.mkdir(parents=True, exist_ok=True)
     written = []
@@ -49,26 +49,21 @@ def write(cal: Calibration, out_dir: str | Path, probe_file: str = "") -> list[P
     return written
 
 
-def _loads(prof: dict[str, Any], text: str, probe_file: str) -> None:
+def _loads(prof: dict[str, Any], probe_file: str) -> None:
     """Refuse a profile its folder could not load (a figure outside its range), naming it."""
-    import tempfile
+    from simulator.catalog import validate_profile
 
-    from simulator.catalog import load_profile_file
-
-    with tempfile.TemporaryDirectory(prefix="clustersim-calibrate-") as tmp:
-        p = Path(tmp) / f"{prof['name']}.yaml"
-        p.write_text(text)
-        try:
-            load_profile_file(p)
-        except UserError as exc:
-            raise UserError(
-                f"the calibrated {prof.get('kind', '')} profile '{prof['name']}' would not "
-                f"load ({exc.message}); nothing was written",
-                file=probe_file or None,
-                path=exc.path,
-                hint="re-run `clustersim probe`; if the figure is a real measurement, "
-                "this machine is outside what a profile describes",
-            ) from None
+    try:
+        validate_profile(prof, f"{prof['name']}.yaml")
+    except UserError as exc:
+        raise UserError(
+            f"the calibrated {prof.get('kind', '')} profile '{prof['name']}' would not "
+            f"load ({exc.message}); nothing was written",
+            file=probe_file or None,
+            path=exc.path,
+            hint="re-run `clustersim probe`; if the figure is a real measurement, "
+            "this machine is outside what a profile describes",
+        ) from None
 
 
 def check_name(name: str) -> None:

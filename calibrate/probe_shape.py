@@ -59,14 +59,21 @@ def _type_ok(v: Any, want: str) -> bool:
     return math.isfinite(v)
 
 
-def _refuse(file: str, path: str, v: Any, want: str) -> UserError:
+PROBE = ("probe file", "re-run `clustersim probe`; a probe file is not meant to be edited")
+RECORD = (
+    "calibration record",
+    "re-run `clustersim calibrate` on the probe file; a record is not meant to be edited",
+)
+
+
+def _refuse(file: str, path: str, v: Any, want: str, kind: tuple[str, str] = PROBE) -> UserError:
     got = "missing" if v is _MISSING else f"{type(v).__name__} {_short(v)}"
     what = {INT: "a positive whole number", NUM: "a finite number"}.get(want, f"a {want}")
     return UserError(
-        f"probe file field should be {what} (got {got}): the file is damaged or was edited",
+        f"{kind[0]} field should be {what} (got {got}): the file is damaged or was edited",
         file=file,
         path=path,
-        hint="re-run `clustersim probe`; a probe file is not meant to be edited",
+        hint=kind[1],
     )
 
 
@@ -78,11 +85,13 @@ def _short(v: Any) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
-def _check_fields(row: dict[str, Any], fields: dict[str, str], file: str, at: str) -> None:
+def _check_fields(
+    row: dict[str, Any], fields: dict[str, str], file: str, at: str, kind: tuple[str, str] = PROBE
+) -> None:
     for key, want in fields.items():
         v = row.get(key, _MISSING)
         if v is _MISSING or not _type_ok(v, want):
-            raise _refuse(file, f"{at}.{key}", v, want)
+            raise _refuse(file, f"{at}.{key}", v, want, kind)
 
 
 def check_shape(data: dict[str, Any], file: str) -> None:
@@ -147,12 +156,7 @@ def check_sidecar(side: Any, file: str) -> None:
     do not have the types ``clustersim calibrate`` writes."""
 
     def refuse(path: str, v: Any, want: str) -> UserError:
-        err = _refuse(file, path, v, want)
-        err.message = err.message.replace("probe file", "calibration record")
-        err.hint = (
-            "re-run `clustersim calibrate` on the probe file; a record is not meant to be edited"
-        )
-        return err
+        return _refuse(file, path, v, want, RECORD)
 
     if not isinstance(side, dict):
         raise refuse("(top level)", side, DICT)
@@ -173,15 +177,9 @@ def check_sidecar(side: Any, file: str) -> None:
             continue
         if not isinstance(block, dict):
             raise refuse(section, block, DICT)
-        for key, want in fields.items():
-            v = block.get(key, _MISSING)
-            if v is _MISSING or not _type_ok(v, want):
-                raise refuse(f"{section}.{key}", v, want)
+        _check_fields(block, fields, file, section, RECORD)
     model = (side.get("train") or {}).get("model") or {}
-    for key in TRAIN_MODEL:
-        v = model.get(key, _MISSING)
-        if v is _MISSING or not _type_ok(v, INT):
-            raise refuse(f"train.model.{key}", v, INT)
+    _check_fields(model, dict.fromkeys(TRAIN_MODEL, INT), file, "train.model", RECORD)
     fits = side.get("fits")
     if fits is not None:
         if not isinstance(fits, list):

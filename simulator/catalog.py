@@ -11,6 +11,7 @@ import os
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
 import yaml
 from pydantic import TypeAdapter, ValidationError
@@ -98,6 +99,12 @@ def load_profile_file(path: Path) -> _Profile:
         raise UserError(
             f"not valid YAML: {problem}", file=str(path), hint="fix the profile file"
         ) from None
+    return validate_profile(data, str(path))
+
+
+def validate_profile(data: Any, file: str) -> _Profile:
+    """A profile mapping checked as a profile file's loading checks it (exit-2 error naming
+    ``file`` and the field otherwise)."""
     # Validate against the kind's own class where the kind is known, so that error paths and
     # 'did you mean' hints are the profile's fields (not prefixed by the union's tag).
     kind = data.get("kind") if isinstance(data, dict) else None
@@ -109,7 +116,7 @@ def load_profile_file(path: Path) -> _Profile:
     except ValidationError as exc:
         from .config.loading import validation_error
 
-        raise validation_error(exc, str(path), root=cls or _Profile) from None
+        raise validation_error(exc, file, root=cls or _Profile) from None
 
 
 @lru_cache(maxsize=8)

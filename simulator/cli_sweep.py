@@ -149,11 +149,9 @@ def sweep(
         spec = spec.model_copy(update={"keep": "all"})
     pts = points(spec)
     path = Path(out_file)
-    from .sweep.run import check_output, reachable
+    from .sweep.run import check_output
 
     check_output(path)
-    if executor == "ray":
-        reachable(address)  # before the output is touched
     _kept[0] = f"finished points are kept in {out_file}; run the same command again to resume"
     with progress_bar(err, f"sweep {safe(spec.name)}", len(pts)) as update:
         rows = run_sweep(

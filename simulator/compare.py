@@ -64,7 +64,7 @@ def _step_why(a: dict[str, Any], b: dict[str, Any]) -> str:
     cats = set(a["breakdown_s"]) | set(b["breakdown_s"])
     key = max(cats, key=lambda k: b["breakdown_s"].get(k, 0.0) - a["breakdown_s"].get(k, 0.0))
     da, db = a["breakdown_s"].get(key, 0.0), b["breakdown_s"].get(key, 0.0)
-    if f"{db:.3f}" <= f"{da:.3f}" or db <= da:
+    if round(db, 3) <= round(da, 3):
         # No part of the step is longer for b: a wins per GPU (MFU, tokens/s per GPU) with a
         # longer step, i.e. it does its work on fewer or slower GPUs, closer to their peak.
         ta, tb = a.get("model_tflops_per_gpu"), b.get("model_tflops_per_gpu")

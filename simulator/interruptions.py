@@ -156,22 +156,18 @@ def run_goodput(rs: ResolvedScenario, step_s: float, notes: list[str]) -> float:
     say where the interruptions come from and what they cost."""
     rates: list[str] = []
     per_hour = 0.0
-    mtbf = rs.gpu.mtbf_hours
-    if mtbf is not None:
-        per_hour += rs.gpus / mtbf.value
-        rates.append(
-            f"GPU failures: {rs.gpus} GPUs at one per {mtbf.value:,.0f} GPU-hours, one every "
-            f"{mtbf.value / rs.gpus:,.1f} h"
-        )
-    else:
+    if rs.gpu.mtbf_hours is None:
         notes.append(f"GPU '{rs.gpu.name}' gives no mtbf_hours: hardware failures not modelled")
-    other = rs.gpu.mtbf_other_hours
-    if other is not None:
-        per_hour += rs.gpus / other.value
-        rates.append(
-            f"other failures (host, network, software): one per {other.value:,.0f} GPU-hours, "
-            f"one every {other.value / rs.gpus:,.1f} h"
-        )
+    for what, mtbf in (
+        (f"GPU failures: {rs.gpus} GPUs at", rs.gpu.mtbf_hours),
+        ("other failures (host, network, software):", rs.gpu.mtbf_other_hours),
+    ):
+        if mtbf is not None:
+            per_hour += rs.gpus / mtbf.value
+            rates.append(
+                f"{what} one per {mtbf.value:,.0f} GPU-hours, one every "
+                f"{mtbf.value / rs.gpus:,.1f} h"
+            )
     price = rs.price
     spot = isinstance(price, CloudPrice) and rs.price_tier == "spot"
     if spot:

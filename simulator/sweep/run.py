@@ -270,7 +270,6 @@ def _ray(
     if not ray.is_initialized():
         import signal
 
-        reachable(address)
         term = signal.getsignal(signal.SIGTERM)
         try:
             ray.init(address=address, include_dashboard=False, log_to_driver=False)
@@ -367,6 +366,8 @@ def run_sweep(
             rows.append(r)
     todo = [p for p in pts if p.key not in have]
     # The journal holds exactly the complete points kept, before new ones are appended.
+    if executor == "ray":
+        reachable(address)  # before the output is touched: Ray retries for minutes
     j = _journal(out)
     write_atomic(j, _text(j, cols, rows))
     auto = spec.auto()
