@@ -56,10 +56,15 @@ def check_layout(
     v = par.virtual_stages
     if par.stage_layers is not None:
         sl = par.stage_layers
-        if len(sl) not in (par.pp, par.pp * v) or sum(sl) != model.layers or min(sl) < 1:
+        # Only the ends may be empty: the first chunk can hold just the embedding and the last
+        # just the output layer and loss (Llama 3, Sec. 3.3.2; Megatron-Core's pipeline layout).
+        ends_only = len(sl) == par.pp * v and len(sl) > 2
+        inner = sl[1:-1] if ends_only else sl
+        if len(sl) not in (par.pp, par.pp * v) or sum(sl) != model.layers or min(inner) < 1:
             raise UserError(
-                f"stage_layers must list {par.pp * v} positive counts summing to "
-                f"{model.layers} layers (got {len(sl)} summing to {sum(sl)})",
+                f"stage_layers must list {par.pp * v} counts summing to {model.layers} layers, "
+                f"each at least 1 (the first and last may be 0 when every chunk is listed; "
+                f"got {len(sl)} summing to {sum(sl)})",
                 file=file,
                 path="parallelism.stage_layers",
                 hint="fix the list or remove it for even stages",

@@ -73,10 +73,12 @@ class ParallelismSpec(BaseModel):
     sequence_parallel: bool = Field(default=False, description="Megatron SP with TP")
     pp: Degree = 1
     pp_schedule: PipelineSchedule = OneFOneB()
-    stage_layers: list[Annotated[int, Field(strict=True, ge=1, le=4096)]] | None = Field(
+    stage_layers: list[Annotated[int, Field(strict=True, ge=0, le=4096)]] | None = Field(
         default=None,
         max_length=1 << 16,
-        description="layers per pipeline stage when uneven; sums to the layers",
+        description="layers per pipeline stage (or per model chunk, stage by stage within each "
+        "round of chunks) when uneven; sums to the layers; the first and last entries may be 0 "
+        "(a chunk holding only the embedding, or only the output layer and loss)",
     )
     cp: Degree = Field(default=1, description="context parallelism over the sequence")
     sharding: Sharding = ZeroSharding()
