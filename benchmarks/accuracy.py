@@ -47,6 +47,9 @@ SETS = (
     "megascale-megatron",
     "bloom-176b",
     "torchtitan-a100",
+    "llama3-405b",
+    "nemotron-4",
+    "mtnlg-530b",
 )
 KERNELS = ROOT / "benchmarks" / "results" / "h100-kernels-2026-11-23.json"
 TABLE4 = VALIDATION / "published" / "korthikanti2022_table4.csv"

@@ -7,7 +7,10 @@ assumes that the source does not.
 Sets: MegaScale's Megatron-LM baseline (Jiang et al., NSDI 2024, Table 2: GPT 175B on 256 to
 12,288 GPUs, strong scaling at two batch sizes); BLOOM-176B's training logs (BigScience,
 Megatron-DeepSpeed on 384 A100, at the full batch and at the ramp-up's 16 sequences);
-torchtitan's FSDP2 numbers on 64 A100 (Llama 2 and 3, 8B to 70B, 2024).
+torchtitan's FSDP2 numbers on 64 A100 (Llama 2 and 3, 8B to 70B, 2024); Llama 3 405B on 8,192
+and 16,384 H100 (Meta, 2024, Table 4); Nemotron-4 15B and 340B on 768 to 6,144 H100 (NVIDIA,
+2024); Megatron-Turing NLG 530B on 2,240 to 3,360 A100 (Smith et al., 2022). Sources and
+assumptions: ``scenarios/validation/published/*_SOURCE.md``.
 """
 
 from __future__ import annotations
@@ -177,6 +180,181 @@ def torchtitan_a100() -> None:
         )
 
 
+H100_SRC = "scenarios/validation/published/heldout2024_SOURCE.md"
+
+
+def _h100_cluster(nodes: int, network: str) -> dict[str, Any]:
+    """Nodes of eight H100 SXM 80GB on NVLink 4 + NVSwitch, one ``network`` port per GPU."""
+    return {
+        "gpu": "h100-sxm-80gb",
+        "gpus_per_node": 8,
+        "fabric": "nvlink4-nvswitch",
+        "network": {"profile": network, "nics_per_node": 8, "topology": {"kind": "fat_tree"}},
+        "nodes": nodes,
+    }
+
+
+def llama3_405b() -> None:
+    for r in csv.DictReader((PUB / "llama3_405b_table4.csv").open()):
+        gpus, dp = int(r["gpus"]), int(r["dp"])
+        name = f"llama3-405b-{gpus}xh100"
+        # One layer per chunk over 16 x 8 slots, less one on the first and last (Sec. 3.3.2).
+        chunks = [1] * 128
+        chunks[0] = chunks[-1] = 0
+        _write(
+            ROOT / "llama3-405b" / f"{name}.yaml",
+            {
+                "name": name,
+                "cluster": _h100_cluster(gpus // 8, "roce-400"),
+                "model": "llama3-405b",
+                "training": {
+                    "seq_len": int(r["seq_len"]),
+                    "global_batch": dp * int(r["batch_per_dp"]),
+                    "micro_batch": 1,
+                    "precision": "bf16",
+                    "flash_attention": True,
+                    "grad_reduce_dtype": "fp32",
+                },
+                "parallelism": {
+                    "tp": int(r["tp"]),
+                    "pp": int(r["pp"]),
+                    "sequence_parallel": True,
+                    "pp_schedule": {"kind": "interleaved", "virtual_stages": 8},
+                    "stage_layers": chunks,
+                    # fp32 gradients accumulated over the micro-batches, reduce-scattered once
+                    # a step: a distributed optimizer's traffic and memory (ZeRO-1).
+                    "sharding": {"kind": "zero", "stage": 1},
+                    "recompute": "none",
+                },
+                "software": "megatron-core",
+                "reference": {
+                    "metric": "model_tflops_per_gpu",
+                    "value": float(r["tflops_per_gpu"]),
+                    "source": (
+                        "Meta, 'The Llama 3 Herd of Models' (arXiv 2407.21783), Table 4 "
+                        f"(scenarios/validation/published/llama3_405b_table4.csv): {gpus} GPUs, "
+                        f"TP8 CP1 PP16 DP{dp}, {r['tflops_per_gpu']} TFLOP/s per GPU, "
+                        f"{r['bf16_mfu_percent']}% BF16 MFU"
+                    ),
+                    "assumes": (
+                        "one 400G RoCE NIC per GPU on a non-blocking fat tree; interleaved "
+                        "schedule with one layer per chunk (V=8; the first and last chunks hold "
+                        "only the embedding and the output layer, as the paper says); "
+                        "micro-batch 1; fp32 gradients accumulated over the micro-batches and "
+                        "reduce-scattered once a step, optimizer sharded (ZeRO-1); megatron-core stack; FLOPs with full s x s attention "
+                        f"(see {H100_SRC})"
+                    ),
+                },
+            },
+        )
+
+
+def nemotron4() -> None:
+    for r in csv.DictReader((PUB / "nemotron4_table2.csv").open()):
+        big = r["model"] == "nemotron-4-340b"
+        gpus, dp, pp = int(r["gpus"]), int(r["dp"]), int(r["pp"])
+        layers, hidden, heads = (96, 18432, 96) if big else (32, 6144, 48)
+        name = f"{r['model']}-{gpus}xh100"
+        par: dict[str, Any] = {"tp": int(r["tp"]), "pp": pp, "sequence_parallel": True}
+        if pp > 1:
+            par["pp_schedule"] = {"kind": "interleaved", "virtual_stages": layers // pp}
+        par |= {"sharding": {"kind": "zero", "stage": 1}, "recompute": "none"}
+        _write(
+            ROOT / "nemotron-4" / f"{name}.yaml",
+            {
+                "name": name,
+                "cluster": _h100_cluster(gpus // 8, "ib-ndr-400"),
+                "model": {
+                    "name": r["model"],
+                    "layers": layers,
+                    "hidden": hidden,
+                    "heads": heads,
+                    "kv_heads": 8,
+                    "ffn_hidden": 4 * hidden,
+                    "vocab": 256000,
+                    "mlp": "gelu",  # squared ReLU: two matrices, one elementwise kernel
+                    "norm": "layernorm",
+                    "position": "rope",
+                    "tied_embeddings": False,
+                },
+                "training": {
+                    "seq_len": int(r["seq_len"]),
+                    "global_batch": int(r["global_batch"]),
+                    "micro_batch": 1,
+                    "precision": "bf16",
+                    "flash_attention": True,
+                },
+                "parallelism": par,
+                "software": "megatron-core",
+                "reference": {
+                    "metric": "step_time_s",
+                    "value": float(r["iteration_time_s"]),
+                    "source": (
+                        f"NVIDIA, Nemotron-4 {'340B' if big else '15B'} Technical Report "
+                        f"({'arXiv 2406.11704, via transcriptions' if big else 'arXiv 2402.16819'}"
+                        "), Table 2 (scenarios/validation/published/nemotron4_table2.csv): "
+                        f"{r['iteration_time_s']} s per iteration, {r['mfu_percent']}% MFU"
+                    ),
+                    "assumes": (
+                        "FFN 4 x hidden; micro-batch 1; bf16, flash attention, no "
+                        "recomputation; megatron-core stack (fp32 gradient reduce-scatter, "
+                        "NeMo's default; TP communication not overlapped); eight NDR ports per "
+                        "node on a non-blocking fat tree"
+                        + ("; one layer per model chunk" if big else "")
+                        + f" (see {H100_SRC})"
+                    ),
+                },
+            },
+        )
+
+
+def mtnlg_530b() -> None:
+    for r in csv.DictReader((PUB / "mtnlg530b_sec24.csv").open()):
+        gpus = int(r["gpus"])
+        name = f"mtnlg-530b-{gpus}xa100"
+        model = {**_megatron_model("mt-nlg-530b", 105, 20480, 128), "vocab": 50272}
+        _write(
+            ROOT / "mtnlg-530b" / f"{name}.yaml",
+            {
+                "name": name,
+                "cluster": _a100_cluster(int(r["nodes"]), "ib-hdr-200", 8, "fat_tree"),
+                "model": model,
+                "training": {
+                    "seq_len": int(r["seq_len"]),
+                    "global_batch": int(r["global_batch"]),
+                    "micro_batch": 1,
+                    "precision": "bf16",
+                    "flash_attention": False,
+                },
+                "parallelism": {
+                    "tp": int(r["tp"]),
+                    "pp": int(r["pp"]),
+                    "pp_schedule": {"kind": "1f1b"},
+                    "sharding": {"kind": "zero", "stage": 1},
+                    "recompute": "full",
+                },
+                "software": "megatron-deepspeed",
+                "reference": {
+                    "metric": "step_time_s",
+                    "value": float(r["iteration_time_s"]),
+                    "source": (
+                        "Smith et al., 'Using DeepSpeed and Megatron to Train Megatron-Turing NLG "
+                        "530B' (arXiv 2201.11990), Sec. 2.4, via cli99/llm-analysis "
+                        "(scenarios/validation/published/mtnlg530b_sec24.csv): "
+                        f"{r['iteration_time_s']} s per iteration, {r['tflops_per_gpu']} TFLOP/s "
+                        "per GPU"
+                    ),
+                    "assumes": (
+                        "DGX A100 80GB with eight HDR 200 ports on a full fat tree; micro-batch "
+                        "1 and full recomputation (the published TFLOP/s follow Narayanan et "
+                        "al.'s formula with recomputation); vocabulary 50,272; bf16, ZeRO-1, "
+                        f"DeepSpeed's 1F1B pipeline engine (megatron-deepspeed stack; see {H100_SRC})"
+                    ),
+                },
+            },
+        )
+
+
 def _a100_cluster(nodes: int, network: str, nics: int, topology: str) -> dict[str, Any]:
     """Nodes of eight A100 SXM4 80GB on NVSwitch, with ``nics`` ports of ``network`` each."""
     return {
@@ -199,3 +377,6 @@ if __name__ == "__main__":
     megascale()
     bloom()
     torchtitan_a100()
+    llama3_405b()
+    nemotron4()
+    mtnlg_530b()
