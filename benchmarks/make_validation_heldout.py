@@ -241,7 +241,8 @@ def llama3_405b() -> None:
                         "schedule with one layer per chunk (V=8; the first and last chunks hold "
                         "only the embedding and the output layer, as the paper says); "
                         "micro-batch 1; fp32 gradients accumulated over the micro-batches and "
-                        "reduce-scattered once a step, optimizer sharded (ZeRO-1); megatron-core stack; FLOPs with full s x s attention "
+                        "reduce-scattered once a step, optimizer sharded (ZeRO-1); "
+                        "megatron-core stack; FLOPs with full s x s attention "
                         f"(see {H100_SRC})"
                     ),
                 },
@@ -252,7 +253,7 @@ def llama3_405b() -> None:
 def nemotron4() -> None:
     for r in csv.DictReader((PUB / "nemotron4_table2.csv").open()):
         big = r["model"] == "nemotron-4-340b"
-        gpus, dp, pp = int(r["gpus"]), int(r["dp"]), int(r["pp"])
+        gpus, pp = int(r["gpus"]), int(r["pp"])
         layers, hidden, heads = (96, 18432, 96) if big else (32, 6144, 48)
         name = f"{r['model']}-{gpus}xh100"
         par: dict[str, Any] = {"tp": int(r["tp"]), "pp": pp, "sequence_parallel": True}
@@ -348,7 +349,8 @@ def mtnlg_530b() -> None:
                         "DGX A100 80GB with eight HDR 200 ports on a full fat tree; micro-batch "
                         "1 and full recomputation (the published TFLOP/s follow Narayanan et "
                         "al.'s formula with recomputation); vocabulary 50,272; bf16, ZeRO-1, "
-                        f"DeepSpeed's 1F1B pipeline engine (megatron-deepspeed stack; see {H100_SRC})"
+                        "DeepSpeed's 1F1B pipeline engine (megatron-deepspeed stack; "
+                        f"see {H100_SRC})"
                     ),
                 },
             },
