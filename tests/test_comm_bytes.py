@@ -8,7 +8,7 @@ import pytest
 from conftest import REPO, resolve_inline
 
 from simulator.config.loading import resolve_dict
-from simulator.workload.comm import step_comm
+from simulator.workload.comm import dp_bucket_bytes, step_comm
 from simulator.workload.memory import stage_params
 
 
@@ -68,7 +68,7 @@ def test_dp_gradient_bytes() -> None:
     dp = _comm(rs, group="dp")
     assert {it.op for it in dp} == {"all_reduce"}
     assert sum(it.total_bytes for it in dp) == pytest.approx(stage_params(rs, 0) * 2)
-    assert all(it.bytes <= rs.dp_bucket_bytes + 1 for it in dp)
+    assert all(it.bytes <= dp_bucket_bytes(rs, 2.0) + 1 for it in dp)
     fp32 = resolve_dict(rs.raw, ["training.grad_reduce_dtype=fp32"])
     assert sum(it.total_bytes for it in _comm(fp32, group="dp")) == pytest.approx(
         stage_params(rs, 0) * 4

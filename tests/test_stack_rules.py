@@ -392,3 +392,51 @@ def test_reports_name_the_selective_policy() -> None:
     mega = _data("megatron-core", ZERO1)
     mega["parallelism"]["recompute"] = "selective"
     assert _recompute(resolve_dict(mega).layout()) == "selective"
+
+
+def test_megatron_core_buckets_grow_with_the_data_parallel_group(tmp_path: Path) -> None:
+    """Megatron-Core sizes its buckets as max(40M, 1M × DP) parameters (so that each rank's
+    chunk of an NCCL ring stays bandwidth-bound), for the fp32 gradient reduce-scatter and the
+    bf16 weight all-gather alike; a scenario's dp_bucket_mb still overrides the rule."""
+    from simulator.workload.comm import dp_bucket_bytes
+
+    def rs(nodes: int, **par: float) -> object:
+        data = inline_scenario(
+            "llama3-8b", nodes=nodes, gpus_per_node=8, global_batch=8 * nodes, tp=8, sharding=ZERO1
+        )
+        data["software"] = "megatron-core"
+        data["parallelism"].update(par)
+        return resolve_dict(data)
+
+    small, large = rs(4), rs(96)  # DP 4 and DP 96
+    assert dp_bucket_bytes(small, 4.0) == pytest.approx(40e6 * 4.0)
+    assert dp_bucket_bytes(small, 2.0) == pytest.approx(40e6 * 2.0)
+    assert dp_bucket_bytes(large, 4.0) == pytest.approx(96e6 * 4.0)
+    assert dp_bucket_bytes(rs(96, dp_bucket_mb=25.0), 4.0) == pytest.approx(25e6)
+    # Fewer, larger collectives at DP 96: never slower than per-layer 25 MB buckets.
+    t_rule = simulate(large, scaling=False).metrics.step_time_s  # type: ignore[arg-type]
+    t_small = simulate(rs(96, dp_bucket_mb=25.0), scaling=False).metrics.step_time_s  # type: ignore[arg-type]
+    assert t_rule <= t_small
+
+
+@pytest.mark.parametrize(
+    "extra, says",
+    [
+        ({"dp_bucket_mb": {"value": 25, "source": "a test"}}, "not both"),
+        ({"dp_bucket_params_per_dp_rank": None}, "set together"),
+    ],
+)
+def test_a_bucket_rule_is_one_rule(tmp_path: Path, extra: dict, says: str) -> None:
+    import yaml
+    from conftest import REPO
+
+    prof = yaml.safe_load(
+        (REPO / "hardware_profiles" / "software" / "megatron-core.yaml").read_text()
+    )
+    prof.update(extra)
+    prof = {k: v for k, v in prof.items() if v is not None}
+    data = _data("megatron-core", ZERO1)
+    data["software"] = prof
+    res = run_cli("simulate", str(write_yaml(tmp_path / "s.yaml", data)))
+    assert res.returncode == 2 and says in res.stderr, res.stderr
+    assert "Traceback" not in res.stderr

@@ -81,6 +81,8 @@ FIGURE_RANGES: dict[str, Range] = {
     "host_us_per_kernel": (0.0, 1e5, False, "microseconds"),
     "comm_sms": (0.0, 1e4, False, "streaming multiprocessors"),
     "dp_bucket_mb": (1e-3, 1e6, False, "MB"),
+    "dp_bucket_params": (1.0, 1e13, False, "parameters"),
+    "dp_bucket_params_per_dp_rank": (0.0, 1e12, False, "parameters"),
 }
 
 # Any figure whose field is not in the table: finite and not negative.

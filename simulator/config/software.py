@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from .hardware import Flag, Num, SourcedFlag, _Profile
 
@@ -160,6 +160,17 @@ class SoftwareProfile(_Profile):
         description="gradient bucket the framework reduces at a time, MB (a scenario's "
         "parallelism.dp_bucket_mb overrides it; none: PyTorch DDP's 25 MB)",
     )
+    dp_bucket_params: Num | None = Field(
+        default=None,
+        description="gradient bucket the framework reduces at a time, in parameters, grown "
+        "with the data-parallel group as max(this, dp_bucket_params_per_dp_rank × DP×CP) "
+        "(Megatron-Core's default; a bucket of N parameters moves N × the collective's "
+        "element width; exclusive with dp_bucket_mb)",
+    )
+    dp_bucket_params_per_dp_rank: Num | None = Field(
+        default=None,
+        description="parameters per DP×CP rank the bucket grows by (with dp_bucket_params)",
+    )
     optimizer_passes: OptimizerPasses | None = Field(
         default=None,
         description="extra passes of the optimizer step over memory (none: one fused update)",
@@ -230,6 +241,16 @@ class SoftwareProfile(_Profile):
         description="streaming multiprocessors a data-parallel collective's kernels hold while "
         "it overlaps computation: compute loses that share of the GPU for the overlap"
     )
+
+    @model_validator(mode="after")
+    def _one_bucket_rule(self) -> SoftwareProfile:
+        if self.dp_bucket_params is not None and self.dp_bucket_mb is not None:
+            raise ValueError("give dp_bucket_mb or dp_bucket_params, not both")
+        if (self.dp_bucket_params is None) != (self.dp_bucket_params_per_dp_rank is None):
+            raise ValueError(
+                "dp_bucket_params and dp_bucket_params_per_dp_rank are set together or not at all"
+            )
+        return self
 
 
 __all__ = ["Flag", "Fusion", "OptimizerPasses", "SoftwareProfile", "StackOverlap", "off", "on"]

@@ -73,11 +73,17 @@ def tied_embedding_bytes(rs: ResolvedScenario) -> float:
 
 
 def dp_bucket_bytes(rs: ResolvedScenario, width: float) -> float:
-    """Bytes per DP collective of elements ``width`` bytes wide: the scenario's or the stack's
-    bucket, except that a stack gathering once under pipeline parallelism (FSDP2) gathers and
-    reduce-scatters one layer's parameters per collective, unless the scenario sets a bucket."""
-    if rs.gathers_once and rs.parallelism.dp_bucket_mb is None:
-        return max(1.0, layer_params_per_rank(rs) * width)
+    """Bytes per DP collective of elements ``width`` bytes wide: the scenario's bucket, else the
+    stack's (in MB, or in parameters growing with DP×CP as Megatron-Core sizes it), except that
+    a stack gathering once under pipeline parallelism (FSDP2) gathers and reduce-scatters one
+    layer's parameters per collective, unless the scenario sets a bucket."""
+    if rs.parallelism.dp_bucket_mb is None:
+        if rs.gathers_once:
+            return max(1.0, layer_params_per_rank(rs) * width)
+        sw = rs.software
+        if sw.dp_bucket_params is not None and sw.dp_bucket_params_per_dp_rank is not None:
+            per_rank = sw.dp_bucket_params_per_dp_rank.value
+            return max(sw.dp_bucket_params.value, per_rank * rs.dp_cp) * width
     return rs.dp_bucket_bytes
 
 
