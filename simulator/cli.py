@@ -216,7 +216,9 @@ def simulate(
     if fmt == Fmt.json:
         _json(d)
     elif fmt == Fmt.csv:
-        _csv(_flatten(d))
+        # One row of the same columns whatever the layout, so that runs concatenate: the
+        # per-stage breakdown (a column group per pipeline stage) is in the JSON only.
+        _csv(_flatten({k: v for k, v in d.items() if k != "per_class"}))
     else:
         print_simulation(d, out)
 

@@ -204,7 +204,8 @@ def test_levers_offer_turning_the_copy_off() -> None:
     base = scenario(1, 8, micro_batches=1)
     lo = memory_report(resolve_dict(base)).peak.total_gb
     hi = memory_report(resolve_dict(with_copy(base))).peak.total_gb
-    base["cluster"]["gpu"] = {"profile": "h100-sxm-80gb", "memory_gb": (lo + hi) / 2}
+    usable = {"value": (lo + hi) / 2, "source": "between the two peaks"}
+    base["cluster"]["gpu"] = {"profile": "h100-sxm-80gb", "memory_usable_gb": usable}
     rs = resolve_dict(with_copy(base))
     assert not memory_report(rs).fits and memory_report(resolve_dict(base)).fits
     levers = find_levers(rs)

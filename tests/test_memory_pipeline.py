@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from conftest import resolve_inline
+from conftest import REPO, resolve_inline
 from test_memory import _dp64
 
 from simulator.errors import UserError
@@ -234,3 +234,27 @@ def test_fp32_training_holds_fp32_weights_gradients_and_activations() -> None:
     assert st.optimizer_gb == pytest.approx(8 * psi / GB)
     flash = activation_bytes_per_layer(base)
     assert activation_bytes_per_layer(fp32) > 1.9 * flash
+
+
+def test_capacity_is_the_memory_the_runtime_exposes_and_scales_with_a_what_if() -> None:
+    """Datasheets name binary capacities: an '80GB' H100 exposes 85.05e9 bytes to CUDA, and
+    the memory check holds a layout to that. A what-if memory_gb keeps the base GPU's usable
+    share; an explicit memory_usable_gb wins."""
+    from simulator.config.loading import load_scenario
+    from simulator.workload.memory import memory_report
+
+    base = REPO / "scenarios" / "llama3-8b-8xh100.yaml"
+    rs = load_scenario(base)
+    assert rs.gpu.memory_gb.value == 80 and rs.gpu.capacity_gb == pytest.approx(85.05)
+    assert memory_report(rs).capacity_gb == pytest.approx(85.05)
+    bigger = load_scenario(base, ["cluster.gpu={profile: h100-sxm-80gb, memory_gb: 160}"])
+    assert bigger.gpu.capacity_gb == pytest.approx(2 * 85.05)
+    given = "cluster.gpu={profile: h100-sxm-80gb, memory_gb: 160, memory_usable_gb: 150}"
+    assert load_scenario(base, [given]).gpu.capacity_gb == pytest.approx(150)
+    # A layout between the datasheet figure and the usable one fits (it did not when the
+    # datasheet's binary 80 was read as 80e9 bytes).
+    between = load_scenario(
+        base, ["training.seq_len=11264", "parallelism.recompute=none", "training.global_batch=64"]
+    )
+    assert 80 < memory_report(between).peak.total_gb < 85.05
+    assert memory_report(between).fits

@@ -193,7 +193,14 @@ class GPUEfficiency(BaseModel):
 class GPUProfile(_Profile):
     kind: Literal["gpu"] = "gpu"
     vendor: Literal["nvidia", "amd", "intel", "other"]
-    memory_gb: Num = Field(description="HBM/GDDR capacity, GB (1e9 bytes)")
+    memory_gb: Num = Field(description="HBM/GDDR capacity as the datasheet names it, GB")
+    memory_usable_gb: Num | None = Field(
+        default=None,
+        description="device memory the CUDA/ROCm runtime exposes to the framework "
+        "(torch.cuda.get_device_properties().total_memory), GB of 1e9 bytes: the capacity the "
+        "memory check holds a layout to. Datasheets name binary capacities (an '80GB' H100 "
+        "exposes 85.05e9 bytes); unset: memory_gb",
+    )
     memory_bandwidth_gbps: Num = Field(description="memory bandwidth, GB/s")
     cache_mb: Num | None = Field(
         default=None,
@@ -250,6 +257,11 @@ class GPUProfile(_Profile):
                 "than memory would slow the small operations down)"
             )
         return self
+
+    @property
+    def capacity_gb(self) -> float:
+        """Device memory a layout must fit in, GB of 1e9 bytes."""
+        return (self.memory_usable_gb or self.memory_gb).value
 
     def peak_flops(self, dtype: str) -> float:
         """Dense peak in FLOP/s for a dtype; fp8 falls back to bf16/fp16 where unsupported

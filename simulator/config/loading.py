@@ -56,13 +56,35 @@ def _resolve_profile(
             raise err.located(file, f"{path}.profile" if overrides else path) from None
         if not overrides:
             return base
-        data = _deep_merge(base.model_dump(mode="json"), overrides)
+        dumped = base.model_dump(mode="json")
+        data = _deep_merge(dumped, overrides)
+        _scale_usable_memory(dumped, data, overrides)
         if data.get("kind") not in kinds:
             data["kind"] = base.kind  # type: ignore[attr-defined]
     try:
         return cls.model_validate(data)
     except ValidationError as exc:
         raise validation_error(exc, file, path, cls) from None
+
+
+def _scale_usable_memory(
+    base: dict[str, Any], data: dict[str, Any], overrides: dict[str, Any]
+) -> None:
+    """A what-if GPU with another datasheet capacity exposes the same share of it: the base
+    profile's usable memory scales with an overridden ``memory_gb`` unless that is given too."""
+    usable, mem = base.get("memory_usable_gb"), base.get("memory_gb")
+    if not (isinstance(usable, dict) and isinstance(mem, dict)) or "memory_usable_gb" in overrides:
+        return
+    new = data.get("memory_gb")
+    new_value = new.get("value") if isinstance(new, dict) else new
+    if "memory_gb" not in overrides or not isinstance(new_value, int | float):
+        return
+    share = usable["value"] / mem["value"]
+    data["memory_usable_gb"] = {
+        "value": float(new_value) * share,
+        "source": f"the base profile's usable share of memory_gb ({share:.4f}) applied to "
+        "the overridden memory_gb",
+    }
 
 
 def _deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:

@@ -324,7 +324,7 @@ def stage_memory(rs: ResolvedScenario, stage: int) -> StageMemory:
 
 def memory_report(rs: ResolvedScenario) -> MemoryReport:
     return MemoryReport(
-        stages=[stage_memory(rs, i) for i in range(rs.pp)], capacity_gb=rs.gpu.memory_gb.value
+        stages=[stage_memory(rs, i) for i in range(rs.pp)], capacity_gb=rs.gpu.capacity_gb
     )
 
 
