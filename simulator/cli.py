@@ -25,6 +25,7 @@ from .cli_common import (
     err,
     out,
     profiles_app,
+    simulate_csv_row,
 )
 from .errors import UserError
 from .report.text import safe
@@ -155,6 +156,7 @@ def check(
             "params": d["params"],
             "flops_per_step": d["flops_per_step"],
             "memory_gb_per_gpu": d["memory_gb_per_gpu"]["total"],
+            "capacity_gb": d["memory_gb_per_gpu"]["capacity"],
             "fits": d["fits"],
             **{f"memory_{k}": v for k, v in d["memory_gb_per_gpu"]["breakdown"].items()},
         }
@@ -216,9 +218,7 @@ def simulate(
     if fmt == Fmt.json:
         _json(d)
     elif fmt == Fmt.csv:
-        # One row of the same columns whatever the layout, so that runs concatenate: the
-        # per-stage breakdown (a column group per pipeline stage) is in the JSON only.
-        _csv(_flatten({k: v for k, v in d.items() if k != "per_class"}))
+        _csv(simulate_csv_row(d))
     else:
         print_simulation(d, out)
 

@@ -72,6 +72,47 @@ def _flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     return flat
 
 
+# simulate's CSV row: the nested groups some runs lack (no pricing, no scaling reference) or
+# fill differently (cloud or ownership cost) are written as these columns every time, empty
+# where a run has no figure, so that rows of different runs concatenate.
+SCALING_REFERENCE_COLUMNS = (
+    "nodes",
+    "gpus",
+    "dp",
+    "global_batch",
+    "step_time_s",
+    "tokens_per_s_per_gpu",
+)
+COST_COLUMNS = (
+    "model",
+    "steps",
+    "usd_per_hour",
+    "usd_per_gpu_hour",
+    "usd_per_step",
+    "usd_idle",
+    "usd_idle_per_step",
+    "usd_per_million_tokens",
+    "usd_total",
+    "goodput",
+    "time_to_train_days",
+)
+COST_BREAKDOWN_COLUMNS = ("gpu_rental", "capex", "energy", "opex")
+
+
+def simulate_csv_row(d: dict[str, Any]) -> dict[str, Any]:
+    """One CSV row of a simulate result with the same columns for every run (the per-stage
+    breakdown, one group per pipeline stage, is in the JSON only)."""
+    skip = ("per_class", "scaling_reference", "cost")
+    flat = _flatten({k: v for k, v in d.items() if k not in skip})
+    ref = d.get("scaling_reference") or {}
+    cost = d.get("cost") or {}
+    breakdown = cost.get("breakdown") or {}
+    flat.update({f"scaling_reference.{k}": ref.get(k) for k in SCALING_REFERENCE_COLUMNS})
+    flat.update({f"cost.{k}": cost.get(k) for k in COST_COLUMNS})
+    flat.update({f"cost.breakdown.{k}": breakdown.get(k) for k in COST_BREAKDOWN_COLUMNS})
+    return flat
+
+
 def _csv(flat: dict[str, Any]) -> None:
     import csv
 

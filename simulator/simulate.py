@@ -251,9 +251,12 @@ def _scaling(rs: ResolvedScenario, met: Metrics) -> None:
         return
     if ref.nodes == rs.nodes and ref.training.global_batch == rs.training.global_batch:
         met.scaling_efficiency = 1.0
-        met.scaling_reference = {
+        met.scaling_reference = {  # the scenario itself: the same fields as any reference
             "nodes": ref.nodes,
             "gpus": ref.gpus,
+            "dp": ref.dp,
+            "global_batch": ref.training.global_batch,
+            "step_time_s": met.step_time_s,
             "tokens_per_s_per_gpu": met.tokens_per_s / met.gpus,
         }
         return

@@ -258,3 +258,52 @@ def test_capacity_is_the_memory_the_runtime_exposes_and_scales_with_a_what_if() 
     )
     assert 80 < memory_report(between).peak.total_gb < 85.05
     assert memory_report(between).fits
+
+
+def test_usable_memory_cannot_exceed_what_the_datasheet_capacity_holds() -> None:
+    from simulator.config.loading import load_scenario
+    from simulator.errors import UserError
+
+    base = REPO / "scenarios" / "llama3-8b-8xh100.yaml"
+    inline = "cluster.gpu.memory_usable_gb={value: 85.05, source: nvidia-smi}"
+    # an inline what-if that lowers memory_gb below the usable figure it also carries
+    with pytest.raises(UserError) as err:
+        load_scenario(
+            base, ["cluster.gpu={profile: h100-sxm-80gb}", inline, "cluster.gpu.memory_gb=40"]
+        )
+    assert "memory_usable_gb" in str(err.value) and "memory_gb" in str(err.value)
+    # a large what-if scales without tripping the usable figure's own range
+    big = load_scenario(base, ["cluster.gpu={profile: h100-sxm-80gb, memory_gb: 95000}"])
+    assert big.gpu.capacity_gb == pytest.approx(85.05 * 95000 / 80)
+    assert (
+        load_scenario(base, ["cluster.gpu={profile: h100-sxm-80gb, memory_gb: 80}"]).gpu.capacity_gb
+        == 85.05
+    )
+
+
+def test_uneven_chunks_hold_the_layers_of_the_chunks_in_flight() -> None:
+    """With every chunk listed, a stage holds the activations of the chunk forwards whose
+    backward has not run, each with its own layers: the closed form (layers × in-flight
+    micro-batches) where the chunks are even, the schedule's own peak where they are not."""
+    from simulator.config.loading import load_scenario
+    from simulator.workload.memory import (
+        held_layer_microbatches,
+        inflight_microbatches,
+        memory_report,
+    )
+
+    base = REPO / "scenarios" / "llama3-70b-64xh100.yaml"  # PP 4, 80 layers
+    il = "parallelism.pp_schedule={kind: interleaved, virtual_stages: 5}"
+    even = load_scenario(base, [il, f"parallelism.stage_layers={[4] * 20}"])
+    for s in range(4):
+        assert held_layer_microbatches(even, s) == pytest.approx(
+            even.stage_layers()[s] * inflight_microbatches(even, s)
+        )
+    # An empty first chunk (stage 0) and an 8-layer last one (stage 3): Megatron's warm-up
+    # runs 2(p-r-1)+(v-1)p chunk forwards before the first backward; worked by hand, stage 0
+    # then holds 64 layer-micro-batches (not 73.6) and stage 3 72 (not 81.6).
+    uneven = load_scenario(base, [il, f"parallelism.stage_layers={[0] + [4] * 18 + [8]}"])
+    assert held_layer_microbatches(uneven, 0) == 64
+    assert held_layer_microbatches(uneven, 3) == 72
+    rep = memory_report(uneven)
+    assert rep.stages[0].inflight_microbatches == pytest.approx(64 / 16)

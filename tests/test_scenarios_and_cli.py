@@ -114,6 +114,7 @@ def test_check_csv() -> None:
     header, values = res.stdout.strip().splitlines()
     cols = header.split(",")
     assert {"scenario", "params", "flops_per_step", "memory_gb_per_gpu", "fits"} <= set(cols)
+    assert "capacity_gb" in cols
     assert len(values.split(",")) == len(cols)
 
 
@@ -122,15 +123,29 @@ def test_simulate_csv_has_the_same_columns_whatever_the_pipeline_depth() -> None
     import csv
     import io
 
+    from simulator.cli_common import COST_BREAKDOWN_COLUMNS, COST_COLUMNS
+
     heads = []
-    for name in ("llama3-8b-8xh100", "llama3-70b-64xh100"):  # PP 1 and PP 4
-        res = run_cli("simulate", name, "--format", "csv", "--no-scaling")
+    runs = [
+        ("llama3-8b-8xh100",),  # PP 1, its own scaling reference
+        ("llama3-70b-64xh100",),  # PP 4, another layout as reference
+        ("llama3-70b-64xh100", "--no-scaling"),
+        ("llama3-70b-64xh100", "--set", "cluster.pricing.profile=own-dgx-h100"),
+        ("llama3-70b-64xh100", "--set", "cluster.pricing=null"),
+    ]
+    for args in runs:
+        res = run_cli("simulate", *args, "--format", "csv")
         assert res.returncode == 0, res.stderr
         rows = list(csv.reader(io.StringIO(res.stdout)))
         assert len(rows) == 2 and len(rows[0]) == len(rows[1])
         heads.append(rows[0])
-    assert heads[0] == heads[1]
+    assert all(h == heads[0] for h in heads)
     assert "step_time_s" in heads[0] and not any(h.startswith("per_class") for h in heads[0])
+    # The fixed cost columns hold every figure a cloud or an ownership price gives.
+    for args in (runs[1], runs[3]):
+        cost = json.loads(run_cli("simulate", *args, "--format", "json").stdout)["cost"]
+        assert set(cost) - {"breakdown", "assumptions"} <= set(COST_COLUMNS), set(cost)
+        assert set(cost["breakdown"]) <= set(COST_BREAKDOWN_COLUMNS)
 
 
 def test_gpt3_scenario_reproduces_sc21_layout() -> None:

@@ -440,3 +440,54 @@ def test_a_bucket_rule_is_one_rule(tmp_path: Path, extra: dict, says: str) -> No
     res = run_cli("simulate", str(write_yaml(tmp_path / "s.yaml", data)))
     assert res.returncode == 2 and says in res.stderr, res.stderr
     assert "Traceback" not in res.stderr
+
+
+def test_megatron_core_buckets_only_the_first_chunk_and_only_when_overlapping() -> None:
+    """Megatron-Core reduces in buckets only on the first pipeline stage's first model chunk
+    (every other chunk in one collective when its last backward ends), and in one bucket
+    whenever the reduction does not overlap backward."""
+    import math
+
+    from simulator.workload.comm import dp_bucket_bytes, grad_bucket_bytes
+
+    data = inline_scenario(
+        "llama3-8b", nodes=8, gpus_per_node=8, global_batch=64, tp=8, pp=2, sharding=ZERO1
+    )
+    data["software"] = "megatron-core"
+    data["parallelism"]["pp_schedule"] = {"kind": "interleaved", "virtual_stages": 2}
+    rs = resolve_dict(data)
+    b = dp_bucket_bytes(rs, 4.0)
+    assert grad_bucket_bytes(rs, 4.0, 0, 0) == b
+    assert math.isinf(grad_bucket_bytes(rs, 4.0, 1, 0))
+    assert math.isinf(grad_bucket_bytes(rs, 4.0, 0, 1))
+    off = resolve_dict(data, ["parallelism.overlap={dp_grad: false}"])
+    assert math.isinf(grad_bucket_bytes(off, 4.0, 0, 0))
+    # a scenario's bucket size is kept everywhere
+    mb = resolve_dict(data, ["parallelism.dp_bucket_mb=100"])
+    assert grad_bucket_bytes(mb, 4.0, 1, 1) == pytest.approx(100e6)
+    for case in (rs, off, mb):
+        res = simulate(case, scaling=False).metrics
+        for acc in res.per_class.values():
+            assert sum(acc.values()) == pytest.approx(res.step_time_s, rel=1e-9)
+
+
+def test_a_bucket_size_override_replaces_the_stacks_rule() -> None:
+    """--set software.dp_bucket_mb on megatron-core (which sizes buckets in parameters)."""
+    from conftest import REPO
+
+    from simulator.config.loading import load_scenario
+    from simulator.workload.comm import dp_bucket_bytes
+
+    path = REPO / "scenarios" / "llama3-70b-64xh100.yaml"
+    rs = load_scenario(path, ["software.dp_bucket_mb=50"])
+    assert rs.software.dp_bucket_params is None and dp_bucket_bytes(rs, 4.0) == 50e6
+    # and the other way round: megatron-lm-2021 sizes its one bucket in MB
+    gpt3 = REPO / "scenarios" / "gpt3-175b-megatron-1024xa100.yaml"
+    back = load_scenario(
+        gpt3,
+        [
+            "software.dp_bucket_params={value: 1e6, source: a test}",
+            "software.dp_bucket_params_per_dp_rank={value: 0, source: a test}",
+        ],
+    )
+    assert back.software.dp_bucket_mb is None

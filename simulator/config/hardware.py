@@ -190,10 +190,16 @@ class GPUEfficiency(BaseModel):
     )
 
 
+USABLE_OVER_DATASHEET = 2**30 / 1e9 * 1.0005  # a GiB read as GB, and rounding
+
+
 class GPUProfile(_Profile):
     kind: Literal["gpu"] = "gpu"
     vendor: Literal["nvidia", "amd", "intel", "other"]
-    memory_gb: Num = Field(description="HBM/GDDR capacity as the datasheet names it, GB")
+    memory_gb: Num = Field(
+        description="HBM/GDDR capacity as the datasheet names it, GB (a calibrated profile: "
+        "the memory the probe's processes had)"
+    )
     memory_usable_gb: Num | None = Field(
         default=None,
         description="device memory the CUDA/ROCm runtime exposes to the framework "
@@ -255,6 +261,21 @@ class GPUProfile(_Profile):
             raise ValueError(
                 "cache_bandwidth_gbps must be above memory_bandwidth_gbps (a cache slower "
                 "than memory would slow the small operations down)"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _usable_within_capacity(self) -> GPUProfile:
+        # Datasheets name binary capacities: a runtime exposes at most GiB-as-GB of them.
+        if (
+            self.memory_usable_gb is not None
+            and self.memory_usable_gb.value > self.memory_gb.value * USABLE_OVER_DATASHEET
+        ):
+            raise ValueError(
+                f"memory_usable_gb ({self.memory_usable_gb.value:g} GB) is more than a "
+                f"{self.memory_gb.value:g} GB part can expose (memory_gb x 2^30/1e9 = "
+                f"{self.memory_gb.value * USABLE_OVER_DATASHEET:.4g}): give memory_usable_gb "
+                "with memory_gb, or leave it out to use memory_gb"
             )
         return self
 

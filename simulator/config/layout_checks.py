@@ -58,13 +58,17 @@ def check_layout(
         sl = par.stage_layers
         # Only the ends may be empty: the first chunk can hold just the embedding and the last
         # just the output layer and loss (Llama 3, Sec. 3.3.2; Megatron-Core's pipeline layout).
-        ends_only = len(sl) == par.pp * v and len(sl) > 2
-        inner = sl[1:-1] if ends_only else sl
-        if len(sl) not in (par.pp, par.pp * v) or sum(sl) != model.layers or min(inner) < 1:
+        ends_only = len(sl) == par.pp * v and len(sl) >= 2
+        zero = next(
+            (i for i, n in enumerate(sl) if n < 1 and not (ends_only and i in (0, len(sl) - 1))),
+            None,
+        )
+        if len(sl) not in (par.pp, par.pp * v) or sum(sl) != model.layers or zero is not None:
+            why = f"; stage_layers[{zero}] is 0" if zero is not None else ""
             raise UserError(
                 f"stage_layers must list {par.pp * v} counts summing to {model.layers} layers, "
                 f"each at least 1 (the first and last may be 0 when every chunk is listed; "
-                f"got {len(sl)} summing to {sum(sl)})",
+                f"got {len(sl)} summing to {sum(sl)}{why})",
                 file=file,
                 path="parallelism.stage_layers",
                 hint="fix the list or remove it for even stages",

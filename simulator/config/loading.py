@@ -59,6 +59,7 @@ def _resolve_profile(
         dumped = base.model_dump(mode="json")
         data = _deep_merge(dumped, overrides)
         _scale_usable_memory(dumped, data, overrides)
+        _one_bucket_rule(data, overrides)
         if data.get("kind") not in kinds:
             data["kind"] = base.kind  # type: ignore[attr-defined]
     try:
@@ -81,10 +82,21 @@ def _scale_usable_memory(
         return
     share = usable["value"] / mem["value"]
     data["memory_usable_gb"] = {
-        "value": float(new_value) * share,
+        "value": usable["value"] * float(new_value) / mem["value"],
         "source": f"the base profile's usable share of memory_gb ({share:.4f}) applied to "
         "the overridden memory_gb",
     }
+
+
+def _one_bucket_rule(data: dict[str, Any], overrides: dict[str, Any]) -> None:
+    """A software profile sizes its DP buckets one way: in MB or by Megatron-Core's rule in
+    parameters. An override giving one drops the base profile's other."""
+    rule = ("dp_bucket_params", "dp_bucket_params_per_dp_rank")
+    if "dp_bucket_mb" in overrides and not any(k in overrides for k in rule):
+        for k in rule:
+            data.pop(k, None)
+    elif any(k in overrides for k in rule) and "dp_bucket_mb" not in overrides:
+        data.pop("dp_bucket_mb", None)
 
 
 def _deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:

@@ -169,7 +169,14 @@ class SoftwareProfile(_Profile):
     )
     dp_bucket_params_per_dp_rank: Num | None = Field(
         default=None,
-        description="parameters per DP×CP rank the bucket grows by (with dp_bucket_params)",
+        description="parameters per DP×CP rank the bucket grows by (with dp_bucket_params; "
+        "as in Megatron-Core, a reduction that does not overlap backward goes in one bucket)",
+    )
+    dp_bucket_first_chunk_only: SourcedFlag | None = Field(
+        default=None,
+        description="only the first pipeline stage's first model chunk reduces (and gathers) "
+        "its gradients in buckets; every other chunk in one collective when its last "
+        "backward ends (unset: every chunk in buckets)",
     )
     optimizer_passes: OptimizerPasses | None = Field(
         default=None,

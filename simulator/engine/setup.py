@@ -18,8 +18,8 @@ from ..network.collectives import choose
 from ..network.flows import FlowNetwork
 from ..network.topology import Layout, Topology
 from ..workload.comm import (
-    dp_bucket_bytes,
     gather_bytes_per_param,
+    grad_bucket_bytes,
     grad_bytes_per_param,
     grad_wire_bytes_per_param,
     tied_embedding_bytes,
@@ -304,7 +304,7 @@ class SimulationBase(Tracing, LinkSharing):
         grad_b = grad_wire_bytes_per_param(self.rs)
         own = self.extra_params.get(stage, 0.0) * grad_b
         total = sum(self._chunk_layers[stage]) * self.layer_params * grad_b + own
-        return total, max(1, math.ceil(total / dp_bucket_bytes(self.rs, grad_b)))
+        return total, max(1, math.ceil(total / grad_bucket_bytes(self.rs, grad_b, stage)))
 
     def _split_chunks(self) -> dict[int, list[int]]:
         rs = self.rs

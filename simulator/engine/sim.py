@@ -18,6 +18,7 @@ categories = wall time.
 from __future__ import annotations
 
 import gc
+import math
 from collections.abc import Generator
 from functools import partial
 from typing import Any
@@ -26,8 +27,8 @@ import simpy
 
 from ..config.scenario import ResolvedScenario
 from ..workload.comm import (
-    dp_bucket_bytes,
     gather_bytes_per_param,
+    grad_bucket_bytes,
     grad_bytes_per_param,
     grad_wire_bytes_per_param,
     pp_message_bytes,
@@ -51,7 +52,7 @@ class Simulation(PassRunner):
         msg = pp_message_bytes(rs)
         dp_on = rs.dp_cp > 1
         grad_b = grad_wire_bytes_per_param(rs)
-        bucket_target = dp_bucket_bytes(rs, grad_b)
+        targets = [grad_bucket_bytes(rs, grad_b, stage, ch) for ch in range(self.v)]
         pending_grads = 0.0
         dp_jobs: list[Job] = []
         last_b = {ch: None for ch in range(self.v)}
@@ -77,11 +78,11 @@ class Simulation(PassRunner):
             label = lambda: f"{grad_coll} {nbytes / 1e6:.0f} MB"  # noqa: E731
             dp_jobs.append(self._submit(rank, "dp", collective(dp_ep, grad_coll, nbytes, label)))
 
-        def add_grads(nbytes: float) -> None:
+        def add_grads(nbytes: float, ch: int) -> None:
             """Gradients ready for the overlapped reduction, launched a bucket at a time."""
             nonlocal pending_grads
             pending_grads += nbytes
-            if pending_grads >= bucket_target:
+            if pending_grads >= targets[ch]:
                 launch_dp(pending_grads)
                 pending_grads = 0.0
 
@@ -97,10 +98,12 @@ class Simulation(PassRunner):
         prefetched: dict[int, list[Job]] = {}
         if dp_on and self.z in (1, 2) and self.ov.param_gather:
             layer_bytes = self.layer_params * gather_bytes_per_param(rs)
-            bucket = dp_bucket_bytes(rs, gather_bytes_per_param(rs))
-            per_bucket = max(1, int(bucket // layer_bytes))
             for chunk in range(self.v):
                 n_layers = self._chunk_layers[stage][chunk]
+                # the distributed optimizer gathers parameters in its gradient buckets
+                bucket = grad_bucket_bytes(rs, gather_bytes_per_param(rs), stage, chunk)
+                per_bucket = n_layers if math.isinf(bucket) else int(bucket // layer_bytes)
+                per_bucket = max(1, per_bucket)
                 jobs: list[Job] = []
                 for first in range(0, n_layers, per_bucket):
                     count = min(per_bucket, n_layers - first)
@@ -152,8 +155,8 @@ class Simulation(PassRunner):
                     before = self._gather_hook(gather, layers)
                 if dp_on and self.ov.dp_grad and (grads_every_mb or mb == last_b[ch]):
 
-                    def after(i: int) -> None:
-                        add_grads(self.layer_params * grad_b)
+                    def after(i: int, ch: int = ch) -> None:
+                        add_grads(self.layer_params * grad_b, ch)
 
                 bwd = self.p_bwd_sync if sync else self.p_bwd
                 yield from layer_pass(bwd, layers, before, after, "bwd")
@@ -167,7 +170,13 @@ class Simulation(PassRunner):
                         self.head_params if stage == self.p - 1 and ch == self.v - 1 else 0.0
                     )
                     if extra > 0:
-                        add_grads(extra * grad_b)
+                        add_grads(extra * grad_b, ch)
+                elif dp_on and self.ov.dp_grad and ch > 0 and mb == last_b[ch] and pending_grads:
+                    # A chunk's buckets hold its own parameters only (one DDP module each): what
+                    # is left of a later chunk goes out when its last backward ends; the first
+                    # chunk's, the last to finish, at the end of the step with the embedding's.
+                    launch_dp(pending_grads)
+                    pending_grads = 0.0
             if self.tracing:
                 self._emit(
                     rank,

@@ -113,14 +113,14 @@ def print_check(rep: CheckReport, console: Console) -> None:
     if rep.fits:
         peak = rep.memory.peak
         console.print(
-            f"[green]fits[/green]: peak {peak.total_gb:.1f} GB of {rep.memory.capacity_gb:.1f} GB"
+            f"[green]fits[/green]: peak {peak.total_gb:.1f} GB of {rep.memory.capacity_gb:.2f} GB"
             f" (stage {peak.stage})"
         )
     else:
         peak = rep.memory.peak
         console.print(
             f"[red bold]does not fit[/red bold]: stage {peak.stage} needs {peak.total_gb:.1f} GB "
-            f"of {rep.memory.capacity_gb:.1f} GB"
+            f"of {rep.memory.capacity_gb:.2f} GB"
         )
         if rep.levers:
             console.print("changes that make it fit:")

@@ -87,11 +87,30 @@ def dp_bucket_bytes(rs: ResolvedScenario, width: float) -> float:
     return rs.dp_bucket_bytes
 
 
+def grad_bucket_bytes(rs: ResolvedScenario, width: float, stage: int = 0, chunk: int = 0) -> float:
+    """Bytes per gradient reduction of model chunk ``chunk`` on pipeline stage ``stage``:
+    :func:`dp_bucket_bytes`, or the chunk's whole gradient in one collective (``math.inf``)
+    where Megatron-Core does not bucket: with its bucket rule, when the reduction does not
+    overlap backward, and under ``dp_bucket_first_chunk_only`` on every chunk but the first
+    stage's first (megatron/core/distributed/distributed_data_parallel.py: bucket_size None
+    'if not overlap_grad_reduce', 'if disable_bucketing or pp_rank > 0'). A scenario's
+    dp_bucket_mb keeps its buckets everywhere. ZeRO-2/3 and FSDP reduce every micro-batch's
+    gradients, so they keep theirs too."""
+    sw = rs.software
+    if rs.parallelism.dp_bucket_mb is None and rs.zero_stage < 2 and not rs.gathers_once:
+        if sw.dp_bucket_params is not None and not rs.parallelism.overlap.dp_grad:
+            return math.inf
+        flag = sw.dp_bucket_first_chunk_only
+        if flag is not None and flag.value and (stage > 0 or chunk > 0):
+            return math.inf
+    return dp_bucket_bytes(rs, width)
+
+
 def dp_buckets(rs: ResolvedScenario, stage: int = 0) -> tuple[float, int]:
     """One rank's DP reduction (over DP×CP) as equal gradient buckets: (bytes each, count).
     Counted, not listed: a tiny bucket size makes millions of them."""
     total = stage_params(rs, stage) * grad_wire_bytes_per_param(rs)
-    bucket = dp_bucket_bytes(rs, grad_wire_bytes_per_param(rs))
+    bucket = grad_bucket_bytes(rs, grad_wire_bytes_per_param(rs), stage)
     n = max(1, math.ceil(total / bucket))
     return total / n, n
 

@@ -269,6 +269,30 @@ def inflight_microbatches(rs: ResolvedScenario, stage: int) -> float:
     return float(min(p - stage, m))
 
 
+def held_layer_microbatches(rs: ResolvedScenario, stage: int) -> float:
+    """Layers' worth of micro-batch activations a stage holds at its peak: its layers times
+    :func:`inflight_microbatches`, or, where its model chunks hold different numbers of layers
+    (an uneven per-chunk ``stage_layers``, say an empty first chunk), the peak over its
+    schedule of the layers of the chunk forwards whose backward has not yet run."""
+    layers = rs.stage_layers()[stage]
+    sl, v, p = rs.parallelism.stage_layers, rs.parallelism.virtual_stages, rs.pp
+    if sl is None or v == 1 or len(sl) != p * v:
+        return layers * inflight_microbatches(rs, stage)
+    chunk = [sl[c * p + stage] for c in range(v)]
+    if len(set(chunk)) == 1:
+        return layers * inflight_microbatches(rs, stage)
+    from ..engine.schedule import schedule
+
+    # The peak falls in the warm-up ((v+1)·p chunk forwards at most) or the first steady
+    # round; four rounds of p micro-batches hold both.
+    m = min(rs.micro_batches, 4 * p)
+    live = peak = 0
+    for kind, _mb, ch in schedule(rs.parallelism.pp_schedule.kind, stage, p, m, v):
+        live += chunk[ch] if kind == "F" else -chunk[ch]
+        peak = max(peak, live)
+    return float(peak)
+
+
 def stage_memory(rs: ResolvedScenario, stage: int) -> StageMemory:
     params = stage_params(rs, stage)
     w_b, g_b, o_b = bytes_per_param(rs)
@@ -291,17 +315,18 @@ def stage_memory(rs: ResolvedScenario, stage: int) -> StageMemory:
         gathered = min(2, layers) * per_layer * gather_bytes_per_param(rs)
     rc = rs.parallelism.recompute
     per_layer_act = activation_bytes_per_layer(rs)
-    inflight = inflight_microbatches(rs, stage)
+    held = held_layer_microbatches(rs, stage)
+    inflight = held / layers if layers else inflight_microbatches(rs, stage)
     if rc == "full":
         # Layer inputs of every in-flight micro-batch, plus one layer's full activations while
         # its backward pass runs.
-        act = _full_recompute_bytes_per_layer(rs) * layers * inflight + per_layer_act
+        act = _full_recompute_bytes_per_layer(rs) * held + per_layer_act
     else:
         if rc == "selective" and rs.selective_policy == "alternate_matmuls":
             per_layer_act = _alternate_saved_per_layer(rs)
         elif rc == "selective":
             per_layer_act -= _selective_saving_per_layer(rs)
-        act = per_layer_act * layers * inflight
+        act = per_layer_act * held
     T = rs.training.micro_batch * rs.training.seq_len // rs.cp
     if stage == rs.pp - 1:
         # fp32 logits and their gradient for one micro-batch over the vocabulary shard.
