@@ -307,3 +307,22 @@ def test_uneven_chunks_hold_the_layers_of_the_chunks_in_flight() -> None:
     assert held_layer_microbatches(uneven, 3) == 72
     rep = memory_report(uneven)
     assert rep.stages[0].inflight_microbatches == pytest.approx(64 / 16)
+
+
+def test_zero3_without_data_parallelism_gathers_nothing() -> None:
+    """With one rank in the shard group ZeRO-3 shards nothing: no gather buffer, so it needs
+    no more memory than ZeRO-2 (an invariant hunt found it adding two layers' worth)."""
+    from simulator.config.loading import load_scenario
+    from simulator.workload.memory import memory_report
+
+    base = REPO / "scenarios" / "llama3-70b-64xh100.yaml"
+    over = ["cluster.nodes=1", "parallelism.tp=8", "parallelism.pp=1", "training.global_batch=8"]
+    over.append("parallelism.pp_schedule={kind: 1f1b}")
+    peaks = []
+    for stage in (2, 3):
+        rs = load_scenario(base, [*over, f"parallelism.sharding={{kind: zero, stage: {stage}}}"])
+        assert rs.dp == 1
+        rep = memory_report(rs)
+        assert all(s.gathered_params_gb == 0 for s in rep.stages)
+        peaks.append(rep.peak.total_gb)
+    assert peaks[1] <= peaks[0]

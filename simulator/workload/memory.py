@@ -309,8 +309,9 @@ def stage_memory(rs: ResolvedScenario, stage: int) -> StageMemory:
     optim = params * o_b / (n if z >= 1 else 1)
     gathered = 0.0
     layers = rs.stage_layers()[stage]
-    if z >= 3 and layers:
-        # Two layers' full TP shard live at once: the one computing and the one prefetched.
+    if z >= 3 and layers and n > 1:
+        # Two layers' full TP shard live at once: the one computing and the one prefetched
+        # (with one rank in the shard group nothing is sharded, so nothing is gathered).
         per_layer = layer_params_per_rank(rs)
         gathered = min(2, layers) * per_layer * gather_bytes_per_param(rs)
     rc = rs.parallelism.recompute
