@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import signal
 import statistics
 import sys
 import time
@@ -236,6 +237,8 @@ def _fmt_breakdown(b: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    if hasattr(signal, "SIGPIPE"):  # `accuracy.py | head` ends quietly
+        signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--sets", default=",".join(SETS))
     p.add_argument("--json", default=None, help="write the full report here")
