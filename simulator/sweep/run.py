@@ -207,7 +207,10 @@ def _pool(
         # already appended stay.
         for proc in list(getattr(ex, "_processes", {}).values()):
             proc.terminate()
-        ex.shutdown(wait=False, cancel_futures=True)
+        # With its workers gone the pool's manager thread ends at once; waiting for it means
+        # nothing of the pool still runs at interpreter exit, where a wake-up racing its
+        # closing pipe printed a traceback (concurrent.futures _python_exit, Python 3.11).
+        ex.shutdown(wait=True, cancel_futures=True)
         raise
     ex.shutdown(wait=True)
 
