@@ -35,7 +35,8 @@ def _key_figures(p: Any) -> str:
     kind = p.kind
     if kind == "gpu":
         bf = p.peak_tflops.get("bf16") or p.peak_tflops.get("fp16")
-        return f"{p.memory_gb.value:g} GB, {p.memory_bandwidth_gbps.value:g} GB/s, " + (
+        usable = f" ({p.capacity_gb:g} usable)" if p.memory_usable_gb is not None else ""
+        return f"{p.memory_gb.value:g} GB{usable}, {p.memory_bandwidth_gbps.value:g} GB/s, " + (
             f"{bf.value:g} TFLOP/s bf16" if bf else ""
         )
     if kind == "fabric":
