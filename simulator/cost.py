@@ -39,7 +39,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from .config.hardware import CloudPrice, OwnershipPrice
+from .config.prices import CloudPrice, OwnershipPrice
 from .config.scenario import ResolvedScenario
 from .errors import UserError
 from .interruptions import RunReport, run_report

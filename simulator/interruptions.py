@@ -34,7 +34,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from .config.hardware import CloudPrice
+from .config.prices import CloudPrice
 from .config.scenario import ResolvedScenario
 from .errors import UserError
 from .workload.memory import bytes_per_param

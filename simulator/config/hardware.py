@@ -1,4 +1,4 @@
-"""Hardware profile schema: GPUs, intra-node fabrics, networks, storage and prices.
+"""Hardware profile schema: GPUs, intra-node fabrics, networks and storage (prices: :mod:`.prices`).
 
 Every figure is a :class:`Sourced` value: the number and where it comes from (datasheet, paper
 table, or a probe run). A bare number is accepted where a scenario overrides a field inline; it is
@@ -8,7 +8,6 @@ so no peak is ever used raw.
 
 from __future__ import annotations
 
-import datetime as dt
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
@@ -352,58 +351,3 @@ class StorageProfile(_Profile):
         default=None, description="whole-system write ceiling, GB/s (none: scales per node)"
     )
     latency_ms: Num = Field(description="first-byte latency per request, ms")
-
-
-class CloudPrice(_Profile):
-    kind: Literal["cloud_price"] = "cloud_price"
-    provider: str = Field(max_length=200)
-    instance: str = Field(max_length=200)
-    gpu: str = Field(description="GPU profile name this price is for")
-    as_of: dt.date
-    on_demand_usd_per_gpu_hour: Num
-    reserved_usd_per_gpu_hour: Num | None = None
-    reserved_term_years: float | None = Field(default=None, strict=True, gt=0, le=100)
-    spot_usd_per_gpu_hour: Num | None = None
-    spot_preemptions_per_day: Num | None = Field(
-        default=None,
-        description="preemptions per day of one spot instance (node); a synchronous job is "
-        "interrupted when any of its nodes is",
-    )
-    gpus_per_node: Num | None = Field(
-        default=None,
-        description="GPUs in the instance the prices are quoted for: preemptions strike per "
-        "instance, so a cluster of other node sizes is counted in these instances (none: the "
-        "cluster's nodes)",
-    )
-
-    def tier_rates(self) -> dict[str, Num | None]:
-        """$ per GPU-hour by tier (None: the profile has no such tier)."""
-        return {
-            "on_demand": self.on_demand_usd_per_gpu_hour,
-            "reserved": self.reserved_usd_per_gpu_hour,
-            "spot": self.spot_usd_per_gpu_hour,
-        }
-
-
-class OwnershipPrice(_Profile):
-    kind: Literal["ownership_price"] = "ownership_price"
-    gpu: str = Field(description="GPU profile name this price is for")
-    as_of: dt.date
-    capex_per_node_usd: Num = Field(description="server with GPUs, CPUs, memory, local disk")
-    capex_per_network_port_usd: Num = Field(description="NIC + switch port + cable share")
-    power_per_gpu_w: Num = Field(description="average draw per GPU under training load")
-    power_per_node_w: Num = Field(description="non-GPU draw per node: CPUs, fans, NICs")
-    pue: Num
-    usd_per_kwh: Num
-    amortisation_years: Num
-    opex_fraction_per_year: Num | None = Field(
-        default=None, description="maintenance/staff/space per year as a fraction of capex"
-    )
-    gpus_per_node: Num | None = Field(
-        default=None,
-        description="GPUs in the node capex_per_node_usd buys: a cluster of other node sizes "
-        "is refused (none: not checked)",
-    )
-
-
-PriceProfile = Annotated[CloudPrice | OwnershipPrice, Field(discriminator="kind")]

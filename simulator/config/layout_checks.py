@@ -6,8 +6,9 @@ GPU, its node size and the chosen tier. Each failure is one
 from __future__ import annotations
 
 from ..errors import UserError
-from .hardware import CloudPrice, GPUProfile, OwnershipPrice
+from .hardware import GPUProfile
 from .parallelism import FSDPSharding, ParallelismSpec
+from .prices import CloudPrice, OwnershipPrice
 from .software import SoftwareProfile
 from .workload import ModelSpec, TrainingSpec
 

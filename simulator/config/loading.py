@@ -16,15 +16,14 @@ from pydantic import BaseModel, ValidationError
 
 from ..errors import UserError, closest
 from .hardware import (
-    CloudPrice,
     FabricProfile,
     GPUProfile,
     NetworkProfile,
-    OwnershipPrice,
     StorageProfile,
 )
 from .layout_checks import check_layout, check_pricing, check_stack
 from .parallelism import Overlap
+from .prices import CloudPrice, OwnershipPrice
 from .reading import apply_sets, parse_yaml, read_yaml
 from .scenario import ModelPresetRef, ProfileRef, ResolvedScenario, Scenario, gathers_once
 from .software import SoftwareProfile

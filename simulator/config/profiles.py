@@ -7,14 +7,13 @@ from typing import Annotated
 from pydantic import Field
 
 from .hardware import (
-    CloudPrice,
     FabricProfile,
     GPUProfile,
     NetworkProfile,
-    OwnershipPrice,
     StorageProfile,
     _Profile,
 )
+from .prices import CloudPrice, OwnershipPrice
 from .software import SoftwareProfile
 
 AnyProfile = Annotated[

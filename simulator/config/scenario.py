@@ -12,14 +12,13 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from .hardware import (
-    CloudPrice,
     FabricProfile,
     GPUProfile,
     NetworkProfile,
-    OwnershipPrice,
     StorageProfile,
 )
 from .parallelism import ParallelismSpec
+from .prices import CloudPrice, OwnershipPrice
 from .software import SoftwareProfile
 from .workload import ModelSpec, TrainingSpec
 
