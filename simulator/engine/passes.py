@@ -8,8 +8,10 @@ from __future__ import annotations
 from collections.abc import Generator
 from typing import Any
 
+import simpy
 from simpy.events import Timeout
 
+from ..workload.comm import gather_bytes_per_param
 from .comm import Job
 from .compute import Program
 from .setup import SimulationBase
@@ -177,6 +179,43 @@ class PassRunner(SimulationBase):
                 yield from self.run_items(rank, prog, 1, name)
             if hook_after is not None:
                 hook_after(i)
+
+    def _gather_hook(self, gather: Any, layers: int) -> Any:
+        """Before each layer: the event its parameters arrive by (None if they have), with the
+        next layer's gather queued behind it (prefetch one layer ahead)."""
+        size = self.layer_params * gather_bytes_per_param(self.rs)
+        pending: dict[int, Job] = {}
+
+        def hook(i: int) -> simpy.Event | None:
+            if i == 0:
+                pending[0] = gather(size, "layer all_gather")
+            if i + 1 < layers:
+                pending[i + 1] = gather(size, "layer all_gather")
+            return pending.pop(i).event(self.env)
+
+        return hook
+
+    def _wait_hook(self, jobs: list[Job]) -> Any:
+        """Before each layer: the event its prefetched parameters arrive by (or None)."""
+        return _Prefetched(jobs, self.env)
+
+
+class _Prefetched:
+    """The hook before each layer of a pass whose parameters were gathered ahead (ZeRO-1/2):
+    the event layer ``i``'s bucket arrives by, or None once it has."""
+
+    __slots__ = ("jobs", "env")
+
+    def __init__(self, jobs: list[Job], env: simpy.Environment) -> None:
+        self.jobs = jobs
+        self.env = env
+
+    def __call__(self, i: int) -> simpy.Event | None:
+        return self.jobs[i].event(self.env)
+
+    def ready_from(self, i: int) -> bool:
+        """Whether the parameters of layer ``i`` and of every layer after it have arrived."""
+        return all(job.done for job in self.jobs[i:])
 
 
 __all__ = ["PassRunner"]

@@ -21,9 +21,6 @@ import gc
 import math
 from collections.abc import Generator
 from functools import partial
-from typing import Any
-
-import simpy
 
 from ..config.scenario import ResolvedScenario
 from ..workload.comm import (
@@ -255,25 +252,6 @@ class Simulation(PassRunner):
             mark("comm_dp", t0)
         res.finish = env.now
 
-    def _gather_hook(self, gather: Any, layers: int) -> Any:
-        """Before each layer: the event its parameters arrive by (None if they have), with the
-        next layer's gather queued behind it (prefetch one layer ahead)."""
-        size = self.layer_params * gather_bytes_per_param(self.rs)
-        pending: dict[int, Job] = {}
-
-        def hook(i: int) -> simpy.Event | None:
-            if i == 0:
-                pending[0] = gather(size, "layer all_gather")
-            if i + 1 < layers:
-                pending[i + 1] = gather(size, "layer all_gather")
-            return pending.pop(i).event(self.env)
-
-        return hook
-
-    def _wait_hook(self, jobs: list[Job]) -> Any:
-        """Before each layer: the event its prefetched parameters arrive by (or None)."""
-        return _Prefetched(jobs, self.env)
-
     def _optimizer_time(self, shard_params: float, params: float, tensors: int = 0) -> float:
         """The optimizer step over the rank's shard, and the passes over its whole buffer;
         ``tensors``: the parameter tensors it visits (a shard of each under ZeRO/FSDP)."""
@@ -366,24 +344,6 @@ def _mean_result(members: list[RankResult]) -> RankResult:
     out = RankResult(members[0].rank, members[0].stage, max(r.finish for r in members))
     out.acc = {k: sum(r.acc[k] for r in members) / n for k in members[0].acc}
     return out
-
-
-class _Prefetched:
-    """The hook before each layer of a pass whose parameters were gathered ahead (ZeRO-1/2):
-    the event layer ``i``'s bucket arrives by, or None once it has."""
-
-    __slots__ = ("jobs", "env")
-
-    def __init__(self, jobs: list[Job], env: simpy.Environment) -> None:
-        self.jobs = jobs
-        self.env = env
-
-    def __call__(self, i: int) -> simpy.Event | None:
-        return self.jobs[i].event(self.env)
-
-    def ready_from(self, i: int) -> bool:
-        """Whether the parameters of layer ``i`` and of every layer after it have arrived."""
-        return all(job.done for job in self.jobs[i:])
 
 
 def run_engine(rs: ResolvedScenario, full: bool = False, trace: bool = False) -> EngineResult:
