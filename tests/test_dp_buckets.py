@@ -1,0 +1,124 @@
+"""How a software stack splits the DP gradient reduction into collectives: Megatron-Core's
+bucket of max(40M, 1M x DP x CP) parameters (megatron/core/distributed/
+distributed_data_parallel.py), bucketing only the first stage's first model chunk and only while
+the reduction overlaps backward, and how a scenario's or an override's bucket size replaces a
+stack's rule."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from conftest import inline_scenario, run_cli, write_yaml
+
+from simulator.config.loading import resolve_dict
+from simulator.simulate import simulate
+
+ZERO1 = {"kind": "zero", "stage": 1}
+
+
+def _data(software: str, sharding: dict, pp: int = 2) -> dict:
+    data = inline_scenario(
+        "llama3-8b", nodes=2, gpus_per_node=8, global_batch=64, tp=2, pp=pp, sharding=sharding
+    )
+    data["software"] = software
+    return data
+
+
+def test_megatron_core_buckets_grow_with_the_data_parallel_group(tmp_path: Path) -> None:
+    """Megatron-Core sizes its buckets as max(40M, 1M × DP) parameters (so that each rank's
+    chunk of an NCCL ring stays bandwidth-bound), for the fp32 gradient reduce-scatter and the
+    bf16 weight all-gather alike; a scenario's dp_bucket_mb still overrides the rule."""
+    from simulator.workload.comm import dp_bucket_bytes
+
+    def rs(nodes: int, **par: float) -> object:
+        data = inline_scenario(
+            "llama3-8b", nodes=nodes, gpus_per_node=8, global_batch=8 * nodes, tp=8, sharding=ZERO1
+        )
+        data["software"] = "megatron-core"
+        data["parallelism"].update(par)
+        return resolve_dict(data)
+
+    small, large = rs(4), rs(96)  # DP 4 and DP 96
+    assert dp_bucket_bytes(small, 4.0) == pytest.approx(40e6 * 4.0)
+    assert dp_bucket_bytes(small, 2.0) == pytest.approx(40e6 * 2.0)
+    assert dp_bucket_bytes(large, 4.0) == pytest.approx(96e6 * 4.0)
+    assert dp_bucket_bytes(rs(96, dp_bucket_mb=25.0), 4.0) == pytest.approx(25e6)
+    # Fewer, larger collectives at DP 96: never slower than per-layer 25 MB buckets.
+    t_rule = simulate(large, scaling=False).metrics.step_time_s  # type: ignore[arg-type]
+    t_small = simulate(rs(96, dp_bucket_mb=25.0), scaling=False).metrics.step_time_s  # type: ignore[arg-type]
+    assert t_rule <= t_small
+
+
+@pytest.mark.parametrize(
+    "extra, says",
+    [
+        ({"dp_bucket_mb": {"value": 25, "source": "a test"}}, "not both"),
+        ({"dp_bucket_params_per_dp_rank": None}, "set together"),
+    ],
+)
+def test_a_bucket_rule_is_one_rule(tmp_path: Path, extra: dict, says: str) -> None:
+    import yaml
+    from conftest import REPO
+
+    prof = yaml.safe_load(
+        (REPO / "hardware_profiles" / "software" / "megatron-core.yaml").read_text()
+    )
+    prof.update(extra)
+    prof = {k: v for k, v in prof.items() if v is not None}
+    data = _data("megatron-core", ZERO1)
+    data["software"] = prof
+    res = run_cli("simulate", str(write_yaml(tmp_path / "s.yaml", data)))
+    assert res.returncode == 2 and says in res.stderr, res.stderr
+    assert "Traceback" not in res.stderr
+
+
+def test_megatron_core_buckets_only_the_first_chunk_and_only_when_overlapping() -> None:
+    """Megatron-Core reduces in buckets only on the first pipeline stage's first model chunk
+    (every other chunk in one collective when its last backward ends), and in one bucket
+    whenever the reduction does not overlap backward."""
+    import math
+
+    from simulator.workload.comm import dp_bucket_bytes, grad_bucket_bytes
+
+    data = inline_scenario(
+        "llama3-8b", nodes=8, gpus_per_node=8, global_batch=64, tp=8, pp=2, sharding=ZERO1
+    )
+    data["software"] = "megatron-core"
+    data["parallelism"]["pp_schedule"] = {"kind": "interleaved", "virtual_stages": 2}
+    rs = resolve_dict(data)
+    b = dp_bucket_bytes(rs, 4.0)
+    assert grad_bucket_bytes(rs, 4.0, 0, 0) == b
+    assert math.isinf(grad_bucket_bytes(rs, 4.0, 1, 0))
+    assert math.isinf(grad_bucket_bytes(rs, 4.0, 0, 1))
+    off = resolve_dict(data, ["parallelism.overlap={dp_grad: false}"])
+    assert math.isinf(grad_bucket_bytes(off, 4.0, 0, 0))
+    # a scenario's bucket size is kept everywhere
+    mb = resolve_dict(data, ["parallelism.dp_bucket_mb=100"])
+    assert grad_bucket_bytes(mb, 4.0, 1, 1) == pytest.approx(100e6)
+    for case in (rs, off, mb):
+        res = simulate(case, scaling=False).metrics
+        for acc in res.per_class.values():
+            assert sum(acc.values()) == pytest.approx(res.step_time_s, rel=1e-9)
+
+
+def test_a_bucket_size_override_replaces_the_stacks_rule() -> None:
+    """--set software.dp_bucket_mb on megatron-core (which sizes buckets in parameters)."""
+    from conftest import REPO
+
+    from simulator.config.loading import load_scenario
+    from simulator.workload.comm import dp_bucket_bytes
+
+    path = REPO / "scenarios" / "llama3-70b-64xh100.yaml"
+    rs = load_scenario(path, ["software.dp_bucket_mb=50"])
+    assert rs.software.dp_bucket_params is None and dp_bucket_bytes(rs, 4.0) == 50e6
+    # and the other way round: megatron-lm-2021 sizes its one bucket in MB
+    gpt3 = REPO / "scenarios" / "gpt3-175b-megatron-1024xa100.yaml"
+    back = load_scenario(
+        gpt3,
+        [
+            "software.dp_bucket_params={value: 1e6, source: a test}",
+            "software.dp_bucket_params_per_dp_rank={value: 0, source: a test}",
+        ],
+    )
+    assert back.software.dp_bucket_mb is None
