@@ -262,8 +262,10 @@ class ResolvedScenario(BaseModel):
 
     @property
     def dp_bucket_bytes(self) -> float:
-        """Bytes of gradients the DP reduction moves per collective: the scenario's bucket, else
-        the software stack's, else PyTorch DDP's 25 MB."""
+        """Bytes of gradients the DP reduction moves per collective as sized in MB: the
+        scenario's bucket, else the software stack's, else PyTorch DDP's 25 MB (a stack's rule in
+        parameters and the stacks that bucket per layer: :func:`simulator.workload.comm.
+        dp_bucket_bytes`)."""
         mb = self.parallelism.dp_bucket_mb
         if mb is None and self.software.dp_bucket_mb is not None:
             mb = self.software.dp_bucket_mb.value
@@ -391,6 +393,17 @@ class ResolvedScenario(BaseModel):
             v = self.parallelism.virtual_stages
             sl = self.parallelism.stage_layers
             if len(sl) == self.pp * v and v > 1:
-                return [sum(sl[r + self.pp * c] for c in range(v)) for r in range(self.pp)]
+                return [sum(self.chunk_layers(r)) for r in range(self.pp)]
             return list(sl)
         return [self.model.layers // self.pp] * self.pp
+
+    def chunk_layers(self, stage: int) -> list[int]:
+        """Transformer layers of each of a pipeline rank's model chunks, in chunk order: as
+        listed where stage_layers gives every chunk (stage by stage within each round of
+        chunks), else the rank's layers split as evenly as they go, the first chunks one more."""
+        p, v = self.pp, self.parallelism.virtual_stages
+        sl = self.parallelism.stage_layers
+        if sl is not None and len(sl) == p * v:
+            return [sl[c * p + stage] for c in range(v)]
+        base, extra = divmod(self.stage_layers()[stage], v)
+        return [base + (1 if c < extra else 0) for c in range(v)]

@@ -307,17 +307,7 @@ class SimulationBase(Tracing, LinkSharing):
         return total, max(1, math.ceil(total / grad_bucket_bytes(self.rs, grad_b, stage)))
 
     def _split_chunks(self) -> dict[int, list[int]]:
-        rs = self.rs
-        p, v = self.p, self.v
-        sl = rs.parallelism.stage_layers
-        if sl is not None and len(sl) == p * v:
-            return {s: [sl[c * p + s] for c in range(v)] for s in range(p)}
-        per_stage = rs.stage_layers()
-        out = {}
-        for s in range(p):
-            base, extra = divmod(per_stage[s], v)
-            out[s] = [base + (1 if c < extra else 0) for c in range(v)]
-        return out
+        return {s: self.rs.chunk_layers(s) for s in range(self.p)}
 
     # -- helpers ------------------------------------------------------------------------------
     def _stream(self, rank: int, name: str) -> Stream:

@@ -94,11 +94,12 @@ class Simulation(PassRunner):
         # layer's first forward waits for the bucket that holds its parameters.
         prefetched: dict[int, list[Job]] = {}
         if dp_on and self.z in (1, 2) and self.ov.param_gather:
-            layer_bytes = self.layer_params * gather_bytes_per_param(rs)
+            width = gather_bytes_per_param(rs)
+            layer_bytes = self.layer_params * width
             for chunk in range(self.v):
                 n_layers = self._chunk_layers[stage][chunk]
                 # the distributed optimizer gathers parameters in its gradient buckets
-                bucket = grad_bucket_bytes(rs, gather_bytes_per_param(rs), stage, chunk)
+                bucket = grad_bucket_bytes(rs, width, stage, chunk)
                 per_bucket = n_layers if math.isinf(bucket) else int(bucket // layer_bytes)
                 per_bucket = max(1, per_bucket)
                 jobs: list[Job] = []

@@ -275,11 +275,9 @@ def held_layer_microbatches(rs: ResolvedScenario, stage: int) -> float:
     (an uneven per-chunk ``stage_layers``, say an empty first chunk), the peak over its
     schedule of the layers of the chunk forwards whose backward has not yet run."""
     layers = rs.stage_layers()[stage]
-    sl, v, p = rs.parallelism.stage_layers, rs.parallelism.virtual_stages, rs.pp
-    if sl is None or v == 1 or len(sl) != p * v:
-        return layers * inflight_microbatches(rs, stage)
-    chunk = [sl[c * p + stage] for c in range(v)]
-    if len(set(chunk)) == 1:
+    v, p = rs.parallelism.virtual_stages, rs.pp
+    chunk = rs.chunk_layers(stage)
+    if v == 1 or len(set(chunk)) == 1:
         return layers * inflight_microbatches(rs, stage)
     from ..engine.schedule import schedule
 
