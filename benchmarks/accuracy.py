@@ -78,6 +78,9 @@ def predict_row(path: Path) -> dict[str, Any]:
         "predicted": pred,
         "error": pred / ref.value - 1.0,
         "breakdown": shares,
+        # every published run ran, so each must fit; the peak stage's need against capacity
+        "memory_gb": m.memory_gb_per_gpu,
+        "capacity_gb": rs.gpu.capacity_gb,
     }
 
 
@@ -201,7 +204,13 @@ def summary(rows: list[dict[str, Any]]) -> dict[str, float]:
         "mean_abs": statistics.fmean(errs) if errs else 0.0,
         "max_abs": max(errs) if errs else 0.0,
         "mean_signed": statistics.fmean(r["error"] for r in rows) if rows else 0.0,
+        "no_fit": sum(1 for r in rows if _over(r)),
     }
+
+
+def _over(row: dict[str, Any]) -> bool:
+    """A published run the memory model says does not fit on its GPU."""
+    return "memory_gb" in row and row["memory_gb"] > row["capacity_gb"]
 
 
 def run(sets: list[str]) -> dict[str, Any]:
@@ -246,12 +255,15 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     t0 = time.perf_counter()
     report = run([s for s in args.sets.split(",") if s])
-    print(f"{'set':24} {'rows':>5} {'mean |err|':>11} {'max |err|':>10} {'mean err':>9} {'s':>6}")
+    print(
+        f"{'set':24} {'rows':>5} {'mean |err|':>11} {'max |err|':>10} {'mean err':>9} "
+        f"{'no fit':>7} {'s':>6}"
+    )
     for name, rep in report.items():
         s = rep["summary"]
         print(
             f"{name:24} {s['rows']:5d} {s['mean_abs']:11.1%} {s['max_abs']:10.1%} "
-            f"{s['mean_signed']:+9.1%} {rep['seconds']:6.1f}"
+            f"{s['mean_signed']:+9.1%} {s['no_fit']:7d} {rep['seconds']:6.1f}"
         )
         if "summary_small" in rep:
             s = rep["summary_small"]
@@ -266,6 +278,14 @@ def main(argv: list[str] | None = None) -> int:
             print(
                 f"{name:22} {r['row'][:44]:44} pub {r['published']:9.4g} pred "
                 f"{r['predicted']:9.4g} {r['error']:+7.1%}  {_fmt_breakdown(r['breakdown'])}"
+            )
+    over = [(n, r) for n, rep in report.items() for r in rep["rows"] if _over(r)]
+    if over:
+        print("\npublished runs the memory model says do not fit (each ran):")
+        for name, r in over:
+            print(
+                f"{name:22} {r['row'][:44]:44} needs {r['memory_gb']:6.1f} GB of "
+                f"{r['capacity_gb']:6.1f} GB"
             )
     print(f"\ntotal {time.perf_counter() - t0:.1f} s")
     if args.json:

@@ -295,6 +295,27 @@ def test_accuracy_sets_stay_in_their_bands() -> None:
     assert small["rows"] > 0 and small["mean_abs"] <= 0.27, small
 
 
+# Published runs the memory model says do not fit, though each ran (README "Accuracy"): the
+# Llama 3 405B rows hold Megatron's interleaved warm-up of 141 one-layer chunks (75 GB) with
+# no recomputation, where Meta reports freeing tensors the model cannot name; the MPT-1B rows
+# at micro-batch 10 on 40 GB exceed it by 1.5-2.6% (the 2 GB framework reserve is a round
+# figure). No other row may join them.
+KNOWN_OVER = {
+    "llama3-405b-8192xh100",
+    "llama3-405b-16384xh100",
+    "mpt-1b-a100-40gb-s2048-g32-mb10",
+    "mpt-1b-a100-40gb-s2048-g64-mb10",
+    "mpt-1b-a100-40gb-s2048-g128-mb10",
+}
+
+
+def test_published_runs_fit_in_their_gpus_memory() -> None:
+    acc = _accuracy()
+    sets = [s for s in BANDS if s not in ("nccl-tests", "h100-eager-layers", "korthikanti-table4")]
+    over = {r["row"] for rep in acc.run(sets).values() for r in rep["rows"] if acc._over(r)}
+    assert over <= KNOWN_OVER, sorted(over - KNOWN_OVER)
+
+
 def test_short_kernels_run_at_the_hosts_pace() -> None:
     from simulator.engine.compute import build_program
 

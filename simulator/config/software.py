@@ -215,6 +215,12 @@ class SoftwareProfile(_Profile):
         description="the 16-bit gradients stay allocated beside an fp32 accumulation buffer "
         "(2 more bytes per parameter; unset: freed into it)",
     )
+    fp8_saved_inputs: SourcedFlag | None = Field(
+        default=None,
+        description="under fp8 the linear layers keep for the weight gradient the fp8 copy of "
+        "their input they cast for the forward GEMM (1 byte per element) instead of its 16-bit "
+        "original (unset: the 16-bit input, as torchao's float8 training keeps)",
+    )
     zero1_grad_all_reduce: SourcedFlag | None = Field(
         default=None,
         description="ZeRO-1 all-reduces the whole gradient (each rank then updates its shard) "

@@ -186,23 +186,41 @@ def activation_bytes_per_layer(rs: ResolvedScenario) -> float:
     h, f = m.hidden, m.ffn
     sbh = s * b * h
     a = act_bytes(rs)  # 2 bytes per element in Korthikanti et al.'s 16-bit accounting
-    # Tensors outside the TP regions: norm inputs and the matmul inputs they feed (a bytes each),
-    # plus dropout masks (1 byte). SP shards them over TP; otherwise every TP rank holds them.
-    outside = float(4 * a * sbh + (2 * sbh if m.dropout else 0))
+    mm = matmul_input_bytes(rs)  # what a linear layer keeps of its input for the weight gradient
+    # Tensors outside the TP regions: norm inputs (a bytes each) and the matmul inputs they feed
+    # (mm bytes each), plus dropout masks (1 byte). SP shards them over TP; otherwise every TP
+    # rank holds them.
+    outside = float((2 * a + 2 * mm) * sbh + (2 * sbh if m.dropout else 0))
     if sp:
         outside /= t
     # Inside the attention region: Q (h) and the output-projection input (h), split over TP;
-    # K and V at this rank's width (a whole head each where TP exceeds the KV heads).
-    inside = a * s * b * 2 * h
+    # K and V at this rank's width (a whole head each where TP exceeds the KV heads). A fused
+    # attention kernel keeps its output for its own backward; where the projection keeps an fp8
+    # copy of it, that copy comes on top.
+    if mm == a:
+        proj_in = a
+    else:
+        proj_in = a + mm if rs.flash_attention else mm
+    inside = s * b * h * (a + proj_in)
     kv_held = a * s * b * 2 * kv_per_rank(rs)
     if rs.flash_attention:
         inside += 4 * b * m.heads * s  # fp32 log-sum-exp per head and query
     else:
         scores = b * m.heads * s * rs.training.seq_len
         inside += scores * (a + a + (1 if m.dropout else 0))  # softmax out, dropout out, mask
-    # Inside the MLP region: activation inputs and the down-projection input.
-    inside += a * s * b * (3 * f if m.mlp == "swiglu" else 2 * f)
+    # Inside the MLP region: the activation's inputs (a) and the down-projection input (mm).
+    inside += s * b * f * (a * (2 if m.mlp == "swiglu" else 1) + mm)
     return outside + inside / t + kv_held
+
+
+def matmul_input_bytes(rs: ResolvedScenario) -> int:
+    """Bytes per element a transformer block's linear layer keeps of its input for the weight
+    gradient: the training dtype's, or 1 where fp8 training keeps the fp8 copy it cast for the
+    forward GEMM (the stack's ``fp8_saved_inputs``)."""
+    flag = rs.software.fp8_saved_inputs
+    if rs.training.precision == "fp8" and flag is not None and flag.value:
+        return 1
+    return act_bytes(rs)
 
 
 def _full_recompute_bytes_per_layer(rs: ResolvedScenario) -> float:
