@@ -180,7 +180,7 @@ def simulate(
     from .config.loading import load_scenario
     from .report.files import output_path
     from .report.tables import print_simulation
-    from .report.trace import write_trace
+    from .report.trace import check_trace_target, write_trace
     from .simulate import simulate as run_sim
 
     source = find_scenario(scenario)
@@ -193,6 +193,7 @@ def simulate(
                 hint="give the trace its own file, e.g. --trace step.trace.json",
             )
         output_path(trace, "--trace")
+        check_trace_target(trace)
     if full:
         with err.status(f"simulating all {rs.gpus} ranks (full mode)…"):
             res = run_sim(rs, full=full, trace=trace is not None, scaling=scaling)

@@ -175,6 +175,21 @@ def test_a_trace_never_replaces_the_scenario(tmp_path: Path) -> None:
     assert sc.read_bytes() == before
 
 
+def test_a_trace_never_replaces_another_file_but_replaces_its_own_trace(tmp_path: Path) -> None:
+    sc = tmp_path / "s.yaml"
+    sc.write_bytes((REPO / "scenarios" / "llama3-8b-8xh100.yaml").read_bytes())
+    mine = tmp_path / "notes.yaml"
+    mine.write_text("my notes\n")
+    res = run_cli("simulate", str(sc), "--trace", str(mine))
+    assert_user_error(res, file=None, path="--trace", says=("not a trace",), hint=("own file",))
+    assert mine.read_text() == "my notes\n"
+    trace = tmp_path / "t.json"
+    for _ in range(2):  # a trace of its own is replaced by the next run's
+        res = run_cli("simulate", str(sc), "--trace", str(trace))
+        assert res.returncode == 0, res.stderr
+        assert trace.read_bytes().startswith(b'{"traceEvents":')
+
+
 def test_a_trace_too_large_to_write_is_refused_before_simulating(tmp_path: Path) -> None:
     res = run_cli(
         "simulate",
