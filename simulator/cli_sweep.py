@@ -126,6 +126,9 @@ def sweep(
                     path=f"axes[{i}]",
                     hint="give a scenario field path (clustersim schema lists them)",
                 )
+    from .sweep.spec import check_axis_values
+
+    check_axis_values(spec, base, spec_file)
     priced = bool((base.get("cluster") or {}).get("pricing")) or any(
         p == "cluster" or p.startswith("cluster.pricing")
         for i, a in enumerate(spec.axes)

@@ -236,6 +236,54 @@ def _set_expr(path: str, value: Any) -> str:
     return f"{path}={json.dumps(value)}"
 
 
+# Pydantic error types that say a value is wrong in itself (its type, range or choice), so no
+# other axis can make it valid; a missing or extra field may depend on another axis's choice.
+_INTRINSIC = (
+    "_type",
+    "_parsing",
+    "greater_than",
+    "less_than",
+    "literal_error",
+    "enum",
+    "finite_number",
+    "too_long",
+    "too_short",
+    "multiple_of",
+    "from_float",
+)
+
+
+def check_axis_values(spec: SweepSpec, base: dict[str, Any], file: str) -> None:
+    """Refuse an axis value its field never accepts (a string for a count, a count of 0), each
+    tried alone on the base scenario, before anything is written: a point whose layout only
+    fails to divide is a row of the sweep's answer, but a value of the wrong type is a typo."""
+    from ..config.reading import apply_sets
+    from ..config.scenario import Scenario
+
+    for i, axis in enumerate(spec.axes):
+        _, opts = _options(axis, i)
+        for opt in opts:
+            try:
+                Scenario.model_validate(
+                    apply_sets(base, [_set_expr(k, v) for k, v in opt.items()], file)
+                )
+            except UserError:
+                continue  # a path the set machinery refuses is reported per point
+            except ValidationError as exc:
+                for e in exc.errors():
+                    loc = ".".join(str(x) for x in e["loc"])
+                    field = next((k for k in opt if loc == k or loc.startswith(k + ".")), None)
+                    if field and any(t in e["type"] for t in _INTRINSIC):
+                        raise UserError(
+                            f"axis '{field}' value {json.dumps(opt[field])[:80]}: {e['msg']}",
+                            file=file,
+                            path=f"axes[{i}]",
+                            hint="fix or drop the value (every point with it would be invalid)",
+                        ) from None
+            else:
+                continue
+
+
 class Point(BaseModel):
     """One cluster/configuration of the sweep: its axis choices as --set expressions."""
 
@@ -285,7 +333,15 @@ def load_spec(path: str | Path) -> tuple[SweepSpec, dict[str, Any], Path]:
             path="base",
             hint="give the scenario file the sweep varies",
         )
-    return spec, read_yaml(base_path), base_path
+    base = read_yaml(base_path)
+    if isinstance(base, dict) and "base" in base and "axes" in base and "cluster" not in base:
+        raise UserError(
+            f"base scenario '{spec.base}' is itself a sweep spec (base, axes), not a scenario",
+            file=str(p),
+            path="base",
+            hint=f"name the scenario that sweep varies (its base: {base['base']!s:.200})",
+        )
+    return spec, base, base_path
 
 
 def points(spec: SweepSpec) -> list[Point]:
@@ -318,6 +374,7 @@ __all__ = [
     "Point",
     "SweepSpec",
     "axis_paths",
+    "check_axis_values",
     "load_spec",
     "points",
     "unknown_field",

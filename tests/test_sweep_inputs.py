@@ -1,0 +1,66 @@
+"""A sweep spec's mistakes are refused before any output is written: an axis value its field
+never accepts, and a base that is itself a sweep spec."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from conftest import REPO, run_cli
+
+from simulator.errors import UserError
+from simulator.sweep.spec import check_axis_values, load_spec
+
+BASE = REPO / "scenarios" / "llama3-8b-8xh100.yaml"
+
+
+def _write(tmp: Path, name: str = "spec.yaml", base: Any = None, **spec: Any) -> Path:
+    p = tmp / name
+    p.write_text(yaml.safe_dump({"name": "t", "base": str(base or BASE), **spec}))
+    return p
+
+
+@pytest.mark.parametrize(
+    ("values", "says"),
+    [([1, "2"], "valid integer"), ([1, "4x"], "valid integer"), ([1, 0], "greater than")],
+)
+def test_a_value_its_field_never_accepts_is_refused_before_output(
+    tmp_path: Path, values: list[Any], says: str
+) -> None:
+    spec = _write(tmp_path, axes=[{"cluster.nodes": values}])
+    out = tmp_path / "o.csv"
+    res = run_cli("sweep", str(spec), "--out", str(out))
+    assert res.returncode == 2, res.stderr
+    assert "axes[0]" in res.stderr and "cluster.nodes" in res.stderr and says in res.stderr
+    assert "Traceback" not in res.stderr
+    assert not out.exists()
+
+
+def test_a_value_valid_only_with_another_axis_is_kept(tmp_path: Path) -> None:
+    """A ZeRO stage is no field of FSDP sharding, but another axis may choose ZeRO: only a
+    value wrong in itself (its type or range) is refused up front."""
+    spec = _write(
+        tmp_path,
+        axes=[
+            {"parallelism.sharding.kind": ["zero", "fsdp"]},
+            {"parallelism.sharding.stage": [1, 3]},
+        ],
+    )
+    s, base, _ = load_spec(spec)
+    base = {**base, "parallelism": {**base.get("parallelism", {}), "sharding": {"kind": "fsdp"}}}
+    check_axis_values(s, base, str(spec))  # no error
+
+
+def test_a_base_that_is_a_sweep_spec_is_refused_before_output(tmp_path: Path) -> None:
+    inner = _write(tmp_path, "inner.yaml", axes=[{"cluster.nodes": [1, 2]}])
+    outer = _write(tmp_path, "outer.yaml", base=inner, axes=[{"cluster.nodes": [1]}])
+    out = tmp_path / "o.csv"
+    res = run_cli("sweep", str(outer), "--out", str(out))
+    assert res.returncode == 2
+    assert "is itself a sweep spec" in res.stderr and str(BASE) in res.stderr
+    assert not out.exists()
+    with pytest.raises(UserError) as exc:
+        load_spec(outer)
+    assert exc.value.path == "base"
