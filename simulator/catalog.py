@@ -48,6 +48,20 @@ def bundled_scenarios_dir() -> Path:
     return _data_dir("scenarios")
 
 
+def check_profile_path() -> None:
+    """Refuse a ``$CLUSTERSIM_PROFILE_PATH`` entry that is not a folder (the CLI checks it once
+    per command): a mistyped folder would otherwise leave its profiles silently unused."""
+    for extra in os.environ.get("CLUSTERSIM_PROFILE_PATH", "").split(os.pathsep):
+        if extra and not Path(extra).is_dir():
+            raise UserError(
+                f"'{extra}' is not a folder"
+                + (" (it is a file)" if Path(extra).exists() else " (it does not exist)"),
+                path="CLUSTERSIM_PROFILE_PATH",
+                hint="point it at folders of profile YAML files (separated by "
+                f"'{os.pathsep}'), or unset it",
+            )
+
+
 def profile_dirs() -> tuple[Path, ...]:
     dirs = [bundled_profiles_dir()]
     local = Path.cwd() / "hardware_profiles"

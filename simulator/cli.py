@@ -312,6 +312,9 @@ def main() -> None:
 
 def _main() -> None:
     try:
+        from .catalog import check_profile_path
+
+        check_profile_path()
         rc = app(standalone_mode=False)
         if rc == 130:  # click turns Ctrl-C into this return value outside standalone mode
             raise _Terminated if _terminated[0] else KeyboardInterrupt

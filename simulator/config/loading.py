@@ -64,7 +64,16 @@ def _resolve_profile(
     try:
         return cls.model_validate(data)
     except ValidationError as exc:
-        raise validation_error(exc, file, path, cls) from None
+        problem = validation_error(exc, file, path, cls)
+        if ref.profile is None and any(e["type"] == "missing" for e in exc.errors()):
+            # a mapping of a few fields meant as changes to a catalogue profile
+            few = "".join(f", {k}: ..." for k in list(overrides)[:2] if k != "kind")
+            hint = (
+                f"to change a catalogue profile, name it: {{profile: NAME{few}}} (clustersim "
+                "profiles lists them); without profile the mapping must be a whole profile"
+            )
+            problem = UserError(problem.message, file=problem.file, path=problem.path, hint=hint)
+        raise problem from None
 
 
 def _scale_usable_memory(
@@ -323,8 +332,26 @@ def load_scenario(path: str | Path, sets: list[str] | None = None) -> ResolvedSc
             hint=f"run it with clustersim sweep {file}, or give a scenario file",
         )
     data = apply_sets(raw, sets or [], file)
-    sc = parse_scenario(data, file)
-    return resolve(sc, file, data)
+    try:
+        return resolve(parse_scenario(data, file), file, data)
+    except UserError as exc:
+        raise _blame_set(exc, sets or []) from None
+
+
+def _blame_set(exc: UserError, sets: list[str]) -> UserError:
+    """The error, saying so when the value at fault came from a ``--set`` rather than the file
+    (whose own value the message would otherwise seem to quote)."""
+    for s in sets:
+        key = s.split("=", 1)[0].strip()
+        p = exc.path or ""
+        if key and (p == key or p.startswith((key + ".", key + "["))):
+            return UserError(
+                f"{exc.message} (the value comes from --set {s})",
+                file=exc.file,
+                path=exc.path,
+                hint=exc.hint,
+            )
+    return exc
 
 
 def resolve_dict(

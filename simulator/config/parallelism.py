@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 Degree = Annotated[int, Field(strict=True, ge=1, le=1 << 24)]
 """A parallelism degree."""
@@ -32,7 +32,17 @@ class Interleaved(BaseModel):
     )
 
 
-PipelineSchedule = Annotated[GPipe | OneFOneB | Interleaved, Field(discriminator="kind")]
+def kind_shorthand(value: object) -> object:
+    """``pp_schedule: interleaved`` for ``{kind: interleaved}``: a bare word where a mapping with
+    a ``kind`` goes is that mapping (whose other fields are then checked as usual)."""
+    return {"kind": value} if isinstance(value, str) else value
+
+
+PipelineSchedule = Annotated[
+    GPipe | OneFOneB | Interleaved,
+    Field(discriminator="kind"),
+    BeforeValidator(kind_shorthand),
+]
 
 
 class ZeroSharding(BaseModel):
@@ -53,7 +63,9 @@ class FSDPSharding(BaseModel):
     shard_group: int | None = Field(default=None, strict=True, ge=1, le=1 << 24)
 
 
-Sharding = Annotated[ZeroSharding | FSDPSharding, Field(discriminator="kind")]
+Sharding = Annotated[
+    ZeroSharding | FSDPSharding, Field(discriminator="kind"), BeforeValidator(kind_shorthand)
+]
 
 
 class Overlap(BaseModel):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
 
 from .hardware import (
     FabricProfile,
@@ -17,7 +17,7 @@ from .hardware import (
     NetworkProfile,
     StorageProfile,
 )
-from .parallelism import ParallelismSpec
+from .parallelism import ParallelismSpec, kind_shorthand
 from .prices import CloudPrice, OwnershipPrice
 from .software import SoftwareProfile
 from .workload import ModelSpec, TrainingSpec
@@ -73,7 +73,11 @@ class RailOptimized(BaseModel):
     )
 
 
-Topology = Annotated[SingleSwitch | FatTree | RailOptimized, Field(discriminator="kind")]
+Topology = Annotated[
+    SingleSwitch | FatTree | RailOptimized,
+    Field(discriminator="kind"),
+    BeforeValidator(kind_shorthand),
+]
 
 
 class NetworkSpec(BaseModel):
@@ -199,6 +203,7 @@ class Scenario(BaseModel):
         default=None, max_length=10_000, description="what this scenario answers"
     )
     cluster: ClusterSpec
+
     model: Annotated[str, Field(max_length=200)] | ModelPresetRef | ModelSpec
     training: TrainingSpec
     parallelism: ParallelismSpec = ParallelismSpec()

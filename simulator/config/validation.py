@@ -60,6 +60,14 @@ _HINTS = {
 }
 
 
+# A profile slot left out: an example of what goes there.
+_PROFILE_EXAMPLES = {
+    "cluster.gpu": "h100-sxm-80gb",
+    "cluster.fabric": "nvlink4-nvswitch",
+    "cluster.storage": "local-nvme",
+}
+
+
 # Long names people write for the parallelism degrees (difflib would suggest the wrong field).
 _SYNONYMS = {
     f"{word}_{suffix}": short
@@ -113,6 +121,11 @@ def validation_error(
         got = repr(err["input"])
         msg = f"{msg} (got {got if len(got) <= 80 else got[:77] + '...'})"
     hint = _HINTS.get(err["type"], "fix the value")
+    if err["type"] == "missing" and path in _PROFILE_EXAMPLES:
+        hint = (
+            f"add {path}: NAME, a profile name such as {_PROFILE_EXAMPLES[path]} "
+            "(clustersim profiles lists them)"
+        )
     if err["type"] == "value_error" and "must be divisible by" in msg:
         hint = "give values that divide: hidden a multiple of heads, heads of kv_heads"
     elif err["type"] in ("greater_than_equal", "greater_than", "less_than_equal", "less_than"):

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+
+from .parallelism import kind_shorthand
 
 MAX_LAYERS = 4096
 
@@ -111,7 +113,7 @@ class TrainingSpec(BaseModel):
         "everything in fp32 (weights, activations, gradients; no master copy), timed at the "
         "GPU's fp32 peak (as PyTorch without TF32)",
     )
-    optimizer: OptimizerSpec = OptimizerSpec()
+    optimizer: Annotated[OptimizerSpec, BeforeValidator(kind_shorthand)] = OptimizerSpec()
     flash_attention: bool | None = Field(
         default=None,
         description="fused attention: no s×s score matrix kept for backward (unset: the "

@@ -1,0 +1,69 @@
+"""Messages that say what to do where a user's first guess is wrong: a bare word where a
+mapping with a ``kind`` goes is that mapping, a value from ``--set`` is blamed on ``--set``, a
+partial profile is told to name its base, a left-out profile slot gets an example, and a
+profile folder that is not one is refused."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import REPO, run_cli
+from test_errors import assert_user_error
+
+from simulator.config.loading import load_scenario
+
+SC = REPO / "scenarios" / "llama3-70b-64xh100.yaml"
+
+
+@pytest.mark.parametrize(
+    ("path", "kind", "get"),
+    [
+        ("parallelism.pp_schedule", "interleaved", lambda rs: rs.parallelism.pp_schedule),
+        ("parallelism.sharding", "fsdp", lambda rs: rs.parallelism.sharding),
+        ("cluster.network.topology", "single_switch", lambda rs: rs.topology),
+        ("training.optimizer", "sgd", lambda rs: rs.training.optimizer),
+    ],
+)
+def test_a_bare_kind_is_the_mapping_with_that_kind(path: str, kind: str, get: Any) -> None:
+    assert get(load_scenario(SC, [f"{path}={kind}"])).kind == kind
+
+
+def test_an_unknown_bare_kind_lists_the_kinds() -> None:
+    res = run_cli("check", str(SC), "--set", "parallelism.pp_schedule=bogus")
+    assert_user_error(res, file=None, path="parallelism.pp_schedule", says=("1f1b",))
+
+
+def test_a_value_from_set_is_blamed_on_set() -> None:
+    res = run_cli("check", "llama3-8b-8xh100", "--set", "cluster.nodes=-1")
+    assert_user_error(
+        res, file=None, path="cluster.nodes", says=("comes from --set cluster.nodes=-1",)
+    )
+
+
+def test_a_partial_profile_is_told_to_name_its_base() -> None:
+    res = run_cli("check", "llama3-8b-8xh100", "--set", "cluster.gpu={memory_gb: 94}")
+    assert_user_error(res, file=None, path=None, hint=("{profile: NAME, memory_gb: ...}",))
+
+
+def test_a_left_out_fabric_gets_an_example(tmp_path: Path) -> None:
+    sc = tmp_path / "s.yaml"
+    sc.write_text(
+        "name: one\ncluster: {gpu: h100-sxm-80gb, gpus_per_node: 1, nodes: 1}\n"
+        "model: llama3-8b\ntraining: {seq_len: 2048, global_batch: 8, micro_batch: 1}\n"
+    )
+    res = run_cli("check", str(sc))
+    assert_user_error(res, file=sc, path="cluster.fabric", hint=("nvlink4-nvswitch",))
+
+
+@pytest.mark.parametrize("kind", ["missing", "file"])
+def test_a_profile_path_that_is_no_folder_is_refused(
+    tmp_path: Path, kind: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    target = tmp_path / "profiles"
+    if kind == "file":
+        target.write_text("x")
+    monkeypatch.setenv("CLUSTERSIM_PROFILE_PATH", str(target))
+    res = run_cli("check", "llama3-8b-8xh100")
+    assert_user_error(res, file=None, path="CLUSTERSIM_PROFILE_PATH", hint=("unset it",))
