@@ -15,6 +15,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ValidationError
 
 from ..errors import UserError, closest
+from .cluster import ProfileRef
 from .hardware import (
     FabricProfile,
     GPUProfile,
@@ -25,7 +26,7 @@ from .layout_checks import check_layout, check_pricing, check_stack
 from .parallelism import Overlap
 from .prices import CloudPrice, OwnershipPrice
 from .reading import apply_sets, parse_yaml, read_yaml
-from .scenario import ModelPresetRef, ProfileRef, ResolvedScenario, Scenario, gathers_once
+from .scenario import ModelPresetRef, ResolvedScenario, Scenario, gathers_once
 from .software import SoftwareProfile
 from .validation import validation_error
 from .workload import ModelSpec
@@ -184,7 +185,7 @@ def resolve(
             path="cluster.network",
             hint="add cluster.network: {profile: ib-ndr-400, nics_per_node: 8}",
         )
-    from .scenario import SingleSwitch
+    from .cluster import SingleSwitch
 
     storage = _resolve_profile(c.storage, StorageProfile, ("storage",), file, "cluster.storage")
     price = None

@@ -18,7 +18,8 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 
-from ..config.scenario import FatTree, RailOptimized, ResolvedScenario
+from ..config.cluster import FatTree, RailOptimized
+from ..config.scenario import ResolvedScenario
 from ..workload.memory import shard_group
 from .collectives import GroupShape
 from .nccl import TierLink
