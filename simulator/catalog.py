@@ -190,6 +190,12 @@ def find_scenario(name: str) -> Path:
     for cand in (bundled / p.name, bundled / f"{p.name}.yaml", bundled / f"{p.stem}.yaml"):
         if cand.is_file():
             return cand
+    if (bundled / "sweeps" / f"{p.stem}.yaml").is_file():
+        raise UserError(
+            "is a bundled sweep, not a scenario",
+            file=name,
+            hint=f"run it with clustersim sweep {p.stem}",
+        )
     near = closest(p.stem, [q.stem for q in bundled.glob("*.yaml")])
     hint = f"bundled scenarios that look close: {', '.join(near)}" if near else None
     raise UserError("no such scenario file", file=name, hint=hint or "check the path")

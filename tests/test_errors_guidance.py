@@ -67,3 +67,8 @@ def test_a_profile_path_that_is_no_folder_is_refused(
     monkeypatch.setenv("CLUSTERSIM_PROFILE_PATH", str(target))
     res = run_cli("check", "llama3-8b-8xh100")
     assert_user_error(res, file=None, path="CLUSTERSIM_PROFILE_PATH", hint=("unset it",))
+
+
+def test_a_bundled_sweep_named_to_simulate_points_to_sweep() -> None:
+    res = run_cli("simulate", "gpu-generations")
+    assert_user_error(res, file="gpu-generations", path=None, hint=("clustersim sweep",))

@@ -258,3 +258,13 @@ def test_hostile_but_valid_names_print_as_written(tmp_path: Path, name: str, sho
     import json
 
     assert json.loads(out)["scenario"] == name  # so does JSON
+
+
+@pytest.mark.parametrize("name", ["a\nb", "a\r\nb", "tail\n", "a\u2028b"])
+def test_a_name_with_a_line_break_is_refused(tmp_path: Path, name: str) -> None:
+    data = _bases()[0]
+    data["name"] = name
+    f = tmp_path / "s.yaml"
+    f.write_text(yaml.safe_dump(data, allow_unicode=True))
+    code, out, err = run_cli("check", str(f))
+    assert code == 2 and "one line" in err and "Traceback" not in err, err

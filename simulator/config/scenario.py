@@ -114,6 +114,15 @@ class Scenario(BaseModel):
     run: RunSpec = RunSpec()
     reference: Reference | None = None
 
+    @field_validator("name")
+    @classmethod
+    def _one_line(cls, v: str | None) -> str | None:
+        # a name heads tables and titles plots: a line break would split them (other control
+        # characters are stripped on the terminal and kept exactly in JSON and CSV)
+        if v is not None and (len(v.splitlines()) > 1 or v.endswith(("\n", "\r"))):
+            raise ValueError("a name is one line of text, without line breaks")
+        return v
+
 
 def gathers_once(par: ParallelismSpec, software: SoftwareProfile) -> bool:
     """See :attr:`ResolvedScenario.gathers_once`."""
