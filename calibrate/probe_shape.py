@@ -1,10 +1,13 @@
 """The shape of a probe file: each section the calibration reads has the type it expects, and
 each row the fields the fits index. A damaged or hand-edited file (a section that is a string,
-a row without its ``group``) is refused with the field's path, before any fit reads it."""
+a row without its ``group``) is refused with the field's path, before any fit reads it. The
+same for a calibration record, which :func:`load_sidecar` finds beside its GPU profile."""
 
 from __future__ import annotations
 
+import json
 import math
+from pathlib import Path
 from typing import Any
 
 from simulator.errors import UserError
@@ -192,3 +195,30 @@ def check_sidecar(side: Any, file: str) -> None:
         isinstance(steps, list) and all(isinstance(r, list) for r in steps)
     ):
         raise refuse("train.compute_step_times_s", steps, "list of lists")
+
+
+def load_sidecar(profile: str) -> tuple[dict[str, Any], Path]:
+    """The calibration record written beside GPU profile ``profile``, checked, and its path."""
+    from simulator.catalog import _load, load_catalog
+
+    _load.cache_clear()
+    cat = load_catalog()
+    if profile not in cat.profiles or getattr(cat.profiles[profile], "kind", "") != "gpu":
+        cat.get(profile, "gpu")  # raises the usual 'unknown profile' error
+    path = cat.files[profile].parent / f"{profile}.calibration.json"
+    try:
+        side = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        raise UserError(
+            f"profile '{profile}' has no calibration record",
+            file=str(path),
+            hint="validate needs a profile written by `clustersim calibrate`",
+        ) from None
+    check_sidecar(side, str(path))
+    if not side.get("train"):
+        raise UserError(
+            f"calibration record of '{profile}' has no training job",
+            file=str(path),
+            hint="re-run the probe with its train phase, then calibrate",
+        )
+    return side, path

@@ -25,44 +25,17 @@ from .fits import unit_seconds
 from .intervals import LEVEL, Z, bootstrap_median, passed, prediction_sd, robust_rel_sd, verdict
 from .launch import ProbeFailed, launch
 from .prediction import drift_reference, host_occupancy_factor, loopback_network, predict
-from .probe_shape import check_sidecar
+from .probe_shape import load_sidecar
 from .scenario import cpu_comm_overlaps
 from .workloads import KEYS, check_names, select, workloads
 
 __all__ = [
     "drift_reference",
     "host_occupancy_factor",
-    "load_sidecar",
     "loopback_network",
     "predict",
     "validate",
 ]
-
-
-def load_sidecar(profile: str) -> tuple[dict[str, Any], Path]:
-    from simulator.catalog import _load, load_catalog
-
-    _load.cache_clear()
-    cat = load_catalog()
-    if profile not in cat.profiles or getattr(cat.profiles[profile], "kind", "") != "gpu":
-        cat.get(profile, "gpu")  # raises the usual 'unknown profile' error
-    path = cat.files[profile].parent / f"{profile}.calibration.json"
-    try:
-        side = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        raise UserError(
-            f"profile '{profile}' has no calibration record",
-            file=str(path),
-            hint="validate needs a profile written by `clustersim calibrate`",
-        ) from None
-    check_sidecar(side, str(path))
-    if not side.get("train"):
-        raise UserError(
-            f"calibration record of '{profile}' has no training job",
-            file=str(path),
-            hint="re-run the probe with its train phase, then calibrate",
-        )
-    return side, path
 
 
 def _launch_jobs(
