@@ -88,7 +88,15 @@ def check_free(name: str, out_dir: str | Path) -> None:
     cat = load_catalog()
     target = Path(out_dir).resolve()
     bundled = bundled_profiles_dir().resolve()
-    ours = (target / f"{name}.calibration.json").is_file()
+    record = target / f"{name}.calibration.json"
+    ours = _is_calibration(record)
+    if record.is_file() and not ours:
+        raise UserError(
+            f"'{record}' exists and is not a calibration record; calibrating as '{name}' "
+            "would replace it",
+            path="--name",
+            hint="pick another name for the calibration, or another --out-dir",
+        )
     kinds = {name: "gpu", f"{name}-fabric": "fabric", f"{name}-network": "network"}
     kinds[f"{name}-storage"] = "storage"
     for n, kind in kinds.items():
@@ -107,6 +115,16 @@ def check_free(name: str, out_dir: str | Path) -> None:
             path="--name",
             hint="pick another name for the calibration",
         )
+
+
+def _is_calibration(path: Path) -> bool:
+    """Whether ``path`` is a calibration record this tool wrote (the only file of that name a
+    re-calibration may replace)."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(data, dict) and data.get("format") == "clustersim-calibration"
 
 
 def _kind_of(path: Path) -> str | None:

@@ -70,6 +70,17 @@ def is_complete_probe(path: Path) -> bool:
     return isinstance(data, dict) and data.get("complete") is True
 
 
+def is_probe_file(path: Path) -> bool:
+    """Whether ``path`` holds a probe file (complete or not) this tool wrote: the only kind of
+    existing file a probe may replace."""
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(64)
+    except OSError:
+        return False
+    return head.lstrip().startswith(b'{"format":') and b'"clustersim-probe"' in head
+
+
 def atomic_write_json(path: Path, data: Any) -> None:
     from simulator.report.files import write_json
 

@@ -41,7 +41,7 @@ def load_probe(path: str | Path) -> dict[str, Any]:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise UserError(
-            f"probe file is not valid JSON ({exc.msg} at line {exc.lineno}); it "
+            f"probe file is not valid JSON (line {exc.lineno}: {exc.msg}); it "
             "looks truncated or damaged",
             file=file,
             hint="re-run `clustersim probe` (it writes atomically, so a probe "

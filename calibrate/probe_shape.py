@@ -206,13 +206,25 @@ def load_sidecar(profile: str) -> tuple[dict[str, Any], Path]:
     if profile not in cat.profiles or getattr(cat.profiles[profile], "kind", "") != "gpu":
         cat.get(profile, "gpu")  # raises the usual 'unknown profile' error
     path = cat.files[profile].parent / f"{profile}.calibration.json"
-    try:
-        side = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    if not path.is_file():
         raise UserError(
             f"profile '{profile}' has no calibration record",
             file=str(path),
             hint="validate needs a profile written by `clustersim calibrate`",
+        )
+    try:
+        side = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        if not path.stat().st_size:
+            why = "is empty"
+        elif isinstance(exc, json.JSONDecodeError):
+            why = f"is damaged (not valid JSON, line {exc.lineno}: {exc.msg})"
+        else:
+            why = f"cannot be read ({type(exc).__name__})"
+        raise UserError(
+            f"the calibration record of '{profile}' {why}",
+            file=str(path),
+            hint=f"re-run clustersim calibrate on its probe file, with --name {profile}",
         ) from None
     check_sidecar(side, str(path))
     if not side.get("train"):

@@ -78,7 +78,9 @@ def _layouts(
     nprocs: list[int], nodes_list: list[int], threads: int, cores: int
 ) -> list[dict[str, Any]]:
     if any(n < 1 for n in nprocs + nodes_list):
-        raise UserError("process and node counts must be at least 1", path="--nproc/--nodes")
+        raise UserError(
+            "process and node counts must be at least 1", path="--nproc/--nodes", hint="e.g. 1,2"
+        )
     out: list[dict[str, Any]] = []
     for nodes in sorted(set(nodes_list)):
         for nproc in sorted(set(nprocs)):
@@ -150,7 +152,9 @@ def validate(
     threads = int(side.get("threads_per_process") or 1)
     cores = os.cpu_count() or 1
     if repeats < 1 or steps < 1:
-        raise UserError("--repeats and --steps must be at least 1", path="--repeats/--steps")
+        raise UserError(
+            "--repeats and --steps must be at least 1", path="--repeats/--steps", hint="e.g. 3"
+        )
     wls = select(workloads(base), workload_names)
     layouts = _layouts(nprocs, nodes_list, threads, cores)
     todo = [lay for lay in layouts if "skipped" not in lay]

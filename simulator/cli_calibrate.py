@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import sys
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -36,7 +37,6 @@ def probe(
 ) -> None:
     """Measure this machine with torch.distributed: collectives, compute, memory, storage and a
     small training step. Writes one JSON file as it goes."""
-    from pathlib import Path
 
     from calibrate.launch import ProbeFailed, launch
 
@@ -86,14 +86,23 @@ def probe(
             "--fail-mode",
             fail_mode,
         ]
-    from calibrate.probe_base import is_complete_probe, partial_path
+    from calibrate.probe_base import is_complete_probe, is_probe_file, partial_path
 
+    from .report.files import output_path
+
+    output_path(out_file, "--out")
     # A complete probe already there stays until this one completes; meanwhile it goes beside.
     pending = partial_path(Path(out_file)) if is_complete_probe(Path(out_file)) else None
+    for target in (Path(out_file), pending):
+        if target and target.is_file() and target.stat().st_size and not is_probe_file(target):
+            raise UserError(
+                f"'{target}' exists and is not a probe file; the probe would replace it",
+                path="--out",
+                hint="give the probe its own file (e.g. --out runs/probe.json), or move that "
+                "file away",
+            )
     kept = str(pending) if pending else out_file
     if storage_path:
-        from .report.files import output_path
-
         output_path(Path(storage_path) / "probe-file", "--storage-path")  # creates the folder
     err.print(f"probe: {nproc} process(es), budget {time_budget:g} s, writing {safe(out_file)}")
     _kept[0] = f"the measurements finished so far are kept in {kept} (complete: false)" + (
@@ -180,6 +189,8 @@ def calibrate(
     from .report.files import output_path
 
     output_path(out_dir, "--out-dir", folder=True)
+    record = Path(out_dir) / f"{name}.calibration.json"
+    replaced = record.is_file()  # an earlier calibration under this name (check_free allowed it)
     files = write(cal, out_dir, probe_file)
     hint = _searchable(out_dir)
     check = in_sample(name, cal.sidecar)
@@ -246,7 +257,7 @@ def calibrate(
             f"predicted {check['predicted_s'] * 1e3:.0f} ms ({check['error_pct']:+.1f}%)"
         )
     for path in files:
-        out.print(f"wrote {safe(str(path))}")
+        out.print(f"{'replaced' if replaced else 'wrote'} {safe(str(path))}")
     if hint:
         out.print(safe(hint))
 
@@ -256,7 +267,6 @@ def _searchable(out_dir: str) -> str | None:
     ./hardware_profiles, $CLUSTERSIM_PROFILE_PATH) are found for the rest of this command (its
     in-sample check) by adding the folder to the search path; returns how to use them later."""
     import os
-    from pathlib import Path
 
     from .catalog import profile_dirs
 
@@ -297,14 +307,22 @@ def validate(
 
     def ints(text: str, opt: str) -> list[int]:
         try:
-            out = [int(x) for x in text.split(",") if x.strip()]
+            out = [int(x) for x in text.split(",")]
         except ValueError:
             out = []
         if not out:
             raise UserError(
                 f"{opt} '{text}' is not a comma list of integers", path=opt, hint=f"e.g. {opt} 1,2"
             )
+        if min(out) < 1:
+            raise UserError(
+                f"{opt} {text}: every count must be at least 1", path=opt, hint=f"e.g. {opt} 1,2"
+            )
         return out
+
+    for opt, n in (("--steps", steps), ("--repeats", repeats)):
+        if n < 1:
+            raise UserError(f"{opt} must be at least 1 (got {n})", path=opt, hint=f"e.g. {opt} 3")
 
     if not (math.isfinite(timeout) and timeout > 0):
         raise UserError(
@@ -319,13 +337,14 @@ def validate(
             hint="a comma list such as --workloads wide,long-seq, or leave it out for all",
         )
 
+    nprocs, node_counts = ints(nproc, "--nproc"), ints(nodes, "--nodes")
     from .report.progress import progress_bar
 
     with progress_bar(err, "validate: live runs", 1) as update:
         rep = run_validate(
             profile,
-            ints(nproc, "--nproc"),
-            ints(nodes, "--nodes"),
+            nprocs,
+            node_counts,
             steps,
             timeout,
             log=lambda m: err.print(m, highlight=False),

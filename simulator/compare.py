@@ -155,8 +155,11 @@ def compare_results(results: list[dict[str, Any]]) -> dict[str, Any]:
     for key, label, better, fmt in METRICS:
         column = [v[key] for v in vals]
         present = [(i, x) for i, x in enumerate(column) if x is not None]
-        if key != "memory_gb_per_gpu":
-            present = [(i, x) for i, x in present if fits[i]]
+        fitting = [(i, x) for i, x in present if fits[i]]
+        # memory is compared among the plans that fit where two do (a plan that does not fit
+        # is never named best), else across all, so that it still says which needs least
+        if key != "memory_gb_per_gpu" or len(fitting) >= 2:
+            present = fitting
         if key in WHOLE_RUN and len(budgets) > 1 and len(present) >= 2:
             rows.append(
                 {
@@ -192,7 +195,8 @@ def compare_results(results: list[dict[str, Any]]) -> dict[str, Any]:
         bi, bx = pick(present, key=lambda p: p[1])
         wi, wx = (max if better == "low" else min)(present, key=lambda p: p[1])
         ratio = (wx / bx) if better == "low" and bx else (bx / wx if wx else float("inf"))
-        if bi == wi or abs(ratio - 1) < 1e-9:
+        tie = bi == wi or abs(ratio - 1) < 1e-9
+        if tie:
             verdict = f"{label}: the same for all"
         else:
             word = "lower" if better == "low" else "higher"
@@ -208,7 +212,7 @@ def compare_results(results: list[dict[str, Any]]) -> dict[str, Any]:
                 "label": label,
                 "values": column,
                 "formatted": [None if x is None else _show(fmt, x) for x in column],
-                "best": names[bi],
+                "best": None if tie or not fits[bi] else names[bi],
                 "verdict": verdict,
             }
         )

@@ -64,7 +64,7 @@ def test_a_calibration_never_takes_another_profiles_name(tmp_path: Path) -> None
     (tmp_path / "mine-fabric.yaml").write_text("kind: fabric\nname: mine-fabric\n")
     with pytest.raises(UserError):  # not known to be calibration 'mine''s own file
         check_free("mine", tmp_path)
-    (tmp_path / "mine.calibration.json").write_text("{}")
+    (tmp_path / "mine.calibration.json").write_text('{"format": "clustersim-calibration"}')
     check_free("mine", tmp_path)
     with pytest.raises(UserError) as exc:
         check_free("mine-fabric", tmp_path)

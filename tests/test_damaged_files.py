@@ -126,6 +126,43 @@ def test_a_damaged_calibration_record_stops_validate_before_any_run(
     assert_user_error(res, file=calibrated, path=path, hint=("clustersim calibrate",))
 
 
+@pytest.mark.parametrize(("content", "says"), [("", "is empty"), ('{"format": "clu', "damaged")])
+def test_a_truncated_calibration_record_is_called_damaged(
+    calibrated: Path, content: str, says: str
+) -> None:
+    calibrated.write_text(content)
+    res = run_cli("validate", "--profile", "vcal", "--nproc", "1")
+    assert_user_error(res, file=calibrated, path=None, says=(says,), hint=("--name vcal",))
+
+
+def test_calibrate_never_replaces_a_record_it_did_not_write(tmp_path: Path) -> None:
+    out = tmp_path / "mine"
+    out.mkdir()
+    (out / "w.calibration.json").write_text('{"mine": true}')
+    res = run_cli("calibrate", str(_probe(tmp_path)), "--name", "w", "--out-dir", str(out))
+    assert_user_error(res, file=None, path="--name", says=("not a calibration record",))
+    assert (out / "w.calibration.json").read_text() == '{"mine": true}'
+    assert sorted(p.name for p in out.iterdir()) == ["w.calibration.json"]
+
+
+def test_recalibrating_a_name_says_it_replaced_the_earlier_files(calibrated: Path) -> None:
+    probe = calibrated.parent.parent / "p.json"
+    res = run_cli("calibrate", str(probe), "--name", "vcal", "--out-dir", str(calibrated.parent))
+    assert res.returncode == 0, res.stderr
+    assert "replaced" in res.stdout and "wrote" not in res.stdout
+
+
+def test_a_probe_never_replaces_a_file_that_is_not_a_probe(tmp_path: Path) -> None:
+    notes = tmp_path / "notes.txt"
+    notes.write_text("my notes\n")
+    res = run_cli("probe", "--nproc", "1", "--time-budget", "5", "--out", str(notes))
+    assert_user_error(res, file=None, path="--out", says=("not a probe file",))
+    assert notes.read_text() == "my notes\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]
+    res = run_cli("probe", "--nproc", "1", "--out", "")
+    assert_user_error(res, file=None, path="--out", says=("empty path",))
+
+
 def test_validate_refuses_when_no_layout_can_run(calibrated: Path) -> None:
     side = json.loads(calibrated.read_text())
     side["threads_per_process"] = 64  # more than this machine's cores for one process
@@ -142,6 +179,11 @@ def test_validate_refuses_when_no_layout_can_run(calibrated: Path) -> None:
         (("--timeout", "-1"), "--timeout"),
         (("--timeout", "nan"), "--timeout"),
         (("--workloads", ","), "--workloads"),
+        (("--nproc", "0"), "--nproc"),
+        (("--nproc", "1,,2"), "--nproc"),
+        (("--nodes", "0"), "--nodes"),
+        (("--steps", "0"), "--steps"),
+        (("--repeats", "0"), "--repeats"),
     ],
 )
 def test_validate_options_are_checked_first(args: tuple[str, ...], path: str) -> None:

@@ -1,0 +1,46 @@
+"""``compare`` names a best scenario only where one is better: never on a tie, never a plan
+that does not fit, in the table, the CSV and the JSON alike."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from pathlib import Path
+
+import yaml
+from conftest import REPO, run_cli
+
+from simulator.config.reading import read_yaml
+
+SC = REPO / "scenarios" / "llama3-70b-64xh100.yaml"
+
+
+def test_a_tie_names_no_best(tmp_path: Path) -> None:
+    twin = tmp_path / "twin.yaml"
+    twin.write_text(SC.read_text())
+    res = run_cli("compare", str(SC), str(twin), "--format", "csv")
+    assert res.returncode == 0, res.stderr
+    rows = {r["metric"]: r for r in csv.DictReader(io.StringIO(res.stdout))}
+    assert rows["step_time_s"]["best"] == "" and rows["memory_gb_per_gpu"]["best"] == ""
+    res = run_cli("compare", str(SC), str(twin), "--format", "json")
+    metrics = json.loads(res.stdout)["metrics"]
+    assert all(m["best"] is None for m in metrics), metrics
+
+
+def test_memory_best_is_never_a_plan_that_does_not_fit(tmp_path: Path) -> None:
+    data = read_yaml(SC)
+    small = dict(data, name="small-gpu")
+    small["cluster"] = dict(data["cluster"], gpu={"profile": "h100-sxm-80gb", "memory_gb": 40})
+    other = dict(data, name="other")
+    other["parallelism"] = dict(data["parallelism"], recompute="full")
+    (tmp_path / "a.yaml").write_text(yaml.safe_dump(small))
+    (tmp_path / "b.yaml").write_text(yaml.safe_dump(other))
+    (tmp_path / "c.yaml").write_text(SC.read_text())
+    res = run_cli(
+        "compare", *(str(tmp_path / f) for f in ("a.yaml", "b.yaml", "c.yaml")), "--format", "json"
+    )
+    assert res.returncode == 0, res.stderr
+    rep = json.loads(res.stdout)
+    assert "small-gpu" in rep["not_fitting"]
+    assert all(m["best"] != "small-gpu" for m in rep["metrics"])
