@@ -43,6 +43,7 @@ SETS = (
     "llmfoundry-h100-80gb-fp8",
     "nemo-h100-fp8",
     "nemo-b200-fp8",
+    "nemo-gb200-fp8",
     "nccl-tests",
     "h100-eager-layers",
     "megascale-megatron",

@@ -71,7 +71,7 @@ class NetworkSpec(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     profile: Ref
-    nics_per_node: int = Field(default=8, strict=True, ge=1, le=64)
+    nics_per_node: int = Field(default=8, strict=True, ge=1, le=1024)
     topology: Topology = FatTree()
 
 
