@@ -14,7 +14,8 @@ from simulator.config.reading import read_yaml
 from simulator.errors import UserError
 from simulator.simulate import simulate
 
-SC = REPO / "scenarios" / "llama3-405b-4xgb200-nvl72.yaml"
+SC = REPO / "scenarios" / "validation" / "nemo-gb200-fp8" / "mbridge-llama3.1-405b-256xgb200.yaml"
+RACK = REPO / "scenarios" / "llama3-70b-1xgb200-nvl72.yaml"
 
 
 def _step(data: dict[str, Any]) -> float:
@@ -44,11 +45,19 @@ def test_a_whole_rack_is_one_node_with_a_nic_per_gpu() -> None:
         gpus_per_node=72,
         network=dict(data["cluster"]["network"], nics_per_node=72),
     )
-    data["training"] = dict(data["training"], global_batch=1152)
-    data["parallelism"] = dict(data["parallelism"], pp=9)
+    data["parallelism"] = dict(data["parallelism"], tp=8, pp=9, cp=1)
+    data["parallelism"]["pp_schedule"] = {"kind": "1f1b"}
     data["parallelism"].pop("stage_layers")
+    data["training"] = dict(data["training"], global_batch=1152)
     rs = resolve_dict(data)
     assert rs.gpus == 288 and rs.nics_per_node == 72
+
+
+def test_one_rack_keeps_every_collective_on_nvlink() -> None:
+    rs = load_scenario(RACK)
+    m = simulate(rs, scaling=False).metrics
+    assert rs.nodes == 1 and rs.network is None  # no NIC on the path of any collective
+    assert m.fits and m.gpus == 64 and m.step_time_s > 0
 
 
 def test_the_fabric_holds_at_most_72_gpus() -> None:
