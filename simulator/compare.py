@@ -34,6 +34,7 @@ CATEGORY_LABELS = {
     "imbalance": "stage imbalance",
     "straggler": "waiting for the slowest GPU",
     "overlap": "compute slowed by overlapping DP communication",
+    "offload": "waiting on activation offload to host memory",
 }
 
 

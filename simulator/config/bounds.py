@@ -27,6 +27,7 @@ FIGURE_RANGES: dict[str, Range] = {
     "memory_gb": (0.1, 1e5, False, "GB"),
     "memory_usable_gb": (0.01, 1.1e5, False, "GB"),
     "memory_bandwidth_gbps": (1.0, 1e6, False, "GB/s"),
+    "host_link_gbps": _GBYTES_S,
     "tdp_w": (0.0, 1e5, False, "W (0: not known, as for a probed CPU)"),
     "peak_tflops": (1e-3, 1e6, False, "TFLOP/s"),
     "sm_count": (1.0, 1e5, False, "streaming multiprocessors"),

@@ -207,6 +207,11 @@ class GPUProfile(_Profile):
         "exposes 85.05e9 bytes); unset: memory_gb",
     )
     memory_bandwidth_gbps: Num = Field(description="memory bandwidth, GB/s")
+    host_link_gbps: Num | None = Field(
+        default=None,
+        description="GPU-to-host bandwidth per direction, GB/s (PCIe, or NVLink-C2C on a "
+        "Grace superchip): what activation offloading moves over; unset: not known",
+    )
     cache_mb: Num | None = Field(
         default=None,
         description=(

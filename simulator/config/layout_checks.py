@@ -244,4 +244,45 @@ def _divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
 
-__all__ = ["MAX_PIPELINE_PASSES", "check_layout", "check_pricing", "check_stack"]
+def check_offload(
+    par: ParallelismSpec, model: ModelSpec, gpu: GPUProfile, file: str | None
+) -> None:
+    """Activation offloading as Megatron-Core runs it (TransformerConfig's checks on
+    cpu_offloading: fewer layers than the model has, no pipeline parallelism, no activation
+    recomputation), over a host link the GPU profile knows."""
+    n = par.offload_activation_layers
+    if not n:
+        return
+    path = "parallelism.offload_activation_layers"
+    if n >= model.layers:
+        raise UserError(
+            f"offloading {n} layers' activations leaves none of the {model.layers} on the GPU",
+            file=file,
+            path=path,
+            hint=f"offload at most {model.layers - 1} layers",
+        )
+    if par.pp > 1 or par.recompute != "none":
+        raise UserError(
+            "activation offloading runs without pipeline parallelism or recomputation "
+            "(Megatron-Core refuses either with cpu_offloading)",
+            file=file,
+            path=path,
+            hint="set pp: 1 and recompute: none, or offload no layers",
+        )
+    if gpu.host_link_gbps is None:
+        raise UserError(
+            f"GPU profile '{gpu.name}' gives no host link bandwidth, which offloading moves "
+            "activations over",
+            file=file,
+            path=path,
+            hint="give the profile host_link_gbps (GB/s per direction: PCIe or NVLink-C2C)",
+        )
+
+
+__all__ = [
+    "MAX_PIPELINE_PASSES",
+    "check_layout",
+    "check_offload",
+    "check_pricing",
+    "check_stack",
+]

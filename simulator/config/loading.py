@@ -22,7 +22,7 @@ from .hardware import (
     NetworkProfile,
     StorageProfile,
 )
-from .layout_checks import check_layout, check_pricing, check_stack
+from .layout_checks import check_layout, check_offload, check_pricing, check_stack
 from .parallelism import Overlap
 from .prices import CloudPrice, OwnershipPrice
 from .reading import apply_sets, parse_yaml, read_yaml
@@ -271,6 +271,7 @@ def resolve(
             hint="use bf16 on this GPU, or give its profile a peak_tflops.fp8 figure",
         )
     check_pricing(price, tier, gpu, c.gpus_per_node, file)
+    check_offload(par, model, gpu, file)
     name = sc.name or (Path(file).stem if file else "scenario")
     software = _resolve_profile(sc.software, SoftwareProfile, ("software",), file, "software")
     check_stack(par, software, model, file)

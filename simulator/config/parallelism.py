@@ -109,6 +109,15 @@ class ParallelismSpec(BaseModel):
         "as PyTorch DDP's default gradient_as_bucket_view=False does (plain DP, ZeRO stage 0; "
         "contiguous gradient buffers need none)",
     )
+    offload_activation_layers: int = Field(
+        default=0,
+        strict=True,
+        ge=0,
+        le=4096,
+        description="layers whose saved activations go to host memory during the forward pass "
+        "and come back before their backward (Megatron-Core cpu_offloading_num_layers; no "
+        "pipeline parallelism or recomputation with it); needs the GPU's host_link_gbps",
+    )
     overlap: Overlap = Overlap()
 
     @property

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 
 from ..config.hardware import GPUProfile
+from ..config.scenario import ResolvedScenario
 from ..workload.ops import Op
 
 
@@ -251,6 +252,23 @@ class OpTimer:
         """The optimizer step over ``nbytes`` of traffic, counted with each tensor touched once,
         visiting ``tensors`` parameter tensors."""
         return (nbytes / self.opt_bw + tensors * self.opt_tensor_s + self.launch) * self.scale
+
+
+def offload_wait(rs: ResolvedScenario, layer_s: float) -> Program:
+    """What a layer pass waits for activation offloading, averaged over the model's layers: an
+    offloaded layer's saved activations cross the host link while the next layer computes (to
+    the host after its forward, back before its backward), so only what the copy takes
+    beyond one layer's pass (``layer_s``) stalls the step, in ``parallelism.
+    offload_activation_layers`` of every ``model.layers``."""
+    n = rs.parallelism.offload_activation_layers
+    link = rs.gpu.host_link_gbps
+    if not n or link is None:
+        return Program()
+    from ..workload.memory import activation_bytes_per_layer
+
+    copy = activation_bytes_per_layer(rs) / (link.value * 1e9)
+    stall = max(0.0, copy - layer_s) * n / rs.model.layers
+    return Program([Item("span", "activation offload", stall, "offload")] if stall > 0 else [])
 
 
 def build_program(

@@ -17,6 +17,7 @@ CATEGORIES = (
     "imbalance",
     "straggler",
     "overlap",
+    "offload",
 )
 BUSY = ("compute", "optimizer")
 

@@ -37,7 +37,7 @@ from ..workload.ops import (
 from ..workload.recompute import recomputed_ops
 from .clock import BucketEnvironment
 from .comm import Comm, Job, Stream
-from .compute import OpTimer, Program, build_program, twin_suffixes
+from .compute import OpTimer, Program, build_program, offload_wait, twin_suffixes
 from .results import RankResult
 from .sharing import LinkSharing
 from .stragglers import pace as straggler_pace
@@ -217,6 +217,8 @@ class SimulationBase(Tracing, LinkSharing):
         elif rc == "selective":
             p_bwd.extend(prog(recomputed_ops(rs, fwd)))
         p_bwd.extend(prog(bwd))
+        for p in (p_fwd, p_bwd):
+            p.extend(offload_wait(rs, p.duration))
         emb = embedding_ops(rs)
         head = head_ops(rs)
         p_emb_b, p_head_b = prog(backward_ops(emb)), prog(backward_ops(head))

@@ -203,6 +203,7 @@ def print_simulation(d: dict[str, Any], console: Console) -> None:
         "imbalance": "waiting on other stages",
         "straggler": "waiting for the slowest GPU",
         "overlap": "slowed by overlapping DP comm",
+        "offload": "waiting on activation offload",
     }
     for k, v in d["breakdown_s"].items():
         if v > 0 or k in ("compute",):
