@@ -73,12 +73,14 @@ def is_complete_probe(path: Path) -> bool:
 def is_probe_file(path: Path) -> bool:
     """Whether ``path`` holds a probe file (complete or not) this tool wrote: the only kind of
     existing file a probe may replace."""
+    import re
+
     try:
         with open(path, "rb") as fh:
-            head = fh.read(64)
+            head = fh.read(256)
     except OSError:
         return False
-    return head.lstrip().startswith(b'{"format":') and b'"clustersim-probe"' in head
+    return re.match(rb'\s*\{\s*"format"\s*:\s*"clustersim-probe"', head) is not None
 
 
 def atomic_write_json(path: Path, data: Any) -> None:

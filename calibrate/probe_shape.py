@@ -224,7 +224,8 @@ def load_sidecar(profile: str) -> tuple[dict[str, Any], Path]:
         raise UserError(
             f"the calibration record of '{profile}' {why}",
             file=str(path),
-            hint=f"re-run clustersim calibrate on its probe file, with --name {profile}",
+            hint=f"move it away, then re-run clustersim calibrate on its probe file with --name "
+            f"{profile}",
         ) from None
     check_sidecar(side, str(path))
     if not side.get("train"):

@@ -48,18 +48,26 @@ def bundled_scenarios_dir() -> Path:
     return _data_dir("scenarios")
 
 
-def check_profile_path() -> None:
-    """Refuse a ``$CLUSTERSIM_PROFILE_PATH`` entry that is not a folder (the CLI checks it once
-    per command): a mistyped folder would otherwise leave its profiles silently unused."""
+def check_profile_path() -> list[str]:
+    """Refuse a ``$CLUSTERSIM_PROFILE_PATH`` entry that is a file (the CLI checks it once per
+    command), and return a note for each entry that does not exist (yet: calibrate may be about
+    to create it), so that a mistyped folder does not leave its profiles silently unused."""
+    notes = []
     for extra in os.environ.get("CLUSTERSIM_PROFILE_PATH", "").split(os.pathsep):
-        if extra and not Path(extra).is_dir():
+        if not extra or Path(extra).is_dir():
+            continue
+        if Path(extra).exists():
             raise UserError(
-                f"'{extra}' is not a folder"
-                + (" (it is a file)" if Path(extra).exists() else " (it does not exist)"),
+                f"'{extra}' is a file, not a folder of profiles",
                 path="CLUSTERSIM_PROFILE_PATH",
                 hint="point it at folders of profile YAML files (separated by "
                 f"'{os.pathsep}'), or unset it",
             )
+        notes.append(
+            f"CLUSTERSIM_PROFILE_PATH names '{extra}', which does not exist: no profiles are "
+            "read from it"
+        )
+    return notes
 
 
 def profile_dirs() -> tuple[Path, ...]:

@@ -314,7 +314,8 @@ def _main() -> None:
     try:
         from .catalog import check_profile_path
 
-        check_profile_path()
+        for note in check_profile_path():
+            err.print(f"note: {safe(note)}", highlight=False)
         rc = app(standalone_mode=False)
         if rc == 130:  # click turns Ctrl-C into this return value outside standalone mode
             raise _Terminated if _terminated[0] else KeyboardInterrupt

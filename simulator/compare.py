@@ -197,8 +197,21 @@ def compare_results(results: list[dict[str, Any]]) -> dict[str, Any]:
         wi, wx = (max if better == "low" else min)(present, key=lambda p: p[1])
         ratio = (wx / bx) if better == "low" and bx else (bx / wx if wx else float("inf"))
         tie = bi == wi or abs(ratio - 1) < 1e-9
+        # others level with the best: no single best
+        level = [i for i, x in present if abs(x - bx) <= 1e-9 * max(abs(bx), 1e-30)]
         if tie:
             verdict = f"{label}: the same for all"
+        elif len(level) > 1:
+            verdict = (
+                f"{label}: {' and '.join(names[i] for i in level)} tie for best at "
+                f"{_show(fmt, bx)}, against {_show(fmt, wx)} for {names[wi]}"
+            )
+        elif not fits[bi]:
+            # (memory, compared across all where fewer than two fit)
+            verdict = (
+                f"{label}: {names[bi]} needs least, {_show(fmt, bx)}, but does not fit in GPU "
+                "memory"
+            )
         else:
             word = "lower" if better == "low" else "higher"
             verdict = (
@@ -213,7 +226,7 @@ def compare_results(results: list[dict[str, Any]]) -> dict[str, Any]:
                 "label": label,
                 "values": column,
                 "formatted": [None if x is None else _show(fmt, x) for x in column],
-                "best": None if tie or not fits[bi] else names[bi],
+                "best": None if tie or len(level) > 1 or not fits[bi] else names[bi],
                 "verdict": verdict,
             }
         )

@@ -44,3 +44,16 @@ def test_memory_best_is_never_a_plan_that_does_not_fit(tmp_path: Path) -> None:
     rep = json.loads(res.stdout)
     assert "small-gpu" in rep["not_fitting"]
     assert all(m["best"] != "small-gpu" for m in rep["metrics"])
+
+
+def test_two_level_at_the_top_of_three_name_no_best(tmp_path: Path) -> None:
+    data = read_yaml(SC)
+    (tmp_path / "a.yaml").write_text(yaml.safe_dump(dict(data, name="a")))
+    (tmp_path / "b.yaml").write_text(yaml.safe_dump(dict(data, name="b")))
+    other = dict(data, name="c")
+    other["parallelism"] = dict(data["parallelism"], recompute="full")
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(other))
+    res = run_cli("compare", *(str(tmp_path / f"{n}.yaml") for n in "abc"), "--format", "json")
+    assert res.returncode == 0, res.stderr
+    step = next(m for m in json.loads(res.stdout)["metrics"] if m["metric"] == "step_time_s")
+    assert step["best"] is None and "tie for best" in step["verdict"]

@@ -57,16 +57,29 @@ def test_a_left_out_fabric_gets_an_example(tmp_path: Path) -> None:
     assert_user_error(res, file=sc, path="cluster.fabric", hint=("nvlink4-nvswitch",))
 
 
-@pytest.mark.parametrize("kind", ["missing", "file"])
-def test_a_profile_path_that_is_no_folder_is_refused(
-    tmp_path: Path, kind: str, monkeypatch: pytest.MonkeyPatch
+def test_a_profile_path_that_is_a_file_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     target = tmp_path / "profiles"
-    if kind == "file":
-        target.write_text("x")
+    target.write_text("x")
     monkeypatch.setenv("CLUSTERSIM_PROFILE_PATH", str(target))
     res = run_cli("check", "llama3-8b-8xh100")
     assert_user_error(res, file=None, path="CLUSTERSIM_PROFILE_PATH", hint=("unset it",))
+
+
+def test_a_profile_path_not_made_yet_is_noted_not_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CLUSTERSIM_PROFILE_PATH", str(tmp_path / "later"))
+    res = run_cli("check", "llama3-8b-8xh100")
+    assert res.returncode == 0 and "does not exist" in res.stderr
+
+
+def test_the_last_set_of_a_field_is_the_one_blamed() -> None:
+    res = run_cli(
+        "check", "llama3-8b-8xh100", "--set", "cluster.nodes=1", "--set", "cluster.nodes=-1"
+    )
+    assert_user_error(res, file=None, path="cluster.nodes", says=("--set cluster.nodes=-1",))
 
 
 def test_a_bundled_sweep_named_to_simulate_points_to_sweep() -> None:

@@ -31,11 +31,26 @@ def test_offloaded_layers_leave_gpu_memory_but_one(n: int) -> None:
     assert saved * 1e9 == pytest.approx((n - 1) * activation_bytes_per_layer(rs), rel=1e-9)
 
 
-def test_nvlink_c2c_hides_the_copies() -> None:
-    _, off = _run()
+def test_a_fast_enough_host_link_hides_the_copies() -> None:
+    _, off = _run("cluster.gpu={profile: gb200, host_link_gbps: 900}")
     _, none = _run("parallelism.offload_activation_layers=0")
     assert off.breakdown_s["offload"] == 0.0
     assert off.step_time_s == pytest.approx(none.step_time_s, rel=1e-12)
+    # at the superchip's shared NVLink-C2C the copies stall the step a little
+    _, c2c = _run()
+    assert 0 < c2c.breakdown_s["offload"] < 0.05 * c2c.step_time_s
+
+
+def test_a_stalled_offload_draws_in_the_trace(tmp_path: Any) -> None:
+    from conftest import run_cli
+
+    trace = tmp_path / "t.json"
+    res = run_cli("simulate", str(GB200), "--no-scaling", "--trace", str(trace), "--format", "json")
+    assert res.returncode == 0, res.stderr
+    import json
+
+    names = {e.get("name") for e in json.loads(trace.read_text())["traceEvents"]}
+    assert "activation offload" in names
 
 
 def test_a_slow_host_link_stalls_in_proportion_to_the_layers_offloaded() -> None:

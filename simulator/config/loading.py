@@ -343,7 +343,7 @@ def load_scenario(path: str | Path, sets: list[str] | None = None) -> ResolvedSc
 def _blame_set(exc: UserError, sets: list[str]) -> UserError:
     """The error, saying so when the value at fault came from a ``--set`` rather than the file
     (whose own value the message would otherwise seem to quote)."""
-    for s in sets:
+    for s in reversed(sets):  # the last --set of a path is the one that took effect
         key = s.split("=", 1)[0].strip()
         p = exc.path or ""
         if key and (p == key or p.startswith((key + ".", key + "["))):

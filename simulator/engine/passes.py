@@ -14,6 +14,7 @@ from simpy.events import Timeout
 from ..workload.comm import gather_bytes_per_param
 from .comm import Job
 from .compute import Program
+from .results import span_stream
 from .setup import SimulationBase
 
 
@@ -98,7 +99,7 @@ class PassRunner(SimulationBase):
                     it.book(acc)
                     self._emit(
                         rank,
-                        "compute" if it.cat == "compute" else it.cat[5:],
+                        span_stream(it.cat),
                         it.name,
                         t0,
                         it.dur,

@@ -24,6 +24,12 @@ BUSY = ("compute", "optimizer")
 STREAMS = ("compute", "tp", "cp", "dp", "pp-fwd", "pp-bwd", "io")
 
 
+def span_stream(cat: str) -> str:
+    """The trace stream a span of category ``cat`` is drawn on: a communication span on its
+    group's stream, anything else (compute, a wait on offloaded activations) on compute."""
+    return cat[5:] if cat.startswith("comm_") else "compute"
+
+
 @dataclass
 class RankResult:
     rank: int

@@ -217,8 +217,19 @@ class SimulationBase(Tracing, LinkSharing):
         elif rc == "selective":
             p_bwd.extend(prog(recomputed_ops(rs, fwd)))
         p_bwd.extend(prog(bwd))
-        for p in (p_fwd, p_bwd):
-            p.extend(offload_wait(rs, p.duration))
+        if rs.parallelism.offload_activation_layers:
+            # A copy hides behind a whole layer pass, its collectives included: timed
+            # analytically, so that a pass run through the flows and its analytic twin wait
+            # alike (recomputation is refused with offloading: bwd is the whole pass).
+            def whole(ops: list) -> float:
+                times = self._coll_times(ops, {"tp", "cp", "dp", "pp"})
+                p = build_program(
+                    ops, self.timer, times, overlap_tp=self.ov.tp_comm, pace=self.pace
+                )
+                return p.duration
+
+            p_fwd.extend(offload_wait(rs, whole(fwd)))
+            p_bwd.extend(offload_wait(rs, whole(bwd)))
         emb = embedding_ops(rs)
         head = head_ops(rs)
         p_emb_b, p_head_b = prog(backward_ops(emb)), prog(backward_ops(head))

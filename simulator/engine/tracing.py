@@ -9,7 +9,7 @@ from typing import Any
 from ..config.scenario import ResolvedScenario
 from ..network.topology import Layout
 from .compute import Program
-from .results import STREAMS
+from .results import STREAMS, span_stream
 
 
 class Tracing:
@@ -60,7 +60,7 @@ class Tracing:
         t = t0
         for _ in range(reps):
             for it in prog.items:
-                stream = "compute" if it.cat == "compute" else it.cat[5:]
+                stream = span_stream(it.cat)
                 self._emit(rank, stream, it.name, t, it.dur)
                 t += it.dur
 

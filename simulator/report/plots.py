@@ -24,6 +24,7 @@ IDLE = [
     ("idle_imbalance_s", "stage imbalance"),
     ("idle_straggler_s", "stragglers"),
     ("idle_overlap_s", "DP comm overlap slowdown"),
+    ("idle_offload_s", "activation offload wait"),
 ]
 
 
