@@ -88,6 +88,15 @@ def _candidate_changes(rs: ResolvedScenario) -> list[str]:
     tp2 = rs.tp * 2
     if m.heads % tp2 == 0 and tp2 <= rs.gpus_per_node:
         out.append(f"parallelism.tp={tp2}")
+    if (
+        rs.pp == 1
+        and par.recompute == "none"
+        and rs.gpu.host_link_gbps is not None
+        and par.offload_activation_layers < m.layers // 2
+    ):
+        # Megatron-Core's activation offloading, as NVIDIA's GB200 recipes use it: half the
+        # layers (the lever says how far; more is one --set away)
+        out.append(f"parallelism.offload_activation_layers={m.layers // 2}")
     if rs.gathers_once:
         # Under a pipeline this stack holds every stage's weights and gradients whole; without
         # one, its FSDP shards them again.

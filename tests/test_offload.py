@@ -81,3 +81,15 @@ def test_layouts_megatron_refuses_are_refused(sets: list[str], says: str) -> Non
         load_scenario(GB200, sets)
     assert exc.value.path == "parallelism.offload_activation_layers"
     assert says in exc.value.message
+
+
+def test_check_offers_offloading_where_it_makes_a_layout_fit() -> None:
+    from simulator.check import check
+
+    rs = load_scenario(
+        REPO / "scenarios" / "llama3-8b-8xh100.yaml",
+        ["training.micro_batch=4", "parallelism.recompute=none", "training.seq_len=16384"],
+    )
+    levers = check(rs).levers
+    offload = [lv for lv in levers if any("offload_activation_layers" in c for c in lv.change)]
+    assert offload and all(lv.peak_gb <= rs.gpu.capacity_gb for lv in offload)
