@@ -88,18 +88,20 @@ def probe(
         ]
     from calibrate.probe_base import is_complete_probe, is_probe_file, partial_path
 
-    from .report.files import output_path
+    from .report.files import output_path, refuse_foreign
 
     output_path(out_file, "--out")
     # A complete probe already there stays until this one completes; meanwhile it goes beside.
     pending = partial_path(Path(out_file)) if is_complete_probe(Path(out_file)) else None
     for target in (Path(out_file), pending):
-        if target and target.is_file() and target.stat().st_size and not is_probe_file(target):
-            raise UserError(
-                f"'{target}' exists and is not a probe file; the probe would replace it",
-                path="--out",
-                hint="give the probe its own file (e.g. --out runs/probe.json), or move that "
-                "file away",
+        if target is not None:
+            refuse_foreign(
+                target,
+                is_probe_file,
+                "--out",
+                "a probe file",
+                "probe",
+                "give the probe its own file (e.g. --out runs/probe.json), or move that file away",
             )
     kept = str(pending) if pending else out_file
     if storage_path:

@@ -226,7 +226,7 @@ def compare_results(results: list[dict[str, Any]]) -> dict[str, Any]:
                 "label": label,
                 "values": column,
                 "formatted": [None if x is None else _show(fmt, x) for x in column],
-                "best": None if tie or len(level) > 1 or not fits[bi] else names[bi],
+                "best": None if len(level) > 1 or not fits[bi] else names[bi],
                 "verdict": verdict,
             }
         )

@@ -203,8 +203,8 @@ class SimulationBase(Tracing, LinkSharing):
         analytically and the others run through the flow network."""
         rs = self.rs
 
-        def prog(ops: list) -> Program:
-            times = self._coll_times(ops, analytic)
+        def prog(ops: list, groups: set[str] = analytic) -> Program:
+            times = self._coll_times(ops, groups)
             return build_program(ops, self.timer, times, overlap_tp=self.ov.tp_comm, pace=self.pace)
 
         fwd = layer_ops(rs)
@@ -221,15 +221,9 @@ class SimulationBase(Tracing, LinkSharing):
             # A copy hides behind a whole layer pass, its collectives included: timed
             # analytically, so that a pass run through the flows and its analytic twin wait
             # alike (recomputation is refused with offloading: bwd is the whole pass).
-            def whole(ops: list) -> float:
-                times = self._coll_times(ops, {"tp", "cp", "dp", "pp"})
-                p = build_program(
-                    ops, self.timer, times, overlap_tp=self.ov.tp_comm, pace=self.pace
-                )
-                return p.duration
-
-            p_fwd.extend(offload_wait(rs, whole(fwd)))
-            p_bwd.extend(offload_wait(rs, whole(bwd)))
+            every = {"tp", "cp", "dp", "pp"}
+            p_fwd.extend(offload_wait(rs, prog(fwd, every).duration))
+            p_bwd.extend(offload_wait(rs, prog(bwd, every).duration))
         emb = embedding_ops(rs)
         head = head_ops(rs)
         p_emb_b, p_head_b = prog(backward_ops(emb)), prog(backward_ops(head))

@@ -52,6 +52,21 @@ def output_path(path: str | Path, option: str, folder: bool = False) -> Path:
     return p
 
 
+def refuse_foreign(
+    path: str | Path, ours: Any, option: str, what: str, writer: str, hint: str
+) -> None:
+    """Refuse an existing, non-empty ``path`` that ``ours(path)`` does not recognise as
+    ``what`` this tool wrote: the ``writer``'s output replaces its file whole, and a file of the
+    user's must not be lost to a mistyped option."""
+    p = Path(path)
+    if p.is_file() and p.stat().st_size and not ours(p):
+        raise UserError(
+            f"'{path}' exists and is not {what}; the {writer} would replace it",
+            path=option,
+            hint=hint,
+        )
+
+
 def _refuse_special(p: Path, option: str | None = None) -> None:
     """A device, a FIFO or a socket (directly or behind a link) is not a file an atomic rename
     may replace: refuse it rather than put a regular file in its place."""

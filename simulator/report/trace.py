@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from .files import write_json
+from .files import refuse_foreign, write_json
 
 
 def chrome_trace(events: list[dict[str, Any]], meta: dict[str, Any]) -> dict[str, Any]:
@@ -22,26 +22,24 @@ TRACE_HEAD = b'{"traceEvents":'
 
 
 def check_trace_target(path: str | Path) -> None:
-    """Refuse an existing, non-empty ``--trace`` file that is not a trace this tool wrote: a
-    trace replaces the file whole, and a scenario, a sweep spec or any other file of the user's
-    must not be lost to a mistyped option."""
-    p = Path(path)
-    if not p.is_file() or p.stat().st_size == 0:
-        return
-    try:
-        with open(p, "rb") as fh:
-            head = fh.read(len(TRACE_HEAD))
-    except OSError:
-        head = b""
-    if head != TRACE_HEAD:
-        from ..errors import UserError
+    """Refuse an existing ``--trace`` file that is not a trace this tool wrote (a scenario, a
+    sweep spec or any other file of the user's)."""
 
-        raise UserError(
-            f"'{path}' exists and is not a trace clustersim wrote; the trace would replace it",
-            path="--trace",
-            hint="give the trace its own file (e.g. --trace step.trace.json), or move that "
-            "file away",
-        )
+    def ours(p: Path) -> bool:
+        try:
+            with open(p, "rb") as fh:
+                return fh.read(len(TRACE_HEAD)) == TRACE_HEAD
+        except OSError:
+            return False
+
+    refuse_foreign(
+        path,
+        ours,
+        "--trace",
+        "a trace clustersim wrote",
+        "trace",
+        "give the trace its own file (e.g. --trace step.trace.json), or move that file away",
+    )
 
 
 def write_trace(path: str | Path, events: list[dict[str, Any]], meta: dict[str, Any]) -> Path:

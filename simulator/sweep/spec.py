@@ -280,8 +280,6 @@ def check_axis_values(spec: SweepSpec, base: dict[str, Any], file: str) -> None:
                             path=f"axes[{i}]",
                             hint="fix or drop the value (every point with it would be invalid)",
                         ) from None
-            else:
-                continue
 
 
 class Point(BaseModel):

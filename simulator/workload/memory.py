@@ -348,7 +348,7 @@ def stage_memory(rs: ResolvedScenario, stage: int) -> StageMemory:
         if off and layers:
             # Offloaded layers keep nothing on the GPU but the one whose copy is under way
             # (pipeline parallelism is refused with offloading: one micro-batch in flight).
-            act -= per_layer_act * (min(off, layers) * held / layers - 1)
+            act -= per_layer_act * (off * held / layers - 1)
     T = rs.training.micro_batch * rs.training.seq_len // rs.cp
     if stage == rs.pp - 1:
         # fp32 logits and their gradient for one micro-batch over the vocabulary shard.
