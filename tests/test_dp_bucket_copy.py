@@ -99,12 +99,14 @@ def test_busy_grows_by_the_copies_and_accounting_holds(name: str, overlap: bool)
         grew = on.metrics.per_class[key]["compute"] - off.metrics.per_class[key]["compute"]
         assert grew == pytest.approx(t_in + t_out, rel=1e-9), key
     # Overlapped or not, both copies sit on the compute stream: the step grows by at least the
-    # copy-out (after the last reduction) and never by more than the two copies.
+    # copy-out (after the last reduction) and never by more than the two copies, plus what the
+    # reductions they move slow the compute they now overlap by (the ``overlap`` category).
     t_in, t_out = copy_times(base)
     grew = on.metrics.step_time_s - off.metrics.step_time_s
     assert grew >= t_out * (1 - 1e-9)
     if resolve_dict(base).pp == 1:
-        assert grew <= (t_in + t_out) * (1 + 1e-9)
+        slowed = on.metrics.breakdown_s["overlap"] - off.metrics.breakdown_s["overlap"]
+        assert grew <= (t_in + t_out + max(0.0, slowed)) * (1 + 1e-9)
 
 
 @pytest.mark.parametrize("overlap", [True, False])

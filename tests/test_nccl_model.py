@@ -9,6 +9,8 @@ import pytest
 
 from simulator.network.collectives import GroupShape, bus_factor, choose, phase_time, phases
 from simulator.network.nccl import (
+    NET_CHANNELS_PER_NIC,
+    SIMPLE_SLICE_BYTES,
     SIMPLE_STEP_BYTES,
     Phase,
     TierLink,
@@ -147,7 +149,10 @@ def test_a_cross_node_ring_fills_its_pipeline_per_nic() -> None:
     assert p.share == pytest.approx(1 / 8)
     wire = 15 / 16 * size / 8
     assert p.wire_bytes == pytest.approx(wire)  # Simple: the bytes themselves, not LL's double
-    fill = 15 * SIMPLE_STEP_BYTES / 8 / net.bandwidth
+    # NVLink is the slower side of each step here: its whole step at the NIC's rate (about
+    # an eighth of it, as before NCCL's channels were counted per NIC).
+    fill = 15 * SIMPLE_STEP_BYTES * (net.bandwidth / fab.bandwidth) / net.bandwidth
+    assert fill == pytest.approx(15 * SIMPLE_STEP_BYTES / 8 / net.bandwidth, rel=0.01)
     nccl = nccl_extra("ring", 1, net.alpha)[1]  # one crossing between the two nodes
     assert t == pytest.approx(15 * net.alpha + nccl + fill + wire / net.bandwidth)
 
@@ -211,3 +216,22 @@ def test_a_ring_over_nodes_runs_no_faster_than_its_slow_fabric(coll: str) -> Non
         ph = phases(coll, algo, GroupShape(16, 2), size, pcie, nic)  # type: ignore[arg-type]
         wire = sum(p.wire_bytes / p.share for p in ph)
         assert sum(phase_time(p, pcie, nic) for p in ph) >= wire / pcie.bandwidth
+
+
+def test_a_ring_with_one_member_per_node_fills_only_its_nics_channels() -> None:
+    # A data-parallel group under 8-way TP has one GPU per node: NCCL gives its NIC two
+    # channels (search.cc + ncclTopoDupChannels), so each pipeline step moves two Simple slices
+    # there, not the eighteen channels of a whole NVLink node.
+    net = TierLink(bandwidth=46e9, alpha=2e-6)
+    fab = TierLink(bandwidth=369e9, alpha=2e-6)
+    size = 400e6
+    n = 96
+    _, ph, t = choose("reduce_scatter", GroupShape(n, n), size, fab, net)
+    (p,) = ph
+    wire = (n - 1) / n * size
+    fill = (n - 1) * NET_CHANNELS_PER_NIC * SIMPLE_SLICE_BYTES / net.bandwidth
+    nccl = nccl_extra("ring", n - 1, net.alpha)[1]
+    assert t == pytest.approx((n - 1) * net.alpha + nccl + fill + wire / net.bandwidth)
+    # Fewer members per node never fill more per step than a full node does.
+    _, _, t8 = choose("reduce_scatter", GroupShape(8 * n, n), 8 * size, fab, net)
+    assert t <= t8

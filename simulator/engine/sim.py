@@ -57,6 +57,7 @@ class Simulation(PassRunner):
             if kind == "B":
                 last_b[ch] = mb  # type: ignore[assignment]
         first_f_done: set[int] = set()
+        head_sent = False
         # ZeRO-2/3 and FSDP keep only their shard of the gradients, so every micro-batch's are
         # reduce-scattered (DeepSpeed stage 2 reduces at every micro-step); ZeRO-1 and plain DP
         # accumulate whole gradients and reduce once.
@@ -147,6 +148,12 @@ class Simulation(PassRunner):
                 if stage == self.p - 1 and ch == self.v - 1:
                     head_b = self.p_head_b_sync if sync else self.p_head_b
                     yield from run_items(head_b, 1, "head_bwd")
+                    if sync and dp_on and self.ov.dp_grad and not grads_every_mb:
+                        # The output layer's gradients are complete first: DDP and Megatron
+                        # fill their buckets in reverse parameter order, so they open the
+                        # first bucket instead of waiting for the embedding's at the end.
+                        add_grads(self.head_params * grad_b, ch)
+                        head_sent = True
                 before = None
                 after = None
                 if dp_on and self.z >= 3:
@@ -202,7 +209,8 @@ class Simulation(PassRunner):
         if dp_on:
             if self.ov.dp_grad:
                 if not grads_every_mb:  # else reduced with each micro-batch's (above)
-                    pending_grads += self.extra_params.get(stage, 0.0) * grad_b
+                    own = self.extra_params.get(stage, 0.0)
+                    pending_grads += (own - (self.head_params if head_sent else 0.0)) * grad_b
                 if pending_grads > 0:
                     launch_dp(pending_grads)
             else:

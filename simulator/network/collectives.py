@@ -37,6 +37,7 @@ from .nccl import (
     ll128_extra,
     log2i,
     nccl_extra,
+    net_step_bytes,
     with_protocol,
 )
 
@@ -211,9 +212,11 @@ def phases(
         out = [Phase("network", lat, 2.0 * size, 2 * (g - 1 + depth_net))]
     else:
         out = _flat(coll, algo, n, size, "network", max(network.alpha, fabric.alpha))
-    share = max(1.0 / g, network.bandwidth / fabric.bandwidth) if fabric.bandwidth > 0 else 1.0
+    slow_fabric = network.bandwidth / fabric.bandwidth if fabric.bandwidth > 0 else 1.0
+    share = max(1.0 / g, slow_fabric)
     if g <= 1:
-        share = 1.0  # one rank per node: nothing crosses the fabric
+        share, slow_fabric = 1.0, 0.0  # one rank per node: nothing crosses the fabric
+    step_bytes = net_step_bytes(slow_fabric)
     # NCCL's hops between nodes: up and down the tree's levels (NCCL counts log2i(k) of them),
     # or a ring's crossings; never more than the steps the phase already charges α for, so a
     # lower α never makes the collective slower.
@@ -230,6 +233,7 @@ def phases(
             p,
             wire_bytes=p.wire_bytes * share,
             share=share,
+            step_bytes=step_bytes,
             extra_ll=extra[0],
             extra_simple=extra[1],
         )

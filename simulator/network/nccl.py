@@ -37,6 +37,9 @@ class Phase:
     # nodes spreads its channels over the node's NICs, so each NIC moves that share of every
     # pipeline step (as of the wire bytes).
     share: float = 1.0
+    # Bytes of one Simple-protocol pipeline step on this rank's link (None: the share of a
+    # whole node's step, ``SIMPLE_STEP_BYTES * share``); see ``net_step_bytes``.
+    step_bytes: float | None = None
     # NCCL's per-protocol latency beyond the links' own α (NCCL_BASE_LATENCY and
     # NCCL_NET_STEP_LATENCY below): the base cost of a collective that spans nodes plus its
     # network hops' software cost, under LL and under Simple (added once, by with_protocol).
@@ -123,6 +126,23 @@ LL_BANDWIDTH_FRACTION = 0.5
 # t = 141 us + W / 232 GB/s, i.e. 14 steps of ~2.3 MB at the link rate; about 18 channels of
 # 128 KiB (NCCL's Simple slice on NVLink), so carried to other fabrics and networks as is.
 SIMPLE_STEP_BYTES = 2.3e6
+# Across the network a pipeline step moves the slices of the channels one NIC carries. NCCL
+# sizes an inter-node ring or tree to the NICs, not to NVLink: its search (src/graph/search.cc,
+# ncclTopoCompute with speedArrayInter / sm90SpeedArrayInter, first speed 48 GB/s) finds one
+# channel per NIC of a 400G-class port, and ncclTopoDupChannels doubles them, so each NIC
+# carries two channels whether a node has one member of the communicator (a data-parallel
+# group under 8-way TP) or eight; each moves a Simple slice of SIMPLE_STEP_BYTES / 18 (the
+# NVLink fit above: about 18 channels of 128 KiB).
+NET_CHANNELS_PER_NIC = 2
+SIMPLE_SLICE_BYTES = SIMPLE_STEP_BYTES / 18
+
+
+def net_step_bytes(fabric_bytes_share: float) -> float:
+    """Bytes of one Simple pipeline step on a NIC of a ring or tree spanning nodes: its own
+    channels' slices, or, where the node's fabric is the slower side of every step, the
+    fabric's whole step expressed at the NIC's rate (``fabric_bytes_share`` = NIC bandwidth /
+    fabric bandwidth, 0 where no step crosses the fabric)."""
+    return max(NET_CHANNELS_PER_NIC * SIMPLE_SLICE_BYTES, SIMPLE_STEP_BYTES * fabric_bytes_share)
 
 
 # NCCL's own correction of its tree model (NVIDIA/nccl src/graph/tuning.cc, later
@@ -159,7 +179,8 @@ def with_protocol(ph: Phase, bandwidth: float, tree_size: float | None = None) -
 
     # (time, latency, wire bytes) per protocol; the chosen one's extra moves into the latency
     # and the phase carries none left.
-    fill = ph.steps * SIMPLE_STEP_BYTES * ph.share / bandwidth
+    step = SIMPLE_STEP_BYTES * ph.share if ph.step_bytes is None else ph.step_bytes
+    fill = ph.steps * step / bandwidth
     simple_bytes = ph.wire_bytes / share("simple")
     lat = ph.latency + ph.extra_simple + fill
     best = (lat + simple_bytes / bandwidth, lat, simple_bytes)
