@@ -122,3 +122,36 @@ def test_a_bucket_size_override_replaces_the_stacks_rule() -> None:
         ],
     )
     assert back.software.dp_bucket_mb is None
+
+
+def test_zero1_gathers_the_embedding_before_the_first_forward_and_the_head_before_its_own() -> None:
+    # Megatron's distributed optimizer shards every parameter, the embedding's and the output
+    # layer's too: with the gather overlapped, the embedding's bucket goes first and the first
+    # forward waits for it; the output layer's goes last and the head's forward waits for it.
+    from test_engine import assert_accounting, scenario, sim
+
+    model = {"name": "wide-vocab", "layers": 4, "hidden": 1024, "heads": 16, "vocab": 256000}
+    model["tied_embeddings"] = False
+    data = scenario(
+        4,
+        8,
+        model=model,
+        tp=8,
+        sharding={"kind": "zero", "stage": 1},
+        overlap={"dp_grad": True, "param_gather": True},
+    )
+    res = sim(data, trace=True)
+    assert_accounting(res)
+    assert res.engine.trace is not None
+    spans = [e for e in res.engine.trace if e.get("ph") == "X"]
+    gathers = sorted((e for e in spans if e["name"] == "param all_gather"), key=lambda e: e["ts"])
+    first, last = gathers[0], gathers[-1]
+    # 256,000 x 1,024 / 8 parameters each: far more than any bucket of the 4 small layers
+    layers = max(e["dur"] for e in gathers[1:-1])
+    assert first["dur"] > 2 * layers and last["dur"] > 2 * layers
+    emb = min((e for e in spans if e["name"].startswith("embedding")), key=lambda e: e["ts"])
+    head = min((e for e in spans if "logits" in e["name"]), key=lambda e: e["ts"])
+    assert emb["ts"] >= first["ts"] + first["dur"] - 1e-6
+    assert head["ts"] >= last["ts"] + last["dur"] - 1e-6
+    # and both waits are exposed DP communication
+    assert res.metrics.breakdown_s["comm_dp"] * 1e6 >= first["dur"] * (1 - 1e-9)

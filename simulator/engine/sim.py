@@ -94,9 +94,15 @@ class Simulation(PassRunner):
         # step starts, in buckets of dp_bucket_mb as Megatron's distributed optimizer does; each
         # layer's first forward waits for the bucket that holds its parameters.
         prefetched: dict[int, list[Job]] = {}
+        # The embedding's and the output layer's parameters are sharded too: the embedding's
+        # bucket (the last in reverse parameter order) is gathered first, the output layer's
+        # (the first) last; each pass waits for its own.
+        own_gather: dict[str, Job] = {}
         if dp_on and self.z in (1, 2) and self.ov.param_gather:
             width = gather_bytes_per_param(rs)
             layer_bytes = self.layer_params * width
+            if stage == 0 and self.emb_params > 0:
+                own_gather["embedding"] = gather(self.emb_params * width, "param all_gather")
             for chunk in range(self.v):
                 n_layers = self._chunk_layers[stage][chunk]
                 # the distributed optimizer gathers parameters in its gradient buckets
@@ -108,6 +114,8 @@ class Simulation(PassRunner):
                     count = min(per_bucket, n_layers - first)
                     jobs += [gather(layer_bytes * count, "param all_gather")] * count
                 prefetched[chunk] = jobs
+            if stage == self.p - 1 and self.head_params > 0:
+                own_gather["head"] = gather(self.head_params * width, "param all_gather")
         for kind, mb, ch in order:
             # 1. wait for the input of this pass
             if kind == "F":
@@ -134,6 +142,7 @@ class Simulation(PassRunner):
             sync = kind == "B" and mb == last_b[ch]  # this chunk's gradients are complete
             if kind == "F":
                 if stage == 0 and ch == 0:
+                    yield from self._await_gather(rank, own_gather, "embedding")
                     yield from run_items(self.p_emb_f, 1, "embedding")
                 before = None
                 if dp_on and self.z >= 3:
@@ -143,6 +152,7 @@ class Simulation(PassRunner):
                 first_f_done.add(ch)
                 yield from layer_pass(self.p_fwd, layers, before, None, "fwd")
                 if stage == self.p - 1 and ch == self.v - 1:
+                    yield from self._await_gather(rank, own_gather, "head")
                     yield from run_items(self.p_head_f, 1, "head")
             else:
                 if stage == self.p - 1 and ch == self.v - 1:
@@ -266,6 +276,15 @@ class Simulation(PassRunner):
         ``tensors``: the parameter tensors it visits (a shard of each under ZeRO/FSDP)."""
         nbytes = shard_params * optimizer_bytes_per_param(self.rs)
         return self.timer.optimizer_time(nbytes + params * buffer_bytes_per_param(self.rs), tensors)
+
+    def _await_gather(self, rank: int, gathers: dict[str, Job], name: str) -> Generator:
+        """Before the first pass that uses them: wait for the gathered parameters ``name``
+        (the embedding's or the output layer's), charged as exposed DP communication."""
+        job = gathers.pop(name, None)
+        if job is not None and not job.done:
+            t0 = self.env.now
+            yield from self._wait(job)
+            self.results[rank].acc["comm_dp"] += self.env.now - t0
 
     def _recv_key(self, kind: str, mb: int, chunk: int, rank: int) -> tuple:
         if self.full:
