@@ -45,20 +45,3 @@ class ProbeTransformer(nn.Module):
         for blk in self.blocks:
             x = blk(x)
         return self.head(self.ln_f(x))
-
-
-def model_spec(cfg: dict) -> dict:
-    """The ModelSpec (as a dict) of a probe model configuration."""
-    return {
-        "name": "clustersim-probe-transformer",
-        "layers": cfg["layers"],
-        "hidden": cfg["hidden"],
-        "heads": cfg["heads"],
-        "vocab": cfg["vocab"],
-        "mlp": "gelu",
-        "norm": "layernorm",
-        "position": "learned",
-        "max_positions": cfg["seq"],
-        "tied_embeddings": False,
-        "linear_bias": False,
-    }

@@ -5,7 +5,24 @@ from __future__ import annotations
 
 from typing import Any
 
-from .model import model_spec
+
+def model_spec(cfg: dict) -> dict:
+    """The ModelSpec (as a dict) of a probe model configuration: the architecture of
+    :class:`calibrate.model.ProbeTransformer` (kept here, free of torch, so that calibrating
+    needs no torch)."""
+    return {
+        "name": "clustersim-probe-transformer",
+        "layers": cfg["layers"],
+        "hidden": cfg["hidden"],
+        "heads": cfg["heads"],
+        "vocab": cfg["vocab"],
+        "mlp": "gelu",
+        "norm": "layernorm",
+        "position": "learned",
+        "max_positions": cfg["seq"],
+        "tied_embeddings": False,
+        "linear_bias": False,
+    }
 
 
 def job_scenario(

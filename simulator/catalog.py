@@ -170,11 +170,20 @@ def load_catalog() -> Catalog:
     return _load(profile_dirs())
 
 
+def _may_be_bundled(p: Path, folder: tuple[str, ...]) -> bool:
+    """Whether a path that is not there may name a bundled file: a bare name, or a path in the
+    bundled layout (``scenarios/NAME.yaml``, ``scenarios/sweeps/NAME.yaml``: the README's
+    commands, run from another folder). A path into any other folder names the user's own file,
+    so a typo in it must not silently run a bundled file of the same name."""
+    parts = p.parent.parts
+    return not parts or parts == (".",) or parts[-len(folder) :] == folder
+
+
 def find_sweep(name: str) -> Path:
     """A sweep spec: the path as given, or a bundled sweep (``scenarios/sweeps/``) by file name
     or stem."""
     p = Path(name)
-    if p.exists():
+    if p.exists() or not _may_be_bundled(p, ("scenarios", "sweeps")):
         return p
     bundled = bundled_scenarios_dir() / "sweeps"
     for cand in (bundled / p.name, bundled / f"{p.name}.yaml", bundled / f"{p.stem}.yaml"):
@@ -195,6 +204,15 @@ def find_scenario(name: str) -> Path:
             hint="give a scenario YAML file",
         )
     bundled = bundled_scenarios_dir()
+    if not _may_be_bundled(p, ("scenarios",)):
+        same = bundled / f"{p.stem}.yaml"
+        raise UserError(
+            "no such scenario file",
+            file=name,
+            hint=f"check the path; for the bundled scenario of that name give just {p.stem}"
+            if same.is_file()
+            else "check the path",
+        )
     for cand in (bundled / p.name, bundled / f"{p.name}.yaml", bundled / f"{p.stem}.yaml"):
         if cand.is_file():
             return cand

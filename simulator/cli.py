@@ -192,6 +192,12 @@ def simulate(
                 path="--trace",
                 hint="give the trace its own file, e.g. --trace step.trace.json",
             )
+        if trace.strip() == "-":
+            raise UserError(
+                "--trace - would write a file named '-'; the trace goes to a file",
+                path="--trace",
+                hint="give a file name, e.g. --trace step.trace.json",
+            )
         output_path(trace, "--trace")
         check_trace_target(trace)
     if full:
@@ -239,6 +245,12 @@ def schema(
 ) -> None:
     """JSON Schema of the scenario file, of a sweep spec, or of a hardware/software profile
     (every figure's description gives its value range)."""
+    if sweep and profile is not None:
+        raise UserError(
+            "--sweep and --profile each ask for a different schema",
+            path="--profile",
+            hint="give one of them",
+        )
     if profile is not None:
         from .config.profiles import PROFILE_KINDS
 

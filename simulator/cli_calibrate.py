@@ -19,6 +19,19 @@ from .report.text import safe
 BUDGET_SLACK = 1.1
 
 
+def _need_torch(command: str) -> None:
+    """Refuse, with what to install, a command that runs the probe where torch is missing
+    (its ranks would each die importing it)."""
+    import importlib.util
+
+    if importlib.util.find_spec("torch") is None:
+        raise UserError(
+            f"'clustersim {command}' needs torch, which is not installed (the probe's ranks "
+            "run on torch.distributed)",
+            hint='pip install "clustersim[probe]" (torch; a CPU build is enough for gloo)',
+        )
+
+
 @app.command()
 def probe(
     out_file: Annotated[str, typer.Option("--out", help="probe JSON to write")] = "runs/probe.json",
@@ -40,6 +53,7 @@ def probe(
 
     from calibrate.launch import ProbeFailed, launch
 
+    _need_torch("probe")
     if nproc < 1:
         raise UserError("--nproc must be at least 1", path="--nproc", hint="e.g. --nproc 2")
     if not (math.isfinite(timeout) and timeout > 0):
@@ -306,6 +320,8 @@ def validate(
     """Run the probe's job and workloads calibration never saw, live, and compare their step
     times with the drift-corrected predictions."""
     from calibrate.validate import validate as run_validate
+
+    _need_torch("validate")
 
     def ints(text: str, opt: str) -> list[int]:
         try:

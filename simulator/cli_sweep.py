@@ -3,6 +3,7 @@ by side."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -23,10 +24,8 @@ def sweep(
     ),
     plot: Annotated[str | None, typer.Option(help="folder for PNG plots")] = None,
     best: Annotated[str | None, typer.Option(help="time | cost | usd-per-token")] = None,
-    deadline_days: Annotated[
-        float | None, typer.Option(help="at most this many days", min=0.0)
-    ] = None,
-    budget_usd: Annotated[float | None, typer.Option(help="at most this many US$", min=0.0)] = None,
+    deadline_days: Annotated[float | None, typer.Option(help="at most this many days")] = None,
+    budget_usd: Annotated[float | None, typer.Option(help="at most this many US$")] = None,
     max_gpus: Annotated[int | None, typer.Option(help="at most this many GPUs", min=1)] = None,
     own: Annotated[
         bool | None, typer.Option("--own/--rent", help="only owned, or only rented, clusters")
@@ -77,13 +76,27 @@ def sweep(
             path=given[0],
             hint="add --best time, --best cost or --best usd-per-token",
         )
+    for flag, v, eg in (
+        ("--deadline-days", deadline_days, "30"),
+        ("--budget-usd", budget_usd, "500000"),
+    ):
+        if v is not None and not math.isfinite(v):
+            raise UserError(
+                f"{flag} must be a finite number (got {v:g})", path=flag, hint=f"e.g. {eg}"
+            )
+    if budget_usd is not None and budget_usd < 0:
+        raise UserError(
+            f"--budget-usd must be 0 or more (got {budget_usd:g})",
+            path="--budget-usd",
+            hint="the most the whole run may cost, in US$, e.g. 500000",
+        )
     if deadline_days is not None and deadline_days <= 0:
         raise UserError(
             f"--deadline-days must be positive (got {deadline_days:g})",
             path="--deadline-days",
             hint="the days the run may take, e.g. 30",
         )
-    from .report.files import output_path
+    from .report.files import output_path, refuse_foreign
 
     if not Path(out_file).is_dir() and Path(out_file).suffix.lower() not in (
         ".csv",
@@ -96,12 +109,24 @@ def sweep(
             hint="end the file name in .csv, .jsonl or .parquet",
         )
     output_path(out_file, "--out")
-    if plot:
+    if plot is not None:
         output_path(plot, "--plot", folder=True)
     from .catalog import find_sweep
 
     spec_file = str(find_sweep(spec_file))
     spec, base, _ = load_spec(spec_file)
+    if plot is not None:
+        from .report.plots import is_our_plot, plot_paths
+
+        for png in plot_paths(Path(plot), spec.name):
+            refuse_foreign(
+                png,
+                is_our_plot,
+                "--plot",
+                "a plot this tool wrote",
+                "sweep's plot",
+                "move the file away, or give another --plot folder",
+            )
     if deadline_days is not None or budget_usd is not None:
         from .sweep.spec import axis_paths
 
@@ -150,7 +175,10 @@ def sweep(
             )
     if all_plans:
         spec = spec.model_copy(update={"keep": "all"})
-    pts = points(spec)
+    try:
+        pts = points(spec)
+    except UserError as exc:
+        raise UserError(exc.message, file=spec_file, path=exc.path, hint=exc.hint) from None
     path = Path(out_file)
     from .sweep.run import check_output
 
@@ -244,19 +272,16 @@ def sweep(
             out.print(
                 "[bold]best[/bold] (" + best + "): " + " | ".join(safe(c) for c in _cells(chosen))
             )
-    if plot:
+    if plot is not None:
         from .report import plots
 
         d = Path(plot)
         d.mkdir(parents=True, exist_ok=True)
+        scaling_png, cost_png, idle_png = plots.plot_paths(d, spec.name)
         made = [
-            plots.scaling(rows, d / f"{spec.name}-scaling.png", f"{spec.name}: scaling"),
-            plots.cost_time(
-                rows, d / f"{spec.name}-cost-time.png", f"{spec.name}: cost vs time", chosen
-            ),
-            plots.idle_breakdown(
-                rows, d / f"{spec.name}-idle.png", f"{spec.name}: where the step goes"
-            ),
+            plots.scaling(rows, scaling_png, f"{spec.name}: scaling"),
+            plots.cost_time(rows, cost_png, f"{spec.name}: cost vs time", chosen),
+            plots.idle_breakdown(rows, idle_png, f"{spec.name}: where the step goes"),
         ]
         for p in made:
             out.print(f"wrote {safe(p)}")

@@ -134,11 +134,21 @@ def _unlike(results: list[dict[str, Any]], names: list[str]) -> list[str]:
     return notes
 
 
+RESERVED_LABELS = ("metric", "best")  # the CSV's own columns
+
+
 def _unique(names: list[str]) -> list[str]:
-    """Scenario names as column labels: a name given twice gets its position (#2, #3...)."""
-    out = []
+    """Scenario names as column labels, each distinct and none a column of the table's own: a
+    name given twice, or named like one of those columns, gets its position (#2, #3...), and
+    more positions where that label is taken too."""
+    out: list[str] = []
     for i, n in enumerate(names):
-        out.append(n if names.count(n) == 1 else f"{n} #{i + 1}")
+        label = n
+        if names.count(n) > 1 or n in RESERVED_LABELS:
+            label = f"{n} #{i + 1}"
+        while label in out or label in names[:i] + names[i + 1 :] or label in RESERVED_LABELS:
+            label += f" #{i + 1}"
+        out.append(label)
     return out
 
 

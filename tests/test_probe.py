@@ -148,8 +148,8 @@ def test_probe_calibrate_simulate(tmp_path: Path) -> None:
     assert r.returncode == 0 and "CLUSTERSIM_PROFILE_PATH" not in r.stdout
 
     # Scenarios find the calibrated profiles by name (relative to the working directory).
-    from calibrate.model import ProbeTransformer, model_spec
-    from calibrate.scenario import job_scenario
+    from calibrate.model import ProbeTransformer
+    from calibrate.scenario import job_scenario, model_spec
     from simulator.config.loading import resolve_dict
     from simulator.simulate import simulate
     from simulator.workload.model import param_count

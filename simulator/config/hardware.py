@@ -36,7 +36,15 @@ def _coerce_sourced(v: Any) -> Any:
     if isinstance(v, bool):
         return v
     if isinstance(v, int | float):
-        return {"value": float(v), "source": INLINE_SOURCE}
+        try:
+            return {"value": float(v), "source": INLINE_SOURCE}
+        except OverflowError:
+            raise ValueError("the number is too large for a figure") from None
+    if isinstance(v, dict) and isinstance(v.get("value"), int) and not isinstance(v["value"], bool):
+        try:
+            float(v["value"])
+        except OverflowError:
+            raise ValueError("the number is too large for a figure") from None
     return v
 
 

@@ -89,6 +89,10 @@ def _scale_usable_memory(
     new_value = new.get("value") if isinstance(new, dict) else new
     if "memory_gb" not in overrides or not isinstance(new_value, int | float):
         return
+    try:
+        float(new_value)
+    except OverflowError:
+        return  # the profile's own validation refuses it, naming the field
     share = usable["value"] / mem["value"]
     data["memory_usable_gb"] = {
         "value": usable["value"] * float(new_value) / mem["value"],
@@ -347,8 +351,9 @@ def _blame_set(exc: UserError, sets: list[str]) -> UserError:
         key = s.split("=", 1)[0].strip()
         p = exc.path or ""
         if key and (p == key or p.startswith((key + ".", key + "["))):
+            shown = s if len(s) <= 120 else s[:117] + "..."
             return UserError(
-                f"{exc.message} (the value comes from --set {s})",
+                f"{exc.message} (the value comes from --set {shown})",
                 file=exc.file,
                 path=exc.path,
                 hint=exc.hint,

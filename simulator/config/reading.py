@@ -96,9 +96,19 @@ def apply_sets(data: dict[str, Any], sets: list[str], file: str | None) -> dict[
         if "=" not in item:
             raise UserError(f"--set '{item}' is not PATH=VALUE", hint="e.g. --set parallelism.tp=4")
         path, _, raw = item.partition("=")
-        keys = [k for k in path.strip().split(".") if k]
-        if not keys:
+        keys = [k.strip() for k in path.strip().split(".")]
+        if not any(keys):
             raise UserError(f"--set '{item}' has an empty path", hint="e.g. --set cluster.nodes=4")
+        if not all(keys):
+            raise UserError(
+                f"--set '{path.strip()}' has an empty part between dots",
+                hint="e.g. --set parallelism.tp=4",
+            )
+        if any(k.isdigit() for k in keys):
+            raise UserError(
+                f"--set '{path.strip()}': a list item cannot be set on its own",
+                hint="set the whole list, e.g. --set 'parallelism.stage_layers=[5,6,6,5]'",
+            )
         try:
             value = load_text(raw)
         except YamlDuplicateKey as exc:

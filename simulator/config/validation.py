@@ -138,6 +138,14 @@ def validation_error(
             near = [synonym]
         if near:
             hint = f"did you mean '{near[0]}'?"
+        elif "profile" in fields:
+            # {profile: NAME, ...} holds the slot's own settings; the profile's figures are
+            # overridden inside the profile itself
+            parent = path.rpartition(".")[0]
+            hint = (
+                f"a figure of the profile is set inside it: {parent}.profile.{loc[-1]} (an "
+                "inline override); else fix the spelling"
+            )
     # Other problems, not counting the other forms of the same union field failing (a model
     # given as a mapping is not also a wrong preset name).
     where, branch = _union_point(tuple(err["loc"]))

@@ -79,9 +79,9 @@ def _refuse_special(p: Path, option: str | None = None) -> None:
         )
 
 
-def write_atomic(path: str | Path, text: str) -> Path:
-    """Write ``text`` to ``path`` atomically; through a symbolic link, to the file it names (the
-    link stays)."""
+def write_atomic(path: str | Path, text: str | bytes) -> Path:
+    """Write ``text`` (or bytes) to ``path`` atomically; through a symbolic link, to the file it
+    names (the link stays)."""
     p = Path(path)
     if p.is_dir() or not str(path).strip():
         raise UserError("cannot write: the path is a folder", file=str(p), hint="give a file name")
@@ -97,8 +97,9 @@ def write_atomic(path: str | Path, text: str) -> Path:
         ) from None
     try:
         os.fchmod(fd, _mode_for(p))
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
+        data = text.encode("utf-8") if isinstance(text, str) else text
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, p)

@@ -4,11 +4,13 @@ layout."""
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 from typing import Any
 
 from ..errors import UserError
 from ..sweep.answers import cost_of, ok_rows, pareto, run_basis, time_of
+from .files import write_atomic
 
 Rows = list[dict[str, Any]]
 
@@ -26,6 +28,35 @@ IDLE = [
     ("idle_overlap_s", "DP comm overlap slowdown"),
     ("idle_offload_s", "activation offload wait"),
 ]
+
+
+# Written into each PNG's tEXt chunk, so that a later --plot replaces only plots it made.
+SOFTWARE = "clustersim"
+FILES = ("scaling", "cost-time", "idle")  # {sweep name}-{file}.png
+
+
+def plot_paths(folder: Path, name: str) -> list[Path]:
+    """The PNG files a sweep named ``name`` writes into ``folder``."""
+    return [folder / f"{name}-{f}.png" for f in FILES]
+
+
+def is_our_plot(path: Path) -> bool:
+    """Whether ``path`` is a PNG this tool wrote (its Software text says so)."""
+    try:
+        with path.open("rb") as fh:
+            head = fh.read(4096)
+    except OSError:
+        return False
+    return head.startswith(b"\x89PNG") and b"Software\x00" + SOFTWARE.encode() in head
+
+
+def _save(fig: Any, path: Path) -> Path:
+    """The figure as a PNG, written atomically and marked as this tool's."""
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=120, metadata={"Software": SOFTWARE})
+    _plt().close(fig)
+    write_atomic(path, buf.getvalue())
+    return path
 
 
 def _plt() -> Any:
@@ -79,9 +110,7 @@ def scaling(rows: Rows, path: Path, title: str) -> Path:
     ax.legend()
     fig.suptitle(title)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return _save(fig, path)
 
 
 def cost_time(rows: Rows, path: Path, title: str, best: dict[str, Any] | None = None) -> Path:
@@ -128,9 +157,7 @@ def cost_time(rows: Rows, path: Path, title: str, best: dict[str, Any] | None = 
     else:
         ax.text(0.5, 0.5, "no point has a price", ha="center", transform=ax.transAxes)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return _save(fig, path)
 
 
 def idle_breakdown(rows: Rows, path: Path, title: str, limit: int = 30) -> Path:
@@ -151,9 +178,7 @@ def idle_breakdown(rows: Rows, path: Path, title: str, limit: int = 30) -> Path:
     ax.set_title(title)
     ax.legend(loc="center left", bbox_to_anchor=(1.0, 0.5))
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return _save(fig, path)
 
 
 __all__ = ["cost_time", "idle_breakdown", "scaling"]

@@ -269,6 +269,13 @@ def evaluate_point(
     if not rows:
         if drops["memory"]:
             reason = f"no plan fits in memory ({drops['memory']} tried)"
+        elif not invalid:
+            # No plan to try: the point's cluster itself is refused (a count of no GPUs, say).
+            try:
+                resolve_dict(data)
+                reason = "invalid: no parallelism plan for this cluster"
+            except UserError as err:
+                reason = "invalid: " + (f"{err.path}: {err.message}" if err.path else err.message)
         else:
             # The commonest reason the plans were refused (with one plan, its reason).
             why, n = invalid.most_common(1)[0]

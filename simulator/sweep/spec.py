@@ -106,12 +106,28 @@ class SweepSpec(BaseModel):
     @classmethod
     def _one_key(cls, axes: list[dict[str, list[Any]]]) -> list[dict[str, list[Any]]]:
         seen: dict[str, int] = {}
+        names: dict[str, int] = {}
         for i, ax in enumerate(axes):
             if len(ax) != 1:
                 raise ValueError(f"axes[{i}] must have exactly one key (the path or axis name)")
-            (values,) = ax.values()
+            ((name, values),) = ax.items()
+            if name in names:
+                # each axis is one column of the output: a second of the same name would hide
+                # the first's
+                raise ValueError(
+                    f"axes[{names[name]}] and axes[{i}] are both named '{name}': give each "
+                    "axis its own name"
+                )
+            names[name] = i
             if not values:
                 raise ValueError(f"axes[{i}] has no values")
+            for v in values:
+                odd = _not_plain(v)
+                if odd is not None:
+                    raise ValueError(
+                        f"axes[{i}] value '{odd}' is a {type(odd).__name__}, not a number, "
+                        "string, true/false, list or mapping: quote it if it is meant as text"
+                    )
             texts = [json.dumps(_same(v), sort_keys=True, default=str) for v in values]
             for j, t in enumerate(texts):
                 if t in texts[:j]:
@@ -144,6 +160,24 @@ class SweepSpec(BaseModel):
         return list(AUTO_FIELDS) if self.parallelism == "auto" else self.parallelism.fields()
 
 
+def _not_plain(v: Any) -> Any:
+    """The first part of an axis value that JSON cannot carry (a YAML date, binary or set),
+    or None where it is all plain values."""
+    if v is None or isinstance(v, str | bool | int | float):
+        return None
+    if isinstance(v, list):
+        return next((o for o in map(_not_plain, v) if o is not None), None)
+    if isinstance(v, dict):
+        for k, x in v.items():
+            if not isinstance(k, str):
+                return k
+            odd = _not_plain(x)
+            if odd is not None:
+                return odd
+        return None
+    return v
+
+
 def _scenario_fields() -> set[str]:
     from ..config.scenario import Scenario
 
@@ -160,7 +194,9 @@ def _options(axis: dict[str, list[Any]], i: int = 0) -> tuple[str, list[dict[str
     for j, v in enumerate(values):
         dotted = isinstance(v, dict) and [k for k in v if isinstance(k, str) and "." in k]
         if isinstance(v, dict) and v and (dotted or named):
-            plain = [str(k) for k in v if not (isinstance(k, str) and "." in k)]
+            # a top-level field (model, software) is a path of one part
+            fields = _scenario_fields()
+            plain = [str(k) for k in v if not (isinstance(k, str) and ("." in k or k in fields))]
             if plain:
                 raise ValueError(
                     f"axes[{i}] '{key}' option {j} sets {', '.join(repr(k) for k in plain)}: "
