@@ -109,9 +109,12 @@ def _check_trace_size(rs: ResolvedScenario, full: bool) -> None:
 
 
 def _node_aligned(rs: ResolvedScenario) -> bool:
-    from .network.topology import layout_of
+    """Whether every group sits on nodes and leaf switches as the first of its kind does."""
+    from .network.topology import Topology, layout_of
 
-    return layout_of(rs).node_aligned()
+    if not layout_of(rs).node_aligned():
+        return False
+    return rs.nodes <= 1 or Topology(rs).leaf_aligned()
 
 
 def _full_or_periodic(rs: ResolvedScenario) -> EngineResult:
@@ -133,14 +136,15 @@ def simulate(
             _check_full_size(rs)
             full = True
             notes.append(
-                "some TP/CP/shard/stage groups straddle node boundaries and others do not, so "
-                "every rank was simulated (full mode)"
+                "some TP/CP/shard/stage groups straddle node (or leaf switch) boundaries and "
+                "others do not, so every rank was simulated (full mode)"
             )
         except UserError:
             notes.append(
-                "some TP/CP/shard/stage groups straddle node boundaries and others do not; "
-                "symmetric mode simulated one rank per stage and may be optimistic: use GPUs "
-                "per node that the group sizes divide (or that divide them)"
+                "some TP/CP/shard/stage groups straddle node (or leaf switch) boundaries and "
+                "others do not; symmetric mode simulated one rank per stage and may be "
+                "optimistic: use GPUs per node (and nodes per leaf) that the group sizes divide "
+                "(or that divide them)"
             )
     notes.extend(rs.sharding_notes())
     m = rs.model

@@ -213,7 +213,8 @@ def test_selective_recompute_drops_the_attention_core(t: int) -> None:
     a_none = memory_report(rs_none).peak.activations_gb
     a_sel = memory_report(rs_sel).peak.activations_gb
     scores = 5 * m.heads * s * s * b / t
-    assert (a_none - a_sel) * GB == pytest.approx(layers * scores, rel=1e-9)
+    # every layer's scores are dropped, and one layer's come back while its backward runs
+    assert (a_none - a_sel) * GB == pytest.approx((layers - 1) * scores, rel=1e-9)
     kept = activation_bytes_per_layer(rs_none) - scores
     assert kept == pytest.approx(sbh * 34 / t, rel=1e-12)
 

@@ -7,6 +7,7 @@ phases are :mod:`simulator.network.collectives`.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 from typing import Literal
 
@@ -158,13 +159,20 @@ TREE_CORRECTION = {
 
 
 def tree_correction(size: float, protocol: str) -> float:
-    """NCCL's measured share of the tree model's bandwidth at buffer ``size`` (bytes)."""
-    i = int(size) >> 6
-    if i <= 0:
-        return TREE_CORRECTION[protocol][0]
-    i = i.bit_length() - 1
+    """NCCL's measured share of the tree model's bandwidth at buffer ``size`` (bytes): the
+    table's value at each power of two, and in between interpolated in log size. NCCL's tuner
+    steps from one entry to the next, which is harmless for choosing an algorithm but, taken
+    as a time, made a buffer one byte larger up to 18% faster; interpolated, the time never
+    falls as the buffer grows (no entry is more than 1.25 times the one before)."""
     table = TREE_CORRECTION[protocol]
-    return table[i] if i < len(table) else 1.0
+    if size < 128:
+        return table[0]
+    x = math.log2(size / 64.0)
+    i = int(x)
+    if i >= len(table):
+        return 1.0
+    nxt = table[i + 1] if i + 1 < len(table) else 1.0
+    return table[i] + (nxt - table[i]) * (x - i)
 
 
 def with_protocol(ph: Phase, bandwidth: float, tree_size: float | None = None) -> Phase:

@@ -152,6 +152,24 @@ class Topology:
         self._tiers: dict[tuple[str, int], TierLink] = {}
         self.uplink_bw = self.nodes_per_leaf * self.nics * self.nic_bw / self.oversubscription
 
+    def leaf_aligned(self) -> bool:
+        """Whether the leaf switches cut every group the same way: the leaves hold equal
+        numbers of nodes, and each group spanning several nodes either fills whole leaves or
+        fits inside one. Else, on oversubscribed up-links, some groups' traffic contends there
+        and others' does not, and symmetric mode's one rank per stage may be of the faster
+        kind."""
+        npl, nodes = self.nodes_per_leaf, self.rs.nodes
+        if npl >= nodes or self.oversubscription <= 1.0:
+            return True  # one leaf, or up-links as wide as the leaf's NICs: nobody waits on them
+        lay, g = self.layout, self.rs.gpus_per_node
+        spans = [lay.tp, lay.tp * lay.cp, lay.tp * lay.cp * lay.dp]
+        if lay.shard:
+            spans.append(lay.tp * lay.shard)
+        across = [s // g for s in spans if s > g and s % g == 0]
+        if not across:
+            return True
+        return nodes % npl == 0 and all(k % npl == 0 or npl % k == 0 for k in across)
+
     # -- placement ---------------------------------------------------------------------------
     def leaf(self, node: int) -> int:
         return node // self.nodes_per_leaf

@@ -339,11 +339,14 @@ def stage_memory(rs: ResolvedScenario, stage: int) -> StageMemory:
         # its backward pass runs.
         act = _full_recompute_bytes_per_layer(rs) * held + per_layer_act
     else:
+        full_layer = per_layer_act
         if rc == "selective" and rs.selective_policy == "alternate_matmuls":
             per_layer_act = _alternate_saved_per_layer(rs)
         elif rc == "selective":
             per_layer_act -= _selective_saving_per_layer(rs)
-        act = per_layer_act * held
+        # What selective recomputation drops comes back for one layer while its backward runs
+        # (as full recomputation's one layer, above).
+        act = per_layer_act * held + (full_layer - per_layer_act if held else 0.0)
         off = rs.parallelism.offload_activation_layers
         if off and layers:
             # Offloaded layers keep nothing on the GPU but the one whose copy is under way
