@@ -139,7 +139,8 @@ def sweep(
                 path="--deadline-days" if deadline_days is not None else "--budget-usd",
                 hint="set run.tokens in the base scenario (e.g. 1.0e12)",
             )
-    from .sweep.spec import axis_paths, unknown_field
+    from .sweep.axis_checks import unknown_field
+    from .sweep.spec import axis_paths
 
     for i, axis in enumerate(spec.axes):
         for field in axis_paths(i, axis):
@@ -151,7 +152,7 @@ def sweep(
                     path=f"axes[{i}]",
                     hint="give a scenario field path (clustersim schema lists them)",
                 )
-    from .sweep.spec import check_axis_values
+    from .sweep.axis_checks import check_axis_values
 
     check_axis_values(spec, base, spec_file)
     priced = bool((base.get("cluster") or {}).get("pricing")) or any(

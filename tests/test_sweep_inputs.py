@@ -11,7 +11,8 @@ import yaml
 from conftest import REPO, run_cli
 
 from simulator.errors import UserError
-from simulator.sweep.spec import check_axis_values, load_spec
+from simulator.sweep.axis_checks import check_axis_values
+from simulator.sweep.spec import load_spec
 
 BASE = REPO / "scenarios" / "llama3-8b-8xh100.yaml"
 

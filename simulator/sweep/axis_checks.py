@@ -1,0 +1,110 @@
+"""Checks of a sweep spec's axes against the scenario schema, before anything is written: a
+field path that leaves the schema (:func:`unknown_field`), and an axis value its field never
+accepts (:func:`check_axis_values`)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from pydantic import ValidationError
+
+from ..errors import UserError
+from .spec import SweepSpec, _options, _set_expr
+
+
+def unknown_field(path: str) -> str | None:
+    """Where ``path`` leaves the scenario's schema: None if every part names a field (or goes
+    below a field that is no fixed model, such as an inline profile), else the first unknown
+    part with the fields that were possible there."""
+    import difflib
+    import types
+    import typing
+
+    from pydantic import BaseModel
+
+    from ..config.scenario import Scenario
+
+    def models(ann: Any) -> list[type[BaseModel]] | None:
+        """The model classes an annotation allows; None if it allows anything else too."""
+        origin = typing.get_origin(ann)
+        if origin is typing.Annotated:
+            return models(typing.get_args(ann)[0])
+        if origin in (typing.Union, types.UnionType):
+            out: list[type[BaseModel]] = []
+            for a in typing.get_args(ann):
+                if a is type(None):
+                    continue
+                sub = models(a)
+                if sub is None:
+                    return None
+                out += sub
+            return out
+        if isinstance(ann, type) and issubclass(ann, BaseModel):
+            return [ann]
+        return None
+
+    current: list[type[BaseModel]] | None = [Scenario]
+    done: list[str] = []
+    for part in path.split("."):
+        if current is None:
+            return None
+        fields = {name: f for m in current for name, f in m.model_fields.items()}
+        if part not in fields:
+            near = difflib.get_close_matches(part, list(fields), n=1)
+            where = ".".join(done) or "the scenario"
+            return f"unknown field '{part}' in {where}" + (
+                f" (did you mean '{near[0]}'?)" if near else ""
+            )
+        done.append(part)
+        current = models(fields[part].annotation)
+    return None
+
+
+# Pydantic error types that say a value is wrong in itself (its type, range or choice), so no
+# other axis can make it valid; a missing or extra field may depend on another axis's choice.
+_INTRINSIC = (
+    "_type",
+    "_parsing",
+    "greater_than",
+    "less_than",
+    "literal_error",
+    "enum",
+    "finite_number",
+    "too_long",
+    "too_short",
+    "multiple_of",
+    "from_float",
+)
+
+
+def check_axis_values(spec: SweepSpec, base: dict[str, Any], file: str) -> None:
+    """Refuse an axis value its field never accepts (a string for a count, a count of 0), each
+    tried alone on the base scenario, before anything is written: a point whose layout only
+    fails to divide is a row of the sweep's answer, but a value of the wrong type is a typo."""
+    from ..config.reading import apply_sets
+    from ..config.scenario import Scenario
+
+    for i, axis in enumerate(spec.axes):
+        _, opts = _options(axis, i)
+        for opt in opts:
+            try:
+                Scenario.model_validate(
+                    apply_sets(base, [_set_expr(k, v) for k, v in opt.items()], file)
+                )
+            except UserError:
+                continue  # a path the set machinery refuses is reported per point
+            except ValidationError as exc:
+                for e in exc.errors():
+                    loc = ".".join(str(x) for x in e["loc"])
+                    field = next((k for k in opt if loc == k or loc.startswith(k + ".")), None)
+                    if field and any(t in e["type"] for t in _INTRINSIC):
+                        raise UserError(
+                            f"axis '{field}' value {json.dumps(opt[field])[:80]}: {e['msg']}",
+                            file=file,
+                            path=f"axes[{i}]",
+                            hint="fix or drop the value (every point with it would be invalid)",
+                        ) from None
+
+
+__all__ = ["check_axis_values", "unknown_field"]
