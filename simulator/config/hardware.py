@@ -8,6 +8,7 @@ so no peak is ever used raw.
 
 from __future__ import annotations
 
+import sys
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
@@ -35,16 +36,11 @@ class Sourced(BaseModel):
 def _coerce_sourced(v: Any) -> Any:
     if isinstance(v, bool):
         return v
+    raw = v.get("value") if isinstance(v, dict) else v
+    if isinstance(raw, int) and not isinstance(raw, bool) and abs(raw) > sys.float_info.max:
+        raise ValueError("the number is too large for a figure")
     if isinstance(v, int | float):
-        try:
-            return {"value": float(v), "source": INLINE_SOURCE}
-        except OverflowError:
-            raise ValueError("the number is too large for a figure") from None
-    if isinstance(v, dict) and isinstance(v.get("value"), int) and not isinstance(v["value"], bool):
-        try:
-            float(v["value"])
-        except OverflowError:
-            raise ValueError("the number is too large for a figure") from None
+        return {"value": float(v), "source": INLINE_SOURCE}
     return v
 
 

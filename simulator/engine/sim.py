@@ -57,7 +57,6 @@ class Simulation(PassRunner):
             if kind == "B":
                 last_b[ch] = mb  # type: ignore[assignment]
         first_f_done: set[int] = set()
-        head_sent = False
         # ZeRO-2/3 and FSDP keep only their shard of the gradients, so every micro-batch's are
         # reduce-scattered (DeepSpeed stage 2 reduces at every micro-step); ZeRO-1 and plain DP
         # accumulate whole gradients and reduce once.
@@ -163,7 +162,6 @@ class Simulation(PassRunner):
                         # fill their buckets in reverse parameter order, so they open the
                         # first bucket instead of waiting for the embedding's at the end.
                         add_grads(self.head_params * grad_b, ch)
-                        head_sent = True
                 before = None
                 after = None
                 if dp_on and self.z >= 3:
@@ -218,9 +216,10 @@ class Simulation(PassRunner):
         # 4. gradients: the rest of the buckets (or all of them without overlap), then wait
         if dp_on:
             if self.ov.dp_grad:
-                if not grads_every_mb:  # else reduced with each micro-batch's (above)
-                    own = self.extra_params.get(stage, 0.0)
-                    pending_grads += (own - (self.head_params if head_sent else 0.0)) * grad_b
+                if not grads_every_mb and stage == 0:
+                    # the embedding's gradients, last of all (the output layer's went with
+                    # its backward; under ZeRO-2/3 both go with each micro-batch's, above)
+                    pending_grads += self.emb_params * grad_b
                 if pending_grads > 0:
                     launch_dp(pending_grads)
             else:

@@ -83,10 +83,15 @@ class Layout:
         Symmetric mode simulates one rank per stage and is exact only then (with 6 GPUs a node
         and TP 4, the second TP group straddles two nodes and is slower than the first)."""
         g = self.gpus_per_node
+        return all(span % g == 0 or g % span == 0 for span in self.group_spans())
+
+    def group_spans(self) -> list[int]:
+        """Ranks from the first to the last member of each kind of group, as placed: TP; TP×CP;
+        a stage's TP×CP×DP; a shard group's TP×shard (its members TP apart)."""
         spans = [self.tp, self.tp * self.cp, self.tp * self.cp * self.dp]
         if self.shard:
             spans.append(self.tp * self.shard)
-        return all(span % g == 0 or g % span == 0 for span in spans)
+        return spans
 
     def stage_members(self, stage: int) -> range:
         block = self.tp * self.cp * self.dp
@@ -161,11 +166,8 @@ class Topology:
         npl, nodes = self.nodes_per_leaf, self.rs.nodes
         if npl >= nodes or self.oversubscription <= 1.0:
             return True  # one leaf, or up-links as wide as the leaf's NICs: nobody waits on them
-        lay, g = self.layout, self.rs.gpus_per_node
-        spans = [lay.tp, lay.tp * lay.cp, lay.tp * lay.cp * lay.dp]
-        if lay.shard:
-            spans.append(lay.tp * lay.shard)
-        across = [s // g for s in spans if s > g and s % g == 0]
+        g = self.rs.gpus_per_node
+        across = [s // g for s in self.layout.group_spans() if s > g and s % g == 0]
         if not across:
             return True
         return nodes % npl == 0 and all(k % npl == 0 or npl % k == 0 for k in across)

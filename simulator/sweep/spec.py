@@ -189,13 +189,13 @@ def _options(axis: dict[str, list[Any]], i: int = 0) -> tuple[str, list[dict[str
     field path) has options that set field paths; an option of a field-path axis that is a
     mapping is that field's value (an inline profile, say)."""
     ((key, values),) = axis.items()
-    named = "." not in key and key not in _scenario_fields()
+    fields = _scenario_fields()
+    named = "." not in key and key not in fields
     out = []
     for j, v in enumerate(values):
         dotted = isinstance(v, dict) and [k for k in v if isinstance(k, str) and "." in k]
         if isinstance(v, dict) and v and (dotted or named):
             # a top-level field (model, software) is a path of one part
-            fields = _scenario_fields()
             plain = [str(k) for k in v if not (isinstance(k, str) and ("." in k or k in fields))]
             if plain:
                 raise ValueError(
