@@ -61,6 +61,7 @@ def symmetric_rows(n: int) -> list[Row]:
     # The first pipeline solved by max-plus imports numpy (0.1 s), which the cold-CLI row
     # counts; these rows time an evaluation, so the import is paid before the clock starts.
     import numpy  # noqa: F401
+
     for name, rs in cases:
         t_fast, fast = _cpu(lambda rs=rs: run_periodic(rs), n)
         t_ref, ref = _cpu(lambda rs=rs: run_engine(rs), 1)

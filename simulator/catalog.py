@@ -89,6 +89,8 @@ def profile_dirs() -> tuple[Path, ...]:
 class Catalog:
     profiles: dict[str, _Profile] = field(default_factory=dict)
     files: dict[str, Path] = field(default_factory=dict)
+    replaced: dict[str, Path] = field(default_factory=dict)
+    """Profiles a later folder replaced, by name: the file that lost (see replacement_notes)."""
     broken: dict[str, UserError] = field(default_factory=dict)
     """Profile files that failed to load, by file stem: reported when that name is asked for,
     so one bad local file does not break every command."""
@@ -160,6 +162,8 @@ def _load(dirs: tuple[Path, ...]) -> Catalog:
                 cat.profiles.pop(path.stem, None)
                 continue
             cat.broken.pop(prof.name, None)
+            if prof.name in cat.files:
+                cat.replaced.setdefault(prof.name, cat.files[prof.name])
             cat.profiles[prof.name] = prof
             cat.files[prof.name] = path
     return cat
@@ -168,6 +172,18 @@ def _load(dirs: tuple[Path, ...]) -> Catalog:
 def load_catalog() -> Catalog:
     """The catalogue from every profile folder (cached per set of folders)."""
     return _load(profile_dirs())
+
+
+def replacement_notes(names: list[str]) -> list[str]:
+    """A note for each of ``names`` read from a file that replaces another of the same name
+    (``./hardware_profiles`` or ``$CLUSTERSIM_PROFILE_PATH`` over the bundled catalogue), so a
+    stray local copy never changes a prediction unannounced."""
+    cat = load_catalog()
+    return [
+        f"profile '{n}' is read from {cat.files[n]}, which replaces {cat.replaced[n]}"
+        for n in dict.fromkeys(names)
+        if n in cat.replaced and n in cat.files
+    ]
 
 
 def _may_be_bundled(p: Path, folder: tuple[str, ...]) -> bool:

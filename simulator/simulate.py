@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from .catalog import replacement_notes
 from .config.loading import resolve_dict
 from .config.scenario import ResolvedScenario
 from .cost import CostReport, compute_cost
@@ -172,6 +173,7 @@ def simulate(
                 "(or that divide them)"
             )
     notes.extend(rs.sharding_notes())
+    notes.extend(replacement_notes(rs.profile_names()))
     m = rs.model
     if m.position == "learned" and m.max_positions and rs.training.seq_len > m.max_positions:
         notes.append(

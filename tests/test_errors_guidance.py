@@ -5,6 +5,7 @@ profile folder that is not one is refused."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -85,3 +86,27 @@ def test_the_last_set_of_a_field_is_the_one_blamed() -> None:
 def test_a_bundled_sweep_named_to_simulate_points_to_sweep() -> None:
     res = run_cli("simulate", "gpu-generations")
     assert_user_error(res, file="gpu-generations", path=None, hint=("clustersim sweep",))
+
+
+def test_a_profile_replacing_a_bundled_one_is_announced(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A local copy of a bundled profile wins (that is how calibrated profiles are used), but
+    it never changes a prediction unannounced: the result names the file and what it replaced,
+    and the prediction is the local profile's."""
+    gpus = tmp_path / "mine" / "gpus"
+    gpus.mkdir(parents=True)
+    text = (REPO / "hardware_profiles" / "gpus" / "h100-sxm-80gb.yaml").read_text()
+    assert "matmul_max: {value: 0.70," in text
+    (gpus / "h100-sxm-80gb.yaml").write_text(
+        text.replace("matmul_max: {value: 0.70,", "matmul_max: {value: 0.50,")
+    )
+    plain = json.loads(run_cli("simulate", "llama3-8b-8xh100", "--format", "json").stdout)
+    assert not any("replaces" in n for n in plain["notes"])
+    monkeypatch.setenv("CLUSTERSIM_PROFILE_PATH", str(tmp_path / "mine"))
+    res = run_cli("simulate", "llama3-8b-8xh100", "--format", "json")
+    assert res.returncode == 0, res.stderr
+    out = json.loads(res.stdout)
+    (note,) = [n for n in out["notes"] if "replaces" in n]
+    assert "'h100-sxm-80gb'" in note and str(gpus / "h100-sxm-80gb.yaml") in note
+    assert out["step_time_s"] > plain["step_time_s"]

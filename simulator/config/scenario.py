@@ -237,6 +237,12 @@ class ResolvedScenario(BaseModel):
             return 1
         return self.parallelism.zero_stage
 
+    def profile_names(self) -> list[str]:
+        """The catalogue profiles this scenario runs on (GPU, fabric, network, storage,
+        software stack, price)."""
+        profs = [self.gpu, self.fabric, self.network, self.storage, self.software, self.price]
+        return [p.name for p in profs if p is not None]
+
     def sharding_notes(self) -> list[str]:
         """Where the software stack runs the sharding written as another ZeRO stage."""
         sw = self.software.display_name
