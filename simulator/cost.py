@@ -97,6 +97,13 @@ class CostReport:
         return dataclasses.asdict(self)
 
 
+def _power_cap_share(rs: ResolvedScenario) -> float:
+    """A board power limit below the TDP lowers the draw under load in proportion: the limit
+    binds while the GPU computes, which is when it draws its busy power."""
+    lim, tdp = rs.gpu.power_limit_w, rs.gpu.tdp_w.value
+    return min(1.0, lim.value / tdp) if lim is not None and tdp > 0 else 1.0
+
+
 def compute_cost(
     rs: ResolvedScenario,
     step_time_s: float,
@@ -243,6 +250,8 @@ def _ownership(rs: ResolvedScenario, price: OwnershipPrice, util: float) -> _Par
     capex_h = capex / (years * HOURS_PER_YEAR * kept)
 
     busy_w = price.power_per_gpu_w.value
+    capped = _power_cap_share(rs)
+    busy_w *= capped
     idle_w = IDLE_POWER_FRACTION * busy_w
     gpu_w = idle_w + (busy_w - idle_w) * util
     it_w = rs.gpus * gpu_w + rs.nodes * price.power_per_node_w.value
@@ -264,7 +273,15 @@ def _ownership(rs: ResolvedScenario, price: OwnershipPrice, util: float) -> _Par
             f"{1 / kept - 1:.2f} idle hours of capex and opex"
         ),
         f"energy: GPUs draw {idle_w:.0f} W idle ({IDLE_POWER_FRACTION:g} of "
-        f"{busy_w:.0f} W busy), {gpu_w:.0f} W on average at {util:.1%} utilisation, plus "
+        f"{busy_w:.0f} W busy"
+        + (
+            f": the price's {price.power_per_gpu_w.value:.0f} W at the GPU's "
+            f"{rs.gpu.tdp_w.value:.0f} W TDP scaled to its {capped * rs.gpu.tdp_w.value:.0f} W "
+            "power limit"
+            if capped < 1.0
+            else ""
+        )
+        + f"), {gpu_w:.0f} W on average at {util:.1%} utilisation, plus "
         f"{price.power_per_node_w.value:.0f} W per node; {it_w / 1000:.2f} kW IT load × PUE "
         f"{pue:g} at ${kwh_price:g}/kWh",
     ]

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .catalog import replacement_notes
+from .config.hardware import DEFAULT_CLOCK_EXP
 from .config.loading import resolve_dict
 from .config.scenario import ResolvedScenario
 from .cost import CostReport, compute_cost
@@ -174,6 +175,14 @@ def simulate(
             )
     notes.extend(rs.sharding_notes())
     notes.extend(replacement_notes(rs.profile_names()))
+    if rs.gpu.clock_scale < 1.0:
+        g = rs.gpu
+        a = g.power_clock_exponent.value if g.power_clock_exponent else DEFAULT_CLOCK_EXP
+        notes.append(
+            f"GPUs limited to {g.power_limit_w.value:g} W of their {g.tdp_w.value:g} W TDP "  # type: ignore[union-attr]
+            f"(cluster.gpu.power_limit_w): compute-bound kernels run at {g.clock_scale:.3f} "
+            f"of the rated clock (board power ~ clock^{a:g}); memory-bound ones are unchanged"
+        )
     m = rs.model
     if m.position == "learned" and m.max_positions and rs.training.seq_len > m.max_positions:
         notes.append(

@@ -29,6 +29,8 @@ FIGURE_RANGES: dict[str, Range] = {
     "memory_bandwidth_gbps": (1.0, 1e6, False, "GB/s"),
     "host_link_gbps": _GBYTES_S,
     "tdp_w": (0.0, 1e5, False, "W (0: not known, as for a probed CPU)"),
+    "power_limit_w": (1.0, 1e5, False, "W"),
+    "power_clock_exponent": (0.5, 10.0, False, "exponent a in board power ~ clock^a"),
     "peak_tflops": (1e-3, 1e6, False, "TFLOP/s"),
     "sm_count": (1.0, 1e5, False, "streaming multiprocessors"),
     "mtbf_hours": (1.0, 1e9, False, "hours"),

@@ -194,6 +194,9 @@ class GPUEfficiency(BaseModel):
 
 
 USABLE_OVER_DATASHEET = 2**30 / 1e9 * 1.0005  # a GiB read as GB, and rounding
+DEFAULT_CLOCK_EXP = 3.0
+"""Board power ~ clock^3 where a profile gives no exponent: CMOS dynamic power C·V²·f with the
+voltage rising in step with the clock under DVFS (Weste & Harris, *CMOS VLSI Design*, ch. 5)."""
 
 
 class GPUProfile(_Profile):
@@ -234,6 +237,19 @@ class GPUProfile(_Profile):
         ),
     )
     tdp_w: Num = Field(description="board power, W")
+    power_limit_w: Num | None = Field(
+        default=None,
+        description="board power limit the GPUs run at (nvidia-smi -pl), W, at most tdp_w; "
+        "unset: tdp_w. Below tdp_w the tensor-core clock, and with it every compute-bound "
+        "kernel, slows by (power_limit_w / tdp_w)^(1 / power_clock_exponent); memory-bound "
+        "kernels keep their speed (the limit throttles the SM clock, not the memory's)",
+    )
+    power_clock_exponent: Num | None = Field(
+        default=None,
+        description="a in board power ~ tensor clock^a near the rated power, from two parts "
+        "of one die at different board powers; unset: 3, CMOS dynamic power C·V²·f with the "
+        "voltage rising in step with the clock",
+    )
     peak_tflops: dict[Literal["fp64", "fp32", "tf32", "bf16", "fp16", "fp8"], Num] = Field(
         description="dense (no sparsity) peak TFLOP/s per dtype"
     )
@@ -273,6 +289,17 @@ class GPUProfile(_Profile):
         return self
 
     @model_validator(mode="after")
+    def _limit_within_tdp(self) -> GPUProfile:
+        lim = self.power_limit_w
+        if lim is not None and self.tdp_w.value > 0 and lim.value > self.tdp_w.value:
+            raise ValueError(
+                f"power_limit_w ({lim.value:g} W) is above the board's tdp_w "
+                f"({self.tdp_w.value:g} W), the highest limit the driver accepts: give at most "
+                f"{self.tdp_w.value:g}, or leave it out to run at tdp_w"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _usable_within_capacity(self) -> GPUProfile:
         # Datasheets name binary capacities: a runtime exposes at most GiB-as-GB of them.
         if (
@@ -291,6 +318,16 @@ class GPUProfile(_Profile):
     def capacity_gb(self) -> float:
         """Device memory a layout must fit in, GB of 1e9 bytes."""
         return (self.memory_usable_gb or self.memory_gb).value
+
+    @property
+    def clock_scale(self) -> float:
+        """Tensor-core clock at ``power_limit_w`` as a share of the clock at ``tdp_w`` (1
+        when unlimited): board power ~ clock^a, so the clock scales as (limit / tdp)^(1/a)."""
+        lim, tdp = self.power_limit_w, self.tdp_w.value
+        if lim is None or tdp <= 0 or lim.value >= tdp:
+            return 1.0
+        a = self.power_clock_exponent.value if self.power_clock_exponent else DEFAULT_CLOCK_EXP
+        return float((lim.value / tdp) ** (1.0 / a))
 
     def peak_flops(self, dtype: str) -> float:
         """Dense peak in FLOP/s for a dtype; fp8 falls back to bf16/fp16 where unsupported

@@ -140,9 +140,11 @@ class OpTimer:
     ) -> None:
         e = gpu.efficiency
         self.host_s = host_us_per_kernel * 1e-6
-        self.gemm_peak = gpu.peak_flops(precision)
+        # A board power limit below the TDP slows the tensor cores' clock (GPUProfile.clock_scale).
+        clock = gpu.clock_scale
+        self.gemm_peak = gpu.peak_flops(precision) * clock
         # The GEMMs fp8 training keeps in 16-bit, and attention, run at the 16-bit rate.
-        self.wide_peak = gpu.peak_flops("bf16" if precision == "fp8" else precision)
+        self.wide_peak = gpu.peak_flops("bf16" if precision == "fp8" else precision) * clock
         self.attn_peak = self.wide_peak
         self.mm_max = e.matmul_max.value
         self.mm_half = e.matmul_half_flops.value
