@@ -45,6 +45,7 @@ SETS = (
     "nemo-b200-fp8",
     "nemo-gb200-fp8",
     "nccl-tests",
+    "nccl-tests-pcie",
     "h100-eager-layers",
     "megascale-megatron",
     "bloom-176b",
@@ -230,8 +231,8 @@ def run(sets: list[str]) -> dict[str, Any]:
         elif name == "korthikanti-table4":
             rows = table4_rows()
         for path in sorted((VALIDATION / name).glob("*.yaml")):
-            rows += nccl_rows(path) if name == "nccl-tests" else [predict_row(path)]
-        if name == "nccl-tests":
+            rows += nccl_rows(path) if name.startswith("nccl-tests") else [predict_row(path)]
+        if name.startswith("nccl-tests"):
             kept = [r for r in rows if not r["outlier"]]
             report[name] = {
                 "rows": rows,
@@ -273,7 +274,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{name:24} {s['rows']:5d} {s['mean_abs']:11.1%} {s['max_abs']:10.1%} "
             f"{s['mean_signed']:+9.1%} {s['no_fit']:7d} {rep['seconds']:6.1f}"
         )
-        if "summary_small" in rep:
+        if "summary_small" in rep and rep["summary_small"]["rows"]:
             s = rep["summary_small"]
             print(
                 f"{'  (below 1 MiB)':24} {s['rows']:5d} {s['mean_abs']:11.1%} "

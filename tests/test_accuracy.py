@@ -273,6 +273,7 @@ BANDS = {
     "nemo-h100-fp8": 0.10,
     "nemo-b200-fp8": 0.07,
     "nccl-tests": 0.12,
+    "nccl-tests-pcie": 0.25,  # one PCIe host: host-staged (SHM) plateau 14.5 GB/s, modelled 18.7
     "h100-eager-layers": 0.06,
     # Held out: never used to set a profile value.
     "megascale-megatron": 0.05,
@@ -330,7 +331,8 @@ KNOWN_OVER = {
 
 def test_published_runs_fit_in_their_gpus_memory() -> None:
     acc = _accuracy()
-    sets = [s for s in BANDS if s not in ("nccl-tests", "h100-eager-layers", "korthikanti-table4")]
+    skip = ("nccl-tests", "nccl-tests-pcie", "h100-eager-layers", "korthikanti-table4")
+    sets = [s for s in BANDS if s not in skip]
     over = {r["row"] for rep in acc.run(sets).values() for r in rep["rows"] if acc._over(r)}
     assert over <= KNOWN_OVER, sorted(over - KNOWN_OVER)
 

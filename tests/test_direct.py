@@ -110,11 +110,16 @@ def test_overlapped_or_sharded_work_is_left_to_the_event_engine() -> None:
 
 
 def test_sends_that_would_share_a_link_are_left_to_the_event_engine() -> None:
-    # Eight pipeline stages on one node behind a shared PCIe host root: every send crosses
-    # the root, forward and backward sends meet there, so the walk must decline.
+    # Eight pipeline stages on one node of eight sockets, a GPU each: every send crosses the
+    # shared socket link, forward and backward sends meet there, so the walk must decline.
     data: dict[str, Any] = {
         "name": "shared-root",
-        "cluster": {"gpu": "l40s", "gpus_per_node": 8, "nodes": 1, "fabric": "pcie4-host"},
+        "cluster": {
+            "gpu": "l40s",
+            "gpus_per_node": 8,
+            "nodes": 1,
+            "fabric": {"profile": "pcie4-host", "sockets": 8},
+        },
         "model": {"layers": 16, "hidden": 2048, "heads": 16, "vocab": 32000},
         "training": {"seq_len": 1024, "global_batch": 32, "micro_batch": 1},
         "parallelism": {"pp": 8},

@@ -275,11 +275,40 @@ def test_topology_group_shapes_and_nics() -> None:
     assert topo.network_links(13, "dp") == [(("nic", 1, 1), 1.0)]  # single switch: no up-link
 
 
-def test_pcie_host_fabric_shares_the_root_complex() -> None:
+def test_pcie_host_fabric_crosses_the_socket_link_only_between_sockets() -> None:
+    """Two sockets, GPUs 0-1 on one and 2-3 on the other: a ring over all four crosses the
+    socket link once each way (a quarter of an edge per member); TP pairs inside one socket
+    and sends between GPUs of one socket never touch it."""
     topo = _scenario(nodes=1, gpn=4, fabric="pcie4-host", tp=4)
-    assert topo.pcie_root_bw is not None
-    assert topo.fabric_links(2) == [("gpu", 2), ("pcie_root", 0)]
-    assert topo.fabric_tier().bandwidth == pytest.approx(min(topo.fabric_bw, topo.pcie_root_bw / 4))
+    assert topo.pcie_root_bw is not None and topo.sockets == 2
+    assert [topo.socket(r) for r in range(4)] == [0, 0, 1, 1]
+    assert topo.fabric_links(2, "tp") == [(("gpu", 2), 1.0), (("pcie_root", 0), 0.25)]
+    assert topo.fabric_links(0, peer=1) == [(("gpu", 0), 1.0)]
+    assert topo.fabric_links(1, peer=2) == [(("gpu", 1), 1.0), (("pcie_root", 0), 1.0)]
+    assert topo.fabric_tier().bandwidth == pytest.approx(min(topo.fabric_bw, topo.pcie_root_bw))
+    pairs = _scenario(nodes=1, gpn=4, fabric="pcie4-host", tp=2)
+    assert pairs.fabric_links(2, "tp") == [(("gpu", 2), 1.0)]
+    # DP pairs {0, 2} and {1, 3} each span both sockets: half an edge per member.
+    assert pairs.fabric_links(0, "dp") == [(("gpu", 0), 1.0), (("pcie_root", 0), 0.5)]
+
+
+def test_pcie_host_ring_all_reduce_tends_to_the_port_not_a_shared_bus() -> None:
+    """Eight GPUs on two sockets: each ring edge runs at a GPU's PCIe port, and the socket link
+    carries one edge each way, so large all-reduces reach the port's bandwidth (8x RTX 4090 on
+    PCIe Gen4 through two EPYC sockets measure 14.5-20.6 GB/s busbw: SOURCES.md file 9), not an
+    eighth of the socket link; smaller Simple steps on this slow fabric fill the ring sooner
+    than NVLink's 18 channels would."""
+    from simulator.network.nccl import FIT_CHANNELS, SIMPLE_SLICE_BYTES, fabric_step_bytes
+
+    topo = _scenario(nodes=1, gpn=8, fabric="pcie4-host", tp=8)
+    assert topo.pcie_root_bw is not None and topo.pcie_root_bw >= topo.fabric_bw
+    shape = GroupShape(8, 1)
+    size = 8 * 2**30
+    _, _, t = choose("all_reduce", shape, size, topo.fabric_tier())
+    busbw = size / t * bus_factor("all_reduce", 8)
+    assert busbw == pytest.approx(topo.fabric_bw, rel=0.01)
+    assert fabric_step_bytes(topo.fabric_bw) == 2 * SIMPLE_SLICE_BYTES
+    assert fabric_step_bytes(1e12) == FIT_CHANNELS * SIMPLE_SLICE_BYTES  # NVLink: the fit
 
 
 def test_fat_tree_up_links_and_oversubscribed_tier() -> None:

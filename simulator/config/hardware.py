@@ -357,7 +357,15 @@ class FabricProfile(_Profile):
     shared_uplink_gbps: Num | None = Field(
         default=None,
         description="PCIe: bandwidth of the shared root-complex / switch uplink that "
-        "traffic between GPUs crosses, GB/s",
+        "traffic between GPUs crosses, GB/s; through the host (pcie_host), the link between "
+        "CPU sockets, each way",
+    )
+    sockets: int = Field(
+        default=2,
+        ge=1,
+        le=16,
+        description="pcie_host: CPU sockets a node's GPUs are split over, in order; only "
+        "traffic between sockets crosses shared_uplink_gbps",
     )
     ll128: SourcedFlag | None = Field(
         default=None,

@@ -212,7 +212,7 @@ class Comm:
         """The flow-network links (with weights) one transfer of ``ep`` on ``tier`` crosses."""
         if tier == "fabric":
             if ep.fabric is None:
-                raw = [(k, 1.0) for k in self.topo.fabric_links(ep.rank)]
+                raw = self.topo.fabric_links(ep.rank, ep.kind)
                 ep.fabric = self.net.resolve(self._weights(ep.rank, raw))
             return ep.fabric
         if ep.network is None:
@@ -225,7 +225,7 @@ class Comm:
         out = self._p2p.get(key)
         if out is None:
             if self.lay.node(src) == self.lay.node(dst):
-                raw = [(k, 1.0) for k in self.topo.fabric_links(src)]
+                raw = self.topo.fabric_links(src, peer=dst)
                 alpha = self.topo.fabric_alpha
             else:
                 raw = self.topo.network_links(src, "pp", peer=dst)

@@ -135,7 +135,20 @@ SIMPLE_STEP_BYTES = 2.3e6
 # group under 8-way TP) or eight; each moves a Simple slice of SIMPLE_STEP_BYTES / 18 (the
 # NVLink fit above: about 18 channels of 128 KiB).
 NET_CHANNELS_PER_NIC = 2
-SIMPLE_SLICE_BYTES = SIMPLE_STEP_BYTES / 18
+FIT_CHANNELS = 18
+SIMPLE_SLICE_BYTES = SIMPLE_STEP_BYTES / FIT_CHANNELS
+# Inside a node NCCL likewise sizes its channels to the fabric (ncclTopoCompute searches
+# per-channel speeds up to the link's bandwidth): the NVLink fit above is 18 channels at
+# 231 GB/s, about 12.8 GB/s a channel, so a slower fabric (PCIe: 19-48 GB/s) runs fewer
+# channels, never fewer than two (ncclTopoDupChannels), and moves smaller Simple steps.
+FIT_FABRIC_BANDWIDTH = 231e9
+
+
+def fabric_step_bytes(bandwidth: float) -> float:
+    """Bytes of one Simple pipeline step inside a node whose fabric moves ``bandwidth``
+    bytes/s per GPU: a slice per channel, channels in proportion to the bandwidth."""
+    channels = FIT_CHANNELS * bandwidth / FIT_FABRIC_BANDWIDTH
+    return SIMPLE_SLICE_BYTES * min(float(FIT_CHANNELS), max(2.0, channels))
 
 
 def net_step_bytes(fabric_bytes_share: float) -> float:
@@ -187,7 +200,12 @@ def with_protocol(ph: Phase, bandwidth: float, tree_size: float | None = None) -
 
     # (time, latency, wire bytes) per protocol; the chosen one's extra moves into the latency
     # and the phase carries none left.
-    step = SIMPLE_STEP_BYTES * ph.share if ph.step_bytes is None else ph.step_bytes
+    if ph.step_bytes is not None:
+        step = ph.step_bytes
+    elif ph.tier == "fabric":
+        step = fabric_step_bytes(bandwidth) * ph.share
+    else:
+        step = SIMPLE_STEP_BYTES * ph.share
     fill = ph.steps * step / bandwidth
     simple_bytes = ph.wire_bytes / share("simple")
     lat = ph.latency + ph.extra_simple + fill

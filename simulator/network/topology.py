@@ -4,8 +4,8 @@ Ranks are placed as Megatron-LM does by default: TP fastest, then CP, then DP, t
 sits on node r // gpus_per_node. Links a transfer can cross:
 
 - ``("gpu", rank)``: the GPU's port into the intra-node fabric (NVLink, PCIe, Infinity Fabric);
-- ``("pcie_root", node)``: for PCIe through the host, the root complex every GPU-to-GPU transfer
-  shares;
+- ``("pcie_root", node)``: for PCIe through the host, the link between the node's CPU sockets
+  (each way), which only transfers between GPUs on different sockets cross;
 - ``("nic", node, i)``: NIC i of a node (GPU j uses NIC j·nics // gpus_per_node);
 - ``("uplink", leaf)``: a leaf (or rail-group) switch's up-links to the spine, with the
   topology's oversubscription. A single switch has none.
@@ -129,8 +129,11 @@ class Topology:
         self.fabric_bw = f.bandwidth_gbps.value * 1e9 * f.achievable_fraction.value
         self.fabric_alpha = f.latency_us.value * 1e-6
         self.pcie_root_bw: float | None = None
-        if f.technology == "pcie_host" and f.shared_uplink_gbps is not None:
+        self.sockets = 1
+        if f.technology == "pcie_host" and f.shared_uplink_gbps is not None and f.sockets > 1:
             self.pcie_root_bw = f.shared_uplink_gbps.value * 1e9 * f.achievable_fraction.value
+            self.sockets = min(f.sockets, rs.gpus_per_node)
+        self._socket_share: dict[tuple[int, str], float] = {}
         self.nics = max(1, rs.nics_per_node)
         net = rs.network
         if net is not None:
@@ -221,7 +224,8 @@ class Topology:
     def fabric_tier(self) -> TierLink:
         bw = self.fabric_bw
         if self.pcie_root_bw is not None:
-            bw = min(bw, self.pcie_root_bw / self.rs.gpus_per_node)
+            # a ring over the sockets crosses each socket link once each way
+            bw = min(bw, self.pcie_root_bw)
         f = self.rs.fabric
         nvls = 0.0
         if f.switch_reduce_fraction is not None and bw > 0:
@@ -261,10 +265,37 @@ class Topology:
             return self.uplink_bw
         raise KeyError(key)
 
-    def fabric_links(self, rank: int) -> list[LinkKey]:
-        links: list[LinkKey] = [("gpu", rank)]
+    def socket(self, rank: int) -> int:
+        gpn = self.rs.gpus_per_node
+        return (rank % gpn) * self.sockets // gpn
+
+    def socket_share(self, rank: int, kind: str) -> float:
+        """Share of one ring edge per member that crosses the socket link (each way): a ring
+        over a group's members on this node, in rank order, crosses each socket boundary once
+        each way, and its members' flows share that edge; 0 for a group on one socket."""
+        key = (rank, kind)
+        share = self._socket_share.get(key)
+        if share is None:
+            node = self.layout.node(rank)
+            here = [r for r in self.layout.group(rank, kind) if self.layout.node(r) == node]
+            spread = len({self.socket(r) for r in here}) > 1
+            share = self._socket_share[key] = 1.0 / len(here) if spread else 0.0
+        return share
+
+    def fabric_links(
+        self, rank: int, kind: str | None = None, peer: int | None = None
+    ) -> list[tuple[LinkKey, float]]:
+        """The fabric links one transfer of ``rank`` crosses, each with the share of the
+        transfer on it: its GPU's port, and (PCIe through the host) the socket link, for a
+        collective of group ``kind`` or a send to ``peer`` on another socket."""
+        links: list[tuple[LinkKey, float]] = [(("gpu", rank), 1.0)]
         if self.pcie_root_bw is not None:
-            links.append(("pcie_root", self.layout.node(rank)))
+            if peer is not None:
+                share = 1.0 if self.socket(peer) != self.socket(rank) else 0.0
+            else:
+                share = self.socket_share(rank, kind) if kind is not None else 1.0
+            if share > 0.0:
+                links.append((("pcie_root", self.layout.node(rank)), share))
         return links
 
     def network_links(
