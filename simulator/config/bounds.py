@@ -110,7 +110,7 @@ def check_figure(name: str, value: float) -> str | None:
 def check_figures(model: BaseModel, prefix: str = "") -> None:
     """Raise ValueError naming the first sourced figure of ``model`` (recursively) that is out
     of its range."""
-    from .hardware import Sourced
+    from .sourced import Sourced
 
     for field, value in model:
         items: list[tuple[str, Any]]

@@ -8,7 +8,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from .hardware import Num, _Profile
+from .sourced import Num, _Profile
 
 
 class CloudPrice(_Profile):

@@ -13,7 +13,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from .hardware import Flag, Num, SourcedFlag, _Profile
+from .sourced import Flag, Num, SourcedFlag, _Profile
 
 
 def on(flag: Flag | None) -> bool:

@@ -1,0 +1,81 @@
+"""Sourced figures, the building block of every profile: a number with where it comes from
+(:class:`Sourced`, written ``{value, source}``), a sourced yes/no (:class:`Flag`), and the base
+class of all profiles, which checks each figure against its physical range (:mod:`.bounds`).
+A bare number or boolean is accepted where a scenario overrides a field inline; it is then
+recorded as an inline override."""
+
+from __future__ import annotations
+
+import sys
+from typing import Annotated, Any
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+
+from .bounds import check_figures, document_ranges
+
+INLINE_SOURCE = "inline override in scenario"
+
+
+class Sourced(BaseModel):
+    """A number with its source."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    value: float = Field(strict=True)
+    source: str = Field(
+        min_length=3, max_length=4000, description="datasheet, paper table or probe run"
+    )
+    note: str | None = Field(default=None, max_length=4000)
+
+    def __float__(self) -> float:
+        return float(self.value)
+
+
+def _coerce_sourced(v: Any) -> Any:
+    if isinstance(v, bool):
+        return v
+    raw = v.get("value") if isinstance(v, dict) else v
+    if isinstance(raw, int) and not isinstance(raw, bool) and abs(raw) > sys.float_info.max:
+        raise ValueError("the number is too large for a figure")
+    if isinstance(v, int | float):
+        return {"value": float(v), "source": INLINE_SOURCE}
+    return v
+
+
+Num = Annotated[Sourced, BeforeValidator(_coerce_sourced)]
+"""A sourced figure; a bare number becomes an inline override."""
+
+
+class Flag(BaseModel):
+    """A yes/no property of a profile (a framework's switch, a fabric's protocol), with where
+    it is documented."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    value: bool
+    source: str = Field(min_length=3)
+
+
+def _coerce_flag(v: Any) -> Any:
+    if isinstance(v, bool):
+        return {"value": v, "source": INLINE_SOURCE}
+    return v
+
+
+SourcedFlag = Annotated[Flag, BeforeValidator(_coerce_flag)]
+"""A sourced yes/no; a bare true/false becomes an inline override."""
+
+
+class _Profile(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid", frozen=True, allow_inf_nan=False, json_schema_extra=document_ranges
+    )
+
+    name: str = Field(pattern=r"^[a-z0-9][a-z0-9._-]*$", description="name scenarios refer to")
+    display_name: str = Field(max_length=200)
+    description: str | None = Field(default=None, max_length=4000)
+
+    @model_validator(mode="after")
+    def _check_ranges(self) -> _Profile:
+        check_figures(self)
+        return self
