@@ -91,9 +91,11 @@ def _check_full_size(rs: ResolvedScenario) -> None:
         )
 
 
-# Each DP collective is a few events per simulated rank: past this many a step takes minutes and
-# gigabytes (a 0.001 MB gradient bucket without overlap made 2.4M events for an 8B model).
-DP_COLLECTIVE_LIMIT = 250_000
+# Each DP collective is a few events per simulated rank, as a pass is: past as many as the
+# rank-passes full mode allows, a step takes minutes and gigabytes (a 0.001 MB gradient bucket
+# without overlap made 2.4M events for an 8B model). The 405B layout on 16,384 GPUs in full
+# mode reduces 24 buckets a rank, 393,216 collectives, within it.
+DP_COLLECTIVE_LIMIT = FULL_MODE_PASS_LIMIT
 
 
 def _check_dp_collectives(rs: ResolvedScenario, full: bool) -> None:
