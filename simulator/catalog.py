@@ -162,7 +162,9 @@ def _load(dirs: tuple[Path, ...]) -> Catalog:
                 cat.profiles.pop(path.stem, None)
                 continue
             cat.broken.pop(prof.name, None)
-            if prof.name in cat.files:
+            if prof.name in cat.profiles and cat.profiles[prof.name] != prof:
+                # (an identical copy, as a checkout's own folder beside an installed package,
+                # changes nothing and goes unannounced)
                 cat.replaced.setdefault(prof.name, cat.files[prof.name])
             cat.profiles[prof.name] = prof
             cat.files[prof.name] = path

@@ -101,6 +101,9 @@ def test_a_profile_replacing_a_bundled_one_is_announced(
     (gpus / "h100-sxm-80gb.yaml").write_text(
         text.replace("matmul_max: {value: 0.70,", "matmul_max: {value: 0.50,")
     )
+    # an identical copy (a checkout's own folder beside the installed package) is no news
+    same = REPO / "hardware_profiles" / "fabrics" / "nvlink4-nvswitch.yaml"
+    (tmp_path / "mine" / "nvlink4-nvswitch.yaml").write_text(same.read_text())
     plain = json.loads(run_cli("simulate", "llama3-8b-8xh100", "--format", "json").stdout)
     assert not any("replaces" in n for n in plain["notes"])
     monkeypatch.setenv("CLUSTERSIM_PROFILE_PATH", str(tmp_path / "mine"))
