@@ -250,9 +250,10 @@ def _ownership(rs: ResolvedScenario, price: OwnershipPrice, util: float) -> _Par
     capex_h = capex / (years * HOURS_PER_YEAR * kept)
 
     busy_w = price.power_per_gpu_w.value
-    capped = _power_cap_share(rs)
-    busy_w *= capped
+    # An idle GPU draws far below any limit: the limit clips the busy draw only.
     idle_w = IDLE_POWER_FRACTION * busy_w
+    capped = _power_cap_share(rs)
+    busy_w = max(idle_w, busy_w * capped)
     gpu_w = idle_w + (busy_w - idle_w) * util
     it_w = rs.gpus * gpu_w + rs.nodes * price.power_per_node_w.value
     pue = price.pue.value
@@ -273,15 +274,15 @@ def _ownership(rs: ResolvedScenario, price: OwnershipPrice, util: float) -> _Par
             f"{1 / kept - 1:.2f} idle hours of capex and opex"
         ),
         f"energy: GPUs draw {idle_w:.0f} W idle ({IDLE_POWER_FRACTION:g} of "
-        f"{busy_w:.0f} W busy"
+        f"{price.power_per_gpu_w.value:.0f} W) and {busy_w:.0f} W busy"
         + (
-            f": the price's {price.power_per_gpu_w.value:.0f} W at the GPU's "
+            f" (the price's {price.power_per_gpu_w.value:.0f} W at the GPU's "
             f"{rs.gpu.tdp_w.value:.0f} W TDP scaled to its {capped * rs.gpu.tdp_w.value:.0f} W "
-            "power limit"
+            "power limit)"
             if capped < 1.0
             else ""
         )
-        + f"), {gpu_w:.0f} W on average at {util:.1%} utilisation, plus "
+        + f", {gpu_w:.0f} W on average at {util:.1%} utilisation, plus "
         f"{price.power_per_node_w.value:.0f} W per node; {it_w / 1000:.2f} kW IT load × PUE "
         f"{pue:g} at ${kwh_price:g}/kWh",
     ]

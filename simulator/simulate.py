@@ -138,12 +138,14 @@ def _check_trace_size(rs: ResolvedScenario, full: bool) -> None:
 
 
 def _node_aligned(rs: ResolvedScenario) -> bool:
-    """Whether every group sits on nodes and leaf switches as the first of its kind does."""
+    """Whether every group sits on nodes, leaf switches and (PCIe through the host) CPU
+    sockets as the first of its kind does."""
     from .network.topology import Topology, layout_of
 
     if not layout_of(rs).node_aligned():
         return False
-    return rs.nodes <= 1 or Topology(rs).leaf_aligned()
+    topo = Topology(rs)
+    return topo.socket_aligned() and (rs.nodes <= 1 or topo.leaf_aligned())
 
 
 def _full_or_periodic(rs: ResolvedScenario) -> EngineResult:
@@ -165,15 +167,17 @@ def simulate(
             _check_full_size(rs)
             full = True
             notes.append(
-                "some TP/CP/shard/stage groups straddle node (or leaf switch) boundaries and "
+                "some TP/CP/shard/stage groups straddle node (or leaf switch, or CPU socket) "
+                "boundaries and "
                 "others do not, so every rank was simulated (full mode)"
             )
         except UserError:
             notes.append(
-                "some TP/CP/shard/stage groups straddle node (or leaf switch) boundaries and "
+                "some TP/CP/shard/stage groups straddle node (or leaf switch, or CPU socket) "
+                "boundaries and "
                 "others do not; symmetric mode simulated one rank per stage and may be "
-                "optimistic: use GPUs per node (and nodes per leaf) that the group sizes divide "
-                "(or that divide them)"
+                "optimistic: use GPUs per node (and per socket, and nodes per leaf) that the "
+                "group sizes divide (or that divide them)"
             )
     notes.extend(rs.sharding_notes())
     notes.extend(replacement_notes(rs.profile_names()))

@@ -84,6 +84,10 @@ def test_an_owned_clusters_gpus_draw_in_proportion_to_the_limit() -> None:
     assert full.breakdown["energy"] == pytest.approx(gpu_kw + node_kw)
     assert half.breakdown["energy"] == pytest.approx(gpu_kw / 2 + node_kw)
     assert any("power limit" in a for a in half.assumptions)
+    # an idle GPU draws far below any limit: the limit clips the busy draw only
+    idle_full = cost(priced(OWNED), gpu_utilisation=0.0)
+    idle_half = cost(resolve_dict(data), gpu_utilisation=0.0)
+    assert idle_half.breakdown["energy"] == pytest.approx(idle_full.breakdown["energy"])
 
 
 def test_the_limit_is_noted_in_the_result() -> None:
@@ -104,4 +108,18 @@ def test_a_limit_above_the_tdp_is_refused() -> None:
     res = run_cli("check", "llama3-8b-8xh100", "--set", "cluster.gpu.power_limit_w=800")
     assert res.returncode == 2
     assert "power_limit_w" in res.stderr and "700" in res.stderr
+    assert "Traceback" not in res.stderr
+
+
+def test_a_limit_on_a_gpu_of_unknown_tdp_is_refused() -> None:
+    res = run_cli(
+        "check",
+        "llama3-8b-8xh100",
+        "--set",
+        "cluster.gpu.tdp_w=0",
+        "--set",
+        "cluster.gpu.power_limit_w=300",
+    )
+    assert res.returncode == 2
+    assert "power_limit_w needs the board's tdp_w" in res.stderr
     assert "Traceback" not in res.stderr

@@ -226,7 +226,12 @@ class GPUProfile(_Profile):
     @model_validator(mode="after")
     def _limit_within_tdp(self) -> GPUProfile:
         lim = self.power_limit_w
-        if lim is not None and self.tdp_w.value > 0 and lim.value > self.tdp_w.value:
+        if lim is not None and self.tdp_w.value <= 0:
+            raise ValueError(
+                "power_limit_w needs the board's tdp_w, which is 0 here (not known): give "
+                "tdp_w too, or leave power_limit_w out"
+            )
+        if lim is not None and lim.value > self.tdp_w.value:
             raise ValueError(
                 f"power_limit_w ({lim.value:g} W) is above the board's tdp_w "
                 f"({self.tdp_w.value:g} W), the highest limit the driver accepts: give at most "
@@ -297,6 +302,7 @@ class FabricProfile(_Profile):
     )
     sockets: int = Field(
         default=2,
+        strict=True,
         ge=1,
         le=16,
         description="pcie_host: CPU sockets a node's GPUs are split over, in order; only "

@@ -192,7 +192,6 @@ class Comm:
         self.net = net
         self.full = full
         self._weights = weights
-        self.fabric_tier = topo.fabric_tier()
         self._p2p: dict[tuple[int, int], tuple[float, list[tuple[Link, float]]]] = {}
         self._plans: dict[tuple, list[Phase]] = {}
         self._endpoints: dict[tuple[int, str], Endpoint] = {}
@@ -238,14 +237,15 @@ class Comm:
         that spans leaves sees the oversubscribed up-links its traffic crosses."""
         shape = self.topo.shape(rank, kind)
         net_tier = self.topo.network_tier(rank, kind)
-        key = (coll, shape, size, net_tier)
+        fab_tier = self.topo.fabric_tier(rank, kind)
+        key = (coll, shape, size, net_tier, fab_tier)
         plan = self._plans.get(key)
         if plan is None:
             plan = self._plans[key] = choose(
                 coll,  # type: ignore[arg-type]
                 shape,
                 size,
-                self.fabric_tier,
+                fab_tier,
                 net_tier,
             )[1]
         return plan

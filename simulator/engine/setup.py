@@ -193,8 +193,9 @@ class SimulationBase(Tracing, LinkSharing):
             if op.kind != "collective" or op.group not in groups:
                 continue
             shape = self.topo.shape(rep, op.group)
+            fabric = self.topo.fabric_tier(rep, op.group)
             out[f"{op.group}:{op.collective}:{op.msg_bytes}"] = choose(
-                op.collective, shape, op.msg_bytes, self.fabric_tier, self.network_tier
+                op.collective, shape, op.msg_bytes, fabric, self.network_tier
             )[2]
         return out
 

@@ -175,6 +175,19 @@ class Topology:
             return True
         return nodes % npl == 0 and all(k % npl == 0 or npl % k == 0 for k in across)
 
+    def socket_aligned(self) -> bool:
+        """Whether the CPU sockets (PCIe through the host) cut every group the same way: the
+        sockets hold equal numbers of GPUs, and each group's span either fills whole sockets
+        or fits inside one. Else some groups of a kind cross the socket link and others do not,
+        and symmetric mode's one rank per stage may be of the faster kind."""
+        if self.pcie_root_bw is None:
+            return True
+        g = self.rs.gpus_per_node
+        if g % self.sockets:
+            return False
+        per = g // self.sockets
+        return all(s % per == 0 or per % s == 0 for s in self.layout.group_spans() if s < g)
+
     # -- placement ---------------------------------------------------------------------------
     def leaf(self, node: int) -> int:
         return node // self.nodes_per_leaf
@@ -221,9 +234,14 @@ class Topology:
         return self._leaders[key]
 
     # -- contention-free per-rank view (for algorithm choice) --------------------------------
-    def fabric_tier(self) -> TierLink:
+    def fabric_tier(self, rank: int | None = None, kind: str | None = None) -> TierLink:
+        """The fabric as one rank sees it without contention; for a group (``rank``,
+        ``kind``) on PCIe through the host, the socket link only where the group crosses it
+        (without a group: a ring over the whole node's sockets)."""
         bw = self.fabric_bw
-        if self.pcie_root_bw is not None:
+        if self.pcie_root_bw is not None and (
+            rank is None or kind is None or self.socket_share(rank, kind) > 0.0
+        ):
             # a ring over the sockets crosses each socket link once each way
             bw = min(bw, self.pcie_root_bw)
         f = self.rs.fabric
