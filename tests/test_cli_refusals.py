@@ -217,9 +217,13 @@ def test_constraints_that_are_not_numbers_are_refused(tmp_path: Path, opt: str) 
     _refused(res, opt, "finite")
 
 
-def test_gradient_buckets_too_many_to_simulate_are_refused(tmp_path: Path) -> None:
-    """A schema-valid 0.001 MB bucket without overlap is millions of collectives a step (it ran
-    out of memory): refused up front, naming the field; a sane bucket still runs."""
+def test_a_bucket_below_a_tensor_holds_one_tensor_and_too_many_are_refused(
+    tmp_path: Path,
+) -> None:
+    """A schema-valid 0.001 MB bucket: buckets hold whole tensors, so it is one collective per
+    tensor (it once counted millions and ran out of memory), and it runs. Where even that is
+    too many collectives to simulate (ZeRO-2 reduces every micro-batch, full mode every rank),
+    it is refused up front, naming the field."""
     data = _scenario()
     data["parallelism"] = {
         "tp": 4,
@@ -228,7 +232,11 @@ def test_gradient_buckets_too_many_to_simulate_are_refused(tmp_path: Path) -> No
         "overlap": {"dp_grad": False},
     }
     path = write_yaml(tmp_path / "tiny.yaml", data)
-    _refused(run_cli("simulate", str(path)), "dp_bucket_mb", "collectives per rank")
-    data["parallelism"]["dp_bucket_mb"] = 5.0
-    path = write_yaml(tmp_path / "ok.yaml", data)
-    assert run_cli("simulate", str(path), "--format", "json").returncode == 0
+    res = run_cli("simulate", str(path), "--format", "json", "--no-scaling")
+    assert res.returncode == 0, res.stderr
+    data["cluster"]["nodes"] = 32
+    data["cluster"]["network"] = {"profile": "ib-ndr-400", "nics_per_node": 8}
+    data["training"]["global_batch"] = 64 * 64
+    data["parallelism"]["sharding"] = {"kind": "zero", "stage": 2}
+    path = write_yaml(tmp_path / "many.yaml", data)
+    _refused(run_cli("simulate", str(path), "--full"), "dp_bucket_mb", "collectives per rank")

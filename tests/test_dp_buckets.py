@@ -200,3 +200,57 @@ def test_turning_overlap_off_never_makes_a_step_faster(sharding: dict, knob: str
     off = simulate(resolve_dict(data), scaling=False)
     assert off.metrics.step_time_s >= on * 0.999
     assert off.metrics.breakdown_s["comm_dp"] > 0
+
+
+def test_buckets_hold_whole_tensors() -> None:
+    """DDP, Megatron-Core and DeepSpeed close a bucket at the first tensor that fills it and
+    never split one: a tensor larger than the bucket goes alone, so the collectives never
+    outnumber the tensors; buckets larger than a layer hold whole layers."""
+    from simulator.workload.buckets import bucket_count, fill, layer_tensors
+    from simulator.workload.memory import layer_params_per_rank
+
+    assert fill([3.0, 1.0, 1.0, 5.0, 1.0], 2.0) == [3.0, 2.0, 5.0, 1.0]
+    assert fill([1.0, 1.0], float("inf")) == [2.0]
+    rs = resolve_dict(inline_scenario("llama3-8b", tp=2))
+    tensors = layer_tensors(rs)
+    assert len(tensors) == 4
+    assert sum(tensors) == pytest.approx(layer_params_per_rank(rs))
+    b = tuple(2.0 * t for t in tensors)  # bytes of 16-bit gradients
+    layer = sum(b)
+    assert bucket_count(32, b, (), 1e3) == 32 * 4  # 1 kB: one tensor a bucket
+    assert bucket_count(32, b, (5e6, 7e6), 1e3) == 32 * 4 + 2
+    assert bucket_count(32, b, (), 3 * layer) == 11  # whole layers: ceil(32 / 3)
+    assert bucket_count(32, b, (), float("inf")) == 1
+    mid = bucket_count(32, b, (), layer / 2)
+    assert 32 < mid < 32 * 4
+    assert mid == len(fill([t for _ in range(32) for t in b], layer / 2))
+
+
+def test_a_bucket_below_a_layer_sends_a_collective_per_filled_bucket() -> None:
+    """Overlapped DDP with its 25 MB buckets on Llama-3 8B, whose every weight matrix is
+    larger (the smallest, QKV, is 100 MB of fp32 gradients): one all-reduce per tensor, four a
+    layer plus the embedding's and the output layer's, as DDP's reducer makes them; a bucket
+    of several layers sends far fewer; symmetric and full mode agree."""
+    from simulator.engine.sim import run_engine
+    from simulator.workload.comm import dp_buckets
+
+    def all_reduces(mb: float | None) -> tuple[int, object]:
+        data = inline_scenario("llama3-8b", nodes=2, gpus_per_node=8, global_batch=16)
+        data["software"] = "pytorch-eager"
+        if mb is not None:
+            data["parallelism"]["dp_bucket_mb"] = mb
+        rs = resolve_dict(data)
+        trace = run_engine(rs, trace=True).trace or []
+        return sum(
+            1 for e in trace if e.get("ph") == "X" and e["name"].startswith("all_reduce")
+        ), rs
+
+    n, rs = all_reduces(None)
+    layers = rs.model.layers  # type: ignore[attr-defined]
+    assert n == layers * 4 + 2
+    assert dp_buckets(rs)[1] == layers * 4 + 2  # type: ignore[arg-type]
+    few, _ = all_reduces(2000.0)
+    assert few < layers
+    sym = simulate(rs, scaling=False).metrics.step_time_s  # type: ignore[arg-type]
+    full = simulate(rs, full=True, scaling=False).metrics.step_time_s  # type: ignore[arg-type]
+    assert sym == pytest.approx(full, rel=1e-9)

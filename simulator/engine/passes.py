@@ -12,7 +12,13 @@ from typing import Any
 import simpy
 from simpy.events import Timeout
 
-from ..workload.comm import gather_buckets, gather_bytes_per_param, grad_bucket_bytes
+from ..workload.buckets import bucket_count
+from ..workload.comm import (
+    gather_buckets,
+    gather_bytes_per_param,
+    grad_bucket_bytes,
+    grad_wire_bytes_per_param,
+)
 from .comm import DONE, Job
 from .compute import Program
 from .results import span_stream
@@ -182,6 +188,28 @@ class PassRunner(SimulationBase):
             if hook_after is not None:
                 hook_after(i)
 
+    def _grad_buckets(self, stage: int) -> tuple[float, int]:
+        """Gradient bytes one rank of ``stage`` reduces after its backward passes, and the
+        number of equal buckets they go in."""
+        grad_b = grad_wire_bytes_per_param(self.rs)
+        own = self.extra_params.get(stage, 0.0) * grad_b
+        total = sum(self._chunk_layers[stage]) * self.layer_params * grad_b + own
+        cap = grad_bucket_bytes(self.rs, grad_b, stage)
+        layers = sum(self._chunk_layers[stage])
+        tensors = tuple(t * grad_b for t in self.layer_tensors_el)
+        return total, bucket_count(layers, tensors, self._end_tensors(stage, grad_b), cap)
+
+    def _end_tensors(self, stage: int, width: float, chunk: int | None = None) -> tuple[float, ...]:
+        """The embedding's and the output layer's gradients on ``stage`` (of ``chunk`` when
+        given: the first chunk holds the embedding, the last the output layer), bytes."""
+        out = []
+        if stage == 0 and (chunk is None or chunk == 0) and self.emb_params > 0:
+            out.append(self.emb_params * width)
+        last = chunk is None or chunk == self.v - 1
+        if stage == self.p - 1 and last and self.head_params > 0:
+            out.append(self.head_params * width)
+        return tuple(out)
+
     def _prefetch_params(
         self, stage: int, gather: Callable[[float, str], Job], dp_on: bool
     ) -> tuple[dict[int, list[Job]], dict[str, Job]]:
@@ -204,11 +232,19 @@ class PassRunner(SimulationBase):
             # the distributed optimizer gathers parameters in its gradient buckets
             bucket = grad_bucket_bytes(self.rs, width, stage, chunk)
             per_bucket = n_layers if math.isinf(bucket) else int(bucket // layer_bytes)
-            per_bucket = max(1, per_bucket)
             jobs: list[Job] = []
-            for first in range(0, n_layers, per_bucket):
-                count = min(per_bucket, n_layers - first)
-                jobs += [gather(layer_bytes * count, "param all_gather")] * count
+            if per_bucket < 1:
+                # a bucket smaller than a layer: the layer's tensors go in buckets of whole
+                # tensors (workload.buckets), and the layer waits for the last
+                k = bucket_count(1, tuple(t * width for t in self.layer_tensors_el), (), bucket)
+                for _ in range(n_layers):
+                    for _ in range(k):
+                        last = gather(layer_bytes / k, "param all_gather")
+                    jobs.append(last)
+            else:
+                for first in range(0, n_layers, per_bucket):
+                    count = min(per_bucket, n_layers - first)
+                    jobs += [gather(layer_bytes * count, "param all_gather")] * count
             prefetched[chunk] = jobs
         if stage == self.p - 1 and self.head_params > 0:
             own["head"] = gather(self.head_params * width, "param all_gather")

@@ -5,7 +5,6 @@ the rank process that runs the pipeline schedule is in :mod:`simulator.engine.si
 
 from __future__ import annotations
 
-import math
 from collections.abc import Generator
 from typing import Any
 
@@ -17,11 +16,10 @@ from ..config.software import on
 from ..network.collectives import choose
 from ..network.flows import FlowNetwork
 from ..network.topology import Layout, Topology
+from ..workload.buckets import layer_tensors
 from ..workload.comm import (
     gather_bytes_per_param,
-    grad_bucket_bytes,
     grad_bytes_per_param,
-    grad_wire_bytes_per_param,
     tied_embedding_bytes,
 )
 from ..workload.memory import bytes_per_param, layer_params_per_rank, shard_group
@@ -142,6 +140,8 @@ class SimulationBase(Tracing, LinkSharing):
         self._analytic = self._analytic_groups()
         pb = param_breakdown(rs.model, rs.training.seq_len)
         self.layer_params = layer_params_per_rank(rs)
+        # the same, as the tensors DP buckets are filled with (workload.buckets), elements
+        self.layer_tensors_el = layer_tensors(rs)
         # Parameters outside the layers: the embedding (first stage), whose backward runs last,
         # and the output layer and final norm (last stage), whose backward runs first.
         self.emb_params = pb.embedding / rs.tp + pb.positions
@@ -305,14 +305,6 @@ class SimulationBase(Tracing, LinkSharing):
             return None
         t, c, d, _ = self.lay.coords(rank)
         return self.lay.rank(t, c, d, self.p - 1 - stage)
-
-    def _grad_buckets(self, stage: int) -> tuple[float, int]:
-        """Gradient bytes one rank of ``stage`` reduces after its backward passes, and the
-        number of equal buckets they go in."""
-        grad_b = grad_wire_bytes_per_param(self.rs)
-        own = self.extra_params.get(stage, 0.0) * grad_b
-        total = sum(self._chunk_layers[stage]) * self.layer_params * grad_b + own
-        return total, max(1, math.ceil(total / grad_bucket_bytes(self.rs, grad_b, stage)))
 
     def _split_chunks(self) -> dict[int, list[int]]:
         return {s: self.rs.chunk_layers(s) for s in range(self.p)}

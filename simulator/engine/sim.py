@@ -18,11 +18,11 @@ categories = wall time.
 from __future__ import annotations
 
 import gc
-import math
 from collections.abc import Generator
 from functools import partial
 
 from ..config.scenario import ResolvedScenario
+from ..workload.buckets import FULL, bucket_count
 from ..workload.comm import (
     grad_bucket_bytes,
     grad_bytes_per_param,
@@ -88,11 +88,14 @@ class Simulation(PassRunner):
                 job = collective(rep_ep, "all_reduce", shard, label)
                 dp_jobs.append(self._submit(rank, "dp", job))
 
+        layer_grads = tuple(t * grad_b for t in self.layer_tensors_el)
+
         def add_grads(nbytes: float, ch: int) -> None:
-            """Gradients ready for the overlapped reduction, launched a bucket at a time."""
+            """A tensor's gradients ready for the overlapped reduction: buckets fill with whole
+            tensors and go out when full (workload.buckets)."""
             nonlocal pending_grads
             pending_grads += nbytes
-            if pending_grads >= targets[ch]:
+            if pending_grads >= targets[ch] * FULL:
                 launch_dp(pending_grads)
                 pending_grads = 0.0
 
@@ -157,7 +160,8 @@ class Simulation(PassRunner):
                 if dp_on and self.ov.dp_grad and (grads_every_mb or mb == last_b[ch]):
 
                     def after(i: int, ch: int = ch) -> None:
-                        add_grads(self.layer_params * grad_b, ch)
+                        for t in layer_grads:
+                            add_grads(t, ch)
 
                 bwd = self.p_bwd_sync if sync else self.p_bwd
                 yield from layer_pass(bwd, layers, before, after, "bwd")
@@ -172,7 +176,8 @@ class Simulation(PassRunner):
                         self.head_params if stage == self.p - 1 and ch == self.v - 1 else 0.0
                     )
                     nbytes = (layers * self.layer_params + own) * grad_b
-                    n = max(1, math.ceil(nbytes / targets[ch]))
+                    ends = self._end_tensors(stage, grad_b, ch)
+                    n = bucket_count(layers, layer_grads, ends, targets[ch])
                     t0 = env.now
                     for _ in range(n):
                         launch_dp(nbytes / n)

@@ -10,6 +10,7 @@ import math
 from dataclasses import dataclass
 
 from ..config.scenario import ResolvedScenario
+from .buckets import bucket_count, layer_tensors
 from .memory import gather_bytes_per_param, layer_params_per_rank, shard_group, stage_params
 from .model import param_breakdown
 from .ops import (
@@ -114,16 +115,27 @@ def gather_buckets(rs: ResolvedScenario, params: float, stage: int = 0) -> tuple
     width = gather_bytes_per_param(rs)
     total = params * width
     bucket = grad_bucket_bytes(rs, width, stage)
-    n = 1 if math.isinf(bucket) else max(1, math.ceil(total / bucket))
+    n = _count(rs, stage, total, width, bucket)
     return total / n, n
+
+
+def _count(rs: ResolvedScenario, stage: int, total: float, width: float, bucket: float) -> int:
+    """Buckets of ``total`` bytes of a stage's parameters (or gradients) ``width`` bytes each,
+    filled with whole tensors (:mod:`.buckets`); what is not in the layers is one tensor."""
+    layers = rs.stage_layers()[stage]
+    tensors = tuple(t * width for t in layer_tensors(rs))
+    extra = max(0.0, total - layers * sum(tensors))
+    # the embedding (first stage) and the output layer (last stage) go as a tensor each
+    ends = (stage == 0) + (stage == rs.pp - 1)
+    return bucket_count(layers, tensors, (extra / ends,) * ends if ends else (), bucket)
 
 
 def dp_buckets(rs: ResolvedScenario, stage: int = 0) -> tuple[float, int]:
     """One rank's DP reduction (over DP×CP) as equal gradient buckets: (bytes each, count).
     Counted, not listed: a tiny bucket size makes millions of them."""
-    total = stage_params(rs, stage) * grad_wire_bytes_per_param(rs)
-    bucket = grad_bucket_bytes(rs, grad_wire_bytes_per_param(rs), stage)
-    n = max(1, math.ceil(total / bucket))
+    width = grad_wire_bytes_per_param(rs)
+    total = stage_params(rs, stage) * width
+    n = _count(rs, stage, total, width, grad_bucket_bytes(rs, width, stage))
     return total / n, n
 
 
