@@ -304,8 +304,13 @@ def main(argv: list[str] | None = None) -> int:
         rows += goals.default_and_cold_rows(args.repeat)
         if not args.skip_full:
             rows += goals.full_rows(min(args.full_repeat, 2), (256, 1024, 4096), 1024, bare_rate)
-        if args.full_16k:
-            rows += goals.sixteen_k_rows()
+    if args.full_16k:
+        import engine_goals as goals
+
+        rows += goals.sixteen_k_rows()
+    if not rows:
+        print("nothing to measure: every part was skipped")
+        return 0
 
     w0 = max(len(r[0]) for r in rows)
     w1 = max(len(r[1]) for r in rows)
