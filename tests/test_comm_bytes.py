@@ -9,7 +9,7 @@ from conftest import REPO, resolve_inline
 
 from simulator.config.loading import resolve_dict
 from simulator.workload.buckets import layer_tensors
-from simulator.workload.comm import dp_bucket_bytes, step_comm
+from simulator.workload.comm import dp_bucket_bytes, gather_buckets, step_comm
 from simulator.workload.memory import stage_params
 from simulator.workload.model import param_breakdown
 
@@ -95,7 +95,10 @@ def test_zero3_gathers_weights_every_microbatch() -> None:
     assert gathers[0].calls == 2 * rs.micro_batches
     z1 = resolve_inline("llama3-8b", global_batch=32, sharding={"kind": "zero", "stage": 1})
     g1 = [it for it in _comm(z1, group="dp") if it.op == "all_gather"]
-    assert g1[0].calls == 1
+    # ZeRO-1 gathers once a step, in its gradient buckets
+    each, n = gather_buckets(z1, stage_params(z1, 0), 0)
+    assert g1[0].calls == n and g1[0].bytes == pytest.approx(each)
+    assert g1[0].bytes * g1[0].calls == pytest.approx(stage_params(z1, 0) * 2)
     rs_ops = {it.op for it in _comm(z1, group="dp")}
     assert rs_ops == {"reduce_scatter", "all_gather"}
 

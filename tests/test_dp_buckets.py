@@ -205,8 +205,8 @@ def test_turning_overlap_off_never_makes_a_step_faster(sharding: dict, knob: str
 def test_buckets_hold_whole_tensors() -> None:
     """DDP, Megatron-Core and DeepSpeed close a bucket at the first tensor that fills it and
     never split one: a tensor larger than the bucket goes alone, so the collectives never
-    outnumber the tensors; buckets larger than a layer hold whole layers."""
-    from simulator.workload.buckets import bucket_count, fill, layer_tensors
+    outnumber the tensors."""
+    from simulator.workload.buckets import chunk_bucket_count, fill, layer_tensors
     from simulator.workload.memory import layer_params_per_rank
 
     assert fill([3.0, 1.0, 1.0, 5.0, 1.0], 2.0) == [3.0, 2.0, 5.0, 1.0]
@@ -215,15 +215,68 @@ def test_buckets_hold_whole_tensors() -> None:
     tensors = layer_tensors(rs)
     assert len(tensors) == 4
     assert sum(tensors) == pytest.approx(layer_params_per_rank(rs))
-    b = tuple(2.0 * t for t in tensors)  # bytes of 16-bit gradients
-    layer = sum(b)
-    assert bucket_count(32, b, (), 1e3) == 32 * 4  # 1 kB: one tensor a bucket
-    assert bucket_count(32, b, (5e6, 7e6), 1e3) == 32 * 4 + 2
-    assert bucket_count(32, b, (), 3 * layer) == 11  # whole layers: ceil(32 / 3)
-    assert bucket_count(32, b, (), float("inf")) == 1
-    mid = bucket_count(32, b, (), layer / 2)
-    assert 32 < mid < 32 * 4
-    assert mid == len(fill([t for _ in range(32) for t in b], layer / 2))
+    layer = 2.0 * sum(tensors)  # bytes of 16-bit gradients
+    layers = rs.model.layers
+
+    def count(cap: float) -> int:
+        return chunk_bucket_count(rs, 0, 0, 2.0, cap)
+
+    assert count(1e3) == layers * 4 + 2  # 1 kB: every tensor alone, embedding and head too
+    assert count(float("inf")) == 1
+    assert count(layer) == layers + 2  # a layer a bucket; the embedding and head alone
+    counts = [count(layer * k) for k in (0.3, 0.5, 1.0, 1.5, 2.5, 4.0, 16.0)]
+    assert counts == sorted(counts, reverse=True)  # a larger bucket never makes more
+
+
+LAYOUTS = [
+    ("megatron-core", {"kind": "zero", "stage": 1}, 2, 1, None),
+    ("megatron-core", {"kind": "zero", "stage": 1}, 2, 2, None),
+    ("megatron-core", {"kind": "zero", "stage": 1}, 2, 2, 15.0),
+    ("pytorch-eager", {"kind": "zero", "stage": 0}, 1, 1, None),
+    ("pytorch-eager", {"kind": "zero", "stage": 0}, 2, 1, 10.0),
+    ("pytorch-eager", {"kind": "zero", "stage": 0}, 2, 1, 10000.0),
+    ("deepspeed", {"kind": "zero", "stage": 2}, 1, 1, 40.0),
+    ("deepspeed", {"kind": "zero", "stage": 2}, 1, 1, 10000.0),
+    ("deepspeed", {"kind": "zero", "stage": 1}, 1, 1, 0.001),
+]
+
+
+@pytest.mark.parametrize("overlap", [True, False])
+@pytest.mark.parametrize(("software", "sharding", "pp", "v", "bucket_mb"), LAYOUTS)
+def test_the_engine_launches_the_buckets_the_step_summary_counts(
+    software: str, sharding: dict, pp: int, v: int, bucket_mb: float | None, overlap: bool
+) -> None:
+    """Per stage, the DP reductions and ZeRO-1/2 parameter gathers the event engine launches
+    are the buckets `dp_buckets` and `gather_buckets` count (and `check` reports), with
+    overlap and without."""
+    from simulator.engine.sim import run_engine
+    from simulator.workload.comm import step_comm
+
+    data = inline_scenario(
+        {"name": "m", "layers": 8, "hidden": 1024, "heads": 16, "vocab": 32000},
+        nodes=1,
+        gpus_per_node=8,
+        global_batch=8 * pp,
+        pp=pp,
+        sharding=sharding,
+    )
+    data["software"] = software
+    par = data["parallelism"]
+    if v > 1:
+        par["pp_schedule"] = {"kind": "interleaved", "virtual_stages": v}
+    if bucket_mb is not None:
+        par["dp_bucket_mb"] = bucket_mb
+    par["overlap"] = {"dp_grad": overlap, "param_gather": overlap}
+    rs = resolve_dict(data)
+    trace = run_engine(rs, trace=True).trace or []
+    for stage in range(rs.pp):
+        names = [e["name"] for e in trace if e.get("ph") == "X" and e.get("pid") == stage + 1]
+        reduces = sum(n.startswith(("all_reduce ", "reduce_scatter ")) for n in names)
+        gathers = sum(n == "param all_gather" for n in names)
+        want = {(it.op, it.phase): it.calls for it in step_comm(rs, stage) if it.group == "dp"}
+        coll = "all_reduce" if rs.zero_stage == 0 or rs.grads_all_reduced else "reduce_scatter"
+        assert reduces == want[(coll, "backward")], (stage, names)
+        assert gathers == want.get(("all_gather", "step"), 0), (stage, names)
 
 
 def test_a_bucket_below_a_layer_sends_a_collective_per_filled_bucket() -> None:

@@ -5,14 +5,13 @@ these is :class:`simulator.engine.sim.Simulation`."""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Generator
 from typing import Any
 
 import simpy
 from simpy.events import Timeout
 
-from ..workload.buckets import bucket_count
+from ..workload.buckets import chunk_bucket_count, gather_groups
 from ..workload.comm import (
     gather_buckets,
     gather_bytes_per_param,
@@ -190,25 +189,17 @@ class PassRunner(SimulationBase):
 
     def _grad_buckets(self, stage: int) -> tuple[float, int]:
         """Gradient bytes one rank of ``stage`` reduces after its backward passes, and the
-        number of equal buckets they go in."""
+        number of equal buckets they go in (each chunk filling its own with whole tensors)."""
         grad_b = grad_wire_bytes_per_param(self.rs)
         own = self.extra_params.get(stage, 0.0) * grad_b
         total = sum(self._chunk_layers[stage]) * self.layer_params * grad_b + own
-        cap = grad_bucket_bytes(self.rs, grad_b, stage)
-        layers = sum(self._chunk_layers[stage])
-        tensors = tuple(t * grad_b for t in self.layer_tensors_el)
-        return total, bucket_count(layers, tensors, self._end_tensors(stage, grad_b), cap)
-
-    def _end_tensors(self, stage: int, width: float, chunk: int | None = None) -> tuple[float, ...]:
-        """The embedding's and the output layer's gradients on ``stage`` (of ``chunk`` when
-        given: the first chunk holds the embedding, the last the output layer), bytes."""
-        out = []
-        if stage == 0 and (chunk is None or chunk == 0) and self.emb_params > 0:
-            out.append(self.emb_params * width)
-        last = chunk is None or chunk == self.v - 1
-        if stage == self.p - 1 and last and self.head_params > 0:
-            out.append(self.head_params * width)
-        return tuple(out)
+        n = sum(
+            chunk_bucket_count(
+                self.rs, stage, c, grad_b, grad_bucket_bytes(self.rs, grad_b, stage, c)
+            )
+            for c in range(self.v)
+        )
+        return total, max(1, n)
 
     def _prefetch_params(
         self, stage: int, gather: Callable[[float, str], Job], dp_on: bool
@@ -224,28 +215,15 @@ class PassRunner(SimulationBase):
         if not (dp_on and self.z in (1, 2) and self.ov.param_gather):
             return prefetched, own
         width = gather_bytes_per_param(self.rs)
-        layer_bytes = self.layer_params * width
         if stage == 0 and self.emb_params > 0:
             own["embedding"] = gather(self.emb_params * width, "param all_gather")
         for chunk in range(self.v):
-            n_layers = self._chunk_layers[stage][chunk]
-            # the distributed optimizer gathers parameters in its gradient buckets
+            # the distributed optimizer gathers parameters in its gradient buckets; a layer
+            # waits for the last of those holding its tensors
             bucket = grad_bucket_bytes(self.rs, width, stage, chunk)
-            per_bucket = n_layers if math.isinf(bucket) else int(bucket // layer_bytes)
-            jobs: list[Job] = []
-            if per_bucket < 1:
-                # a bucket smaller than a layer: the layer's tensors go in buckets of whole
-                # tensors (workload.buckets), and the layer waits for the last
-                k = bucket_count(1, tuple(t * width for t in self.layer_tensors_el), (), bucket)
-                for _ in range(n_layers):
-                    for _ in range(k):
-                        last = gather(layer_bytes / k, "param all_gather")
-                    jobs.append(last)
-            else:
-                for first in range(0, n_layers, per_bucket):
-                    count = min(per_bucket, n_layers - first)
-                    jobs += [gather(layer_bytes * count, "param all_gather")] * count
-            prefetched[chunk] = jobs
+            sizes, waits = gather_groups(self.rs, stage, chunk, width, bucket)
+            jobs = [gather(size, "param all_gather") for size in sizes]
+            prefetched[chunk] = [jobs[w] for w in waits]
         if stage == self.p - 1 and self.head_params > 0:
             own["head"] = gather(self.head_params * width, "param all_gather")
         return prefetched, own

@@ -22,7 +22,7 @@ from collections.abc import Generator
 from functools import partial
 
 from ..config.scenario import ResolvedScenario
-from ..workload.buckets import FULL, bucket_count
+from ..workload.buckets import FULL, chunk_bucket_count
 from ..workload.comm import (
     grad_bucket_bytes,
     grad_bytes_per_param,
@@ -148,7 +148,7 @@ class Simulation(PassRunner):
                 if stage == self.p - 1 and ch == self.v - 1:
                     head_b = self.p_head_b_sync if sync else self.p_head_b
                     yield from run_items(head_b, 1, "head_bwd")
-                    if sync and dp_on and self.ov.dp_grad and not grads_every_mb:
+                    if dp_on and self.ov.dp_grad and (sync or grads_every_mb):
                         # The output layer's gradients are complete first: DDP and Megatron
                         # fill their buckets in reverse parameter order, so they open the
                         # first bucket instead of waiting for the embedding's at the end.
@@ -176,21 +176,23 @@ class Simulation(PassRunner):
                         self.head_params if stage == self.p - 1 and ch == self.v - 1 else 0.0
                     )
                     nbytes = (layers * self.layer_params + own) * grad_b
-                    ends = self._end_tensors(stage, grad_b, ch)
-                    n = bucket_count(layers, layer_grads, ends, targets[ch])
+                    n = max(1, chunk_bucket_count(rs, stage, ch, grad_b, targets[ch]))
                     t0 = env.now
                     for _ in range(n):
                         launch_dp(nbytes / n)
                     yield from self._wait(dp_jobs[-1])
                     mark("comm_dp", t0)
                 if dp_on and self.ov.dp_grad and grads_every_mb:
-                    # The embedding's and output layer's gradients are reduce-scattered every
-                    # micro-batch too, like the layers' (ZeRO-2/3 keep only their shard).
-                    extra = (self.emb_params if stage == 0 and ch == 0 else 0.0) + (
-                        self.head_params if stage == self.p - 1 and ch == self.v - 1 else 0.0
-                    )
-                    if extra > 0:
-                        add_grads(extra * grad_b, ch)
+                    # The embedding's gradients are reduce-scattered every micro-batch too,
+                    # like the layers' and the output layer's (ZeRO-2/3 keep only their shard),
+                    # and what is left in a bucket goes out as the backward ends (DeepSpeed
+                    # flushes its last bucket after each backward): no bucket holds two
+                    # micro-batches' gradients.
+                    if stage == 0 and ch == 0 and self.emb_params > 0:
+                        add_grads(self.emb_params * grad_b, ch)
+                    if pending_grads:
+                        launch_dp(pending_grads)
+                        pending_grads = 0.0
                 elif dp_on and self.ov.dp_grad and ch > 0 and mb == last_b[ch] and pending_grads:
                     # A chunk's buckets hold its own parameters only (one DDP module each): what
                     # is left of a later chunk goes out when its last backward ends; the first

@@ -5,20 +5,23 @@ Megatron-Core's ``_ParamAndGradBuffer`` and DeepSpeed's ZeRO buckets all fill a 
 parameter tensors, in the order backward completes their gradients, and close it at the first
 tensor that takes it to its size: a tensor is never split, so a tensor larger than the bucket
 goes out alone, and a bucket size below one layer's largest tensor makes at most one collective
-per tensor, not one per bucket-size of bytes.
+per tensor, not one per bucket-size of bytes. Each model chunk (interleaved pipelines) is a
+module of its own with its own buckets.
 
 A layer's tensors here are its four weight matrices as Megatron lays them out (fused QKV,
 attention output, fused MLP input, MLP output), sized on one TP rank; norm weights and biases,
-tiny, travel with them, so the four add up to the layer's parameters on the rank.
+tiny, travel with them, so the four add up to the layer's parameters on the rank. Backward
+completes the output layer's first (last chunk of the last stage), then each layer's from its
+MLP output back to its QKV, and the embedding's last (first chunk of the first stage).
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable
 
 from ..config.scenario import ResolvedScenario
 from .memory import layer_params_per_rank
+from .model import param_breakdown
 
 # A bucket closes at its size to within rounding: a layer's tensors, scaled to sum to the
 # layer, must fill a bucket of exactly one layer (FSDP's unit) however the floats fall.
@@ -34,6 +37,16 @@ def layer_tensors(rs: ResolvedScenario) -> tuple[float, ...]:
     raw = (f * h, n_in * h * f, h * h, h * (h + 2 * kv))
     scale = layer_params_per_rank(rs) / sum(raw)
     return tuple(r * scale for r in raw)
+
+
+def end_params(rs: ResolvedScenario) -> tuple[float, float]:
+    """Parameters on one TP rank outside the layers: the embedding (with learned positions) on
+    the first stage, and the output layer (the tied embedding's copy under a pipeline) with the
+    final norm on the last."""
+    pb = param_breakdown(rs.model, rs.training.seq_len)
+    emb = pb.embedding / rs.tp + pb.positions
+    head = (pb.lm_head or (pb.embedding if rs.pp > 1 else 0)) / rs.tp + pb.final_norm
+    return emb, head
 
 
 def fill(tensors: Iterable[float], cap: float) -> list[float]:
@@ -52,20 +65,66 @@ def fill(tensors: Iterable[float], cap: float) -> list[float]:
     return out
 
 
-def bucket_count(
-    layers: int, tensor_bytes: tuple[float, ...], extras: tuple[float, ...], cap: float
+def chunk_tensors(
+    rs: ResolvedScenario, stage: int, chunk: int, width: float, ends: bool = True
+) -> list[float]:
+    """Bytes (``width`` a parameter) of the tensors of model chunk ``chunk`` on ``stage`` in
+    the order backward completes them; without ``ends``, its layers' only."""
+    layers = rs.chunk_layers(stage)[chunk]
+    one = [t * width for t in layer_tensors(rs)]
+    seq = one * layers
+    if ends:
+        emb, head = end_params(rs)
+        if stage == rs.pp - 1 and chunk == rs.parallelism.virtual_stages - 1 and head > 0:
+            seq.insert(0, head * width)
+        if stage == 0 and chunk == 0 and emb > 0:
+            seq.append(emb * width)
+    return seq
+
+
+def chunk_bucket_count(
+    rs: ResolvedScenario, stage: int, chunk: int, width: float, cap: float, ends: bool = True
 ) -> int:
-    """Buckets of a reduction over ``layers`` layers of ``tensor_bytes`` each and the
-    ``extras`` tensors (embedding, output layer): at most one per tensor, counted without
-    listing them where every tensor fills a bucket alone."""
-    if math.isinf(cap):
-        return 1
-    extras = tuple(e for e in extras if e > 0)
-    if cap <= min(tensor_bytes + extras, default=cap):
-        return max(1, layers * len(tensor_bytes) + len(extras))
-    if cap >= sum(tensor_bytes) and cap >= max(extras, default=0.0):
-        # whole layers per bucket: no tensor boundary matters
-        total = layers * sum(tensor_bytes) + sum(extras)
-        return max(1, math.ceil(total / cap - 1e-9))
-    seq = [t for _ in range(layers) for t in tensor_bytes] + list(extras)
+    """Buckets of one chunk's gradients (or parameters) at ``cap`` bytes a bucket."""
+    seq = chunk_tensors(rs, stage, chunk, width, ends)
+    if not seq:
+        return 0
+    if cap <= min(seq):
+        return len(seq)  # every tensor alone
     return len(fill(seq, cap))
+
+
+def gather_groups(
+    rs: ResolvedScenario, stage: int, chunk: int, width: float, cap: float
+) -> tuple[list[float], list[int]]:
+    """A chunk's layer parameters as the buckets a ZeRO-1/2 all-gather moves them in, in
+    forward order (the gradient buckets, gathered from the one backward fills last), and for
+    each layer (forward order) the index of the bucket it waits for: the last to arrive of
+    those holding its tensors."""
+    seq = chunk_tensors(rs, stage, chunk, width, ends=False)
+    per = len(layer_tensors(rs))
+    layers = len(seq) // per if per else 0
+    sizes: list[float] = []
+    last: list[int] = []  # backward position of each bucket's last tensor
+    pending = 0.0
+    for i, t in enumerate(seq):
+        pending += t
+        if pending >= cap * FULL:
+            sizes.append(pending)
+            last.append(i)
+            pending = 0.0
+    if pending > 0.0:
+        sizes.append(pending)
+        last.append(len(seq) - 1)
+    n = len(sizes)
+    # backward position -> backward bucket index
+    owner = []
+    k = 0
+    for i in range(len(seq)):
+        while last[k] < i:
+            k += 1
+        owner.append(k)
+    # forward layer j holds backward positions (layers-1-j)*per .. +per-1; the bucket of the
+    # first of them is gathered last (buckets go out in reverse of their backward order)
+    waits = [n - 1 - owner[(layers - 1 - j) * per] for j in range(layers)]
+    return sizes[::-1], waits

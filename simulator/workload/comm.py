@@ -10,7 +10,7 @@ import math
 from dataclasses import dataclass
 
 from ..config.scenario import ResolvedScenario
-from .buckets import bucket_count, layer_tensors
+from .buckets import chunk_bucket_count, end_params, gather_groups
 from .memory import gather_bytes_per_param, layer_params_per_rank, shard_group, stage_params
 from .model import param_breakdown
 from .ops import (
@@ -111,31 +111,29 @@ def grad_bucket_bytes(rs: ResolvedScenario, width: float, stage: int = 0, chunk:
 
 def gather_buckets(rs: ResolvedScenario, params: float, stage: int = 0) -> tuple[float, int]:
     """ZeRO-1/2's parameter all-gather of ``params`` on ``stage`` in the gradient buckets'
-    sizes (Megatron's distributed optimizer, FSDP's units): (bytes each, count)."""
+    sizes (Megatron's distributed optimizer, FSDP's units), each chunk's layers in its own and
+    the embedding and the output layer each in one: (bytes each, count)."""
     width = gather_bytes_per_param(rs)
-    total = params * width
-    bucket = grad_bucket_bytes(rs, width, stage)
-    n = _count(rs, stage, total, width, bucket)
-    return total / n, n
-
-
-def _count(rs: ResolvedScenario, stage: int, total: float, width: float, bucket: float) -> int:
-    """Buckets of ``total`` bytes of a stage's parameters (or gradients) ``width`` bytes each,
-    filled with whole tensors (:mod:`.buckets`); what is not in the layers is one tensor."""
-    layers = rs.stage_layers()[stage]
-    tensors = tuple(t * width for t in layer_tensors(rs))
-    extra = max(0.0, total - layers * sum(tensors))
-    # the embedding (first stage) and the output layer (last stage) go as a tensor each
-    ends = (stage == 0) + (stage == rs.pp - 1)
-    return bucket_count(layers, tensors, (extra / ends,) * ends if ends else (), bucket)
+    n = sum(
+        len(gather_groups(rs, stage, c, width, grad_bucket_bytes(rs, width, stage, c))[0])
+        for c in range(rs.parallelism.virtual_stages)
+    )
+    emb, head = end_params(rs)
+    n += (stage == 0 and emb > 0) + (stage == rs.pp - 1 and head > 0)
+    n = max(1, n)
+    return params * width / n, n
 
 
 def dp_buckets(rs: ResolvedScenario, stage: int = 0) -> tuple[float, int]:
-    """One rank's DP reduction (over DP×CP) as equal gradient buckets: (bytes each, count).
-    Counted, not listed: a tiny bucket size makes millions of them."""
+    """One rank's DP reduction (over DP×CP) as equal gradient buckets: (bytes each, count),
+    each model chunk filling its own buckets with whole tensors (:mod:`.buckets`)."""
     width = grad_wire_bytes_per_param(rs)
     total = stage_params(rs, stage) * width
-    n = _count(rs, stage, total, width, grad_bucket_bytes(rs, width, stage))
+    n = sum(
+        chunk_bucket_count(rs, stage, c, width, grad_bucket_bytes(rs, width, stage, c))
+        for c in range(rs.parallelism.virtual_stages)
+    )
+    n = max(1, n)
     return total / n, n
 
 
@@ -206,17 +204,12 @@ def step_comm(rs: ResolvedScenario, stage: int = 0) -> list[CommItem]:
                         "backward",
                     )
                 )
-            gathers = 1.0 if z < 3 else 2.0 * m  # ZeRO-3: before forward and before backward
-            items.append(
-                CommItem(
-                    "dp",
-                    "all_gather",
-                    params * gather_bytes_per_param(rs),
-                    gathers,
-                    n,
-                    "step" if z < 3 else "forward+backward",
-                )
-            )
+            if z < 3:  # once a step, in the gradient buckets
+                each, gathers = gather_buckets(rs, params, stage)
+                items.append(CommItem("dp", "all_gather", each, gathers, n, "step"))
+            else:  # ZeRO-3: before forward and before backward
+                each = params * gather_bytes_per_param(rs)
+                items.append(CommItem("dp", "all_gather", each, 2.0 * m, n, "forward+backward"))
     tied = tied_embedding_bytes(rs)
     if tied > 0 and stage in (0, rs.pp - 1):
         items.append(CommItem("embedding", "all_reduce", tied, 1, 2, "step"))
