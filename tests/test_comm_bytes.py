@@ -8,7 +8,7 @@ import pytest
 from conftest import REPO, resolve_inline
 
 from simulator.config.loading import resolve_dict
-from simulator.workload.buckets import layer_tensors
+from simulator.workload.buckets import end_params, layer_tensors
 from simulator.workload.comm import dp_bucket_bytes, gather_buckets, step_comm
 from simulator.workload.memory import stage_params
 from simulator.workload.model import param_breakdown
@@ -90,9 +90,12 @@ def test_dp_gradient_bytes() -> None:
 def test_zero3_gathers_weights_every_microbatch() -> None:
     rs = resolve_inline("llama3-8b", global_batch=32, sharding={"kind": "zero", "stage": 3})
     gathers = [it for it in _comm(rs, group="dp") if it.op == "all_gather"]
-    assert len(gathers) == 1
-    assert gathers[0].bytes == pytest.approx(stage_params(rs, 0) * 2)
-    assert gathers[0].calls == 2 * rs.micro_batches
+    # the layers before each forward and each backward; the root unit (embedding and output
+    # layer), kept through the backward, once a micro-batch
+    layers, root = gathers
+    assert layers.calls == 2 * rs.micro_batches and root.calls == rs.micro_batches
+    assert layers.bytes + root.bytes == pytest.approx(stage_params(rs, 0) * 2)
+    assert root.bytes == pytest.approx(2 * sum(end_params(rs)))
     z1 = resolve_inline("llama3-8b", global_batch=32, sharding={"kind": "zero", "stage": 1})
     g1 = [it for it in _comm(z1, group="dp") if it.op == "all_gather"]
     # ZeRO-1 gathers once a step, in its gradient buckets

@@ -307,3 +307,30 @@ def test_a_bucket_below_a_layer_sends_a_collective_per_filled_bucket() -> None:
     sym = simulate(rs, scaling=False).metrics.step_time_s  # type: ignore[arg-type]
     full = simulate(rs, full=True, scaling=False).metrics.step_time_s  # type: ignore[arg-type]
     assert sym == pytest.approx(full, rel=1e-9)
+
+
+@pytest.mark.parametrize("pp", [1, 2])
+def test_fsdp_gathers_its_root_unit_once_a_micro_batch(pp: int) -> None:
+    """ZeRO-3/FSDP shard the embedding and the output layer too: the root unit holding them is
+    gathered once a micro-batch before the layers' forward and kept through the backward (the
+    layers twice), as the engine launches and the step summary counts."""
+    from simulator.engine.sim import run_engine
+    from simulator.workload.comm import step_comm
+
+    data = inline_scenario(
+        {"name": "m", "layers": 8, "hidden": 1024, "heads": 16, "vocab": 32000},
+        gpus_per_node=8,
+        global_batch=4 * 8 // pp,
+        pp=pp,
+        sharding={"kind": "fsdp", "strategy": "full_shard"},
+    )
+    data["software"] = "pytorch-fsdp"
+    rs = resolve_dict(data)
+    trace = run_engine(rs, trace=True).trace or []
+    for stage in range(pp):
+        names = [e["name"] for e in trace if e.get("ph") == "X" and e.get("pid") == stage + 1]
+        comm = step_comm(rs, stage)
+        root = [it for it in comm if it.op == "all_gather" and it.phase == "forward"]
+        assert sum(n == "root all_gather" for n in names) == root[0].calls == rs.micro_batches
+        layer_gathers = sum(n == "layer all_gather" for n in names)
+        assert layer_gathers == 2 * rs.micro_batches * rs.stage_layers()[stage]

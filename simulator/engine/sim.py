@@ -29,7 +29,11 @@ from ..workload.comm import (
     grad_wire_bytes_per_param,
     pp_message_bytes,
 )
-from ..workload.memory import buffer_bytes_per_param, optimizer_bytes_per_param
+from ..workload.memory import (
+    buffer_bytes_per_param,
+    gather_bytes_per_param,
+    optimizer_bytes_per_param,
+)
 from .comm import Job
 from .passes import PassRunner
 from .results import BUSY, CATEGORIES, STREAMS, EngineResult, RankResult
@@ -89,6 +93,7 @@ class Simulation(PassRunner):
                 dp_jobs.append(self._submit(rank, "dp", job))
 
         layer_grads = tuple(t * grad_b for t in self.layer_tensors_el)
+        gw = gather_bytes_per_param(rs)
 
         def add_grads(nbytes: float, ch: int) -> None:
             """A tensor's gradients ready for the overlapped reduction: buckets fill with whole
@@ -131,6 +136,20 @@ class Simulation(PassRunner):
             # 2. the pass itself
             sync = kind == "B" and mb == last_b[ch]  # this chunk's gradients are complete
             if kind == "F":
+                if dp_on and self.z >= 3:
+                    # ZeRO-3/FSDP shard the embedding and the output layer too: the root unit
+                    # that holds them is gathered as each micro-batch's forward begins, ahead
+                    # of the layers', and kept through its backward (FSDP does not reshard
+                    # the root after forward).
+                    first = stage == 0 and ch == 0
+                    last = stage == self.p - 1 and ch == self.v - 1
+                    root = (self.emb_params if first else 0.0) + (self.head_params if last else 0.0)
+                    if root > 0:
+                        job = gather(root * gw, "root all_gather")
+                        if first:
+                            own_gather["embedding"] = job
+                        if last:
+                            own_gather["head"] = job
                 if stage == 0 and ch == 0:
                     yield from self._await_gather(rank, own_gather, "embedding")
                     yield from run_items(self.p_emb_f, 1, "embedding")

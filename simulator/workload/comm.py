@@ -207,9 +207,15 @@ def step_comm(rs: ResolvedScenario, stage: int = 0) -> list[CommItem]:
             if z < 3:  # once a step, in the gradient buckets
                 each, gathers = gather_buckets(rs, params, stage)
                 items.append(CommItem("dp", "all_gather", each, gathers, n, "step"))
-            else:  # ZeRO-3: before forward and before backward
-                each = params * gather_bytes_per_param(rs)
-                items.append(CommItem("dp", "all_gather", each, 2.0 * m, n, "forward+backward"))
+            else:  # ZeRO-3: each layer before forward and before backward; the root unit
+                # (embedding, output layer) once a micro-batch, kept through its backward
+                emb, head = end_params(rs)
+                ends = (emb if stage == 0 else 0.0) + (head if stage == rs.pp - 1 else 0.0)
+                width = gather_bytes_per_param(rs)
+                layers_b = (params - ends) * width
+                items.append(CommItem("dp", "all_gather", layers_b, 2.0 * m, n, "forward+backward"))
+                if ends > 0:
+                    items.append(CommItem("dp", "all_gather", ends * width, m, n, "forward"))
     tied = tied_embedding_bytes(rs)
     if tied > 0 and stage in (0, rs.pp - 1):
         items.append(CommItem("embedding", "all_reduce", tied, 1, 2, "step"))
