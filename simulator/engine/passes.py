@@ -11,12 +11,12 @@ from typing import Any
 import simpy
 from simpy.events import Timeout
 
-from ..workload.buckets import chunk_bucket_count, gather_groups
+from ..workload.buckets import gather_groups
 from ..workload.comm import (
+    dp_buckets,
     gather_buckets,
     gather_bytes_per_param,
     grad_bucket_bytes,
-    grad_wire_bytes_per_param,
 )
 from .comm import DONE, Job
 from .compute import Program
@@ -189,17 +189,9 @@ class PassRunner(SimulationBase):
 
     def _grad_buckets(self, stage: int) -> tuple[float, int]:
         """Gradient bytes one rank of ``stage`` reduces after its backward passes, and the
-        number of equal buckets they go in (each chunk filling its own with whole tensors)."""
-        grad_b = grad_wire_bytes_per_param(self.rs)
-        own = self.extra_params.get(stage, 0.0) * grad_b
-        total = sum(self._chunk_layers[stage]) * self.layer_params * grad_b + own
-        n = sum(
-            chunk_bucket_count(
-                self.rs, stage, c, grad_b, grad_bucket_bytes(self.rs, grad_b, stage, c)
-            )
-            for c in range(self.v)
-        )
-        return total, max(1, n)
+        number of equal buckets they go in (workload.comm.dp_buckets)."""
+        each, n = dp_buckets(self.rs, stage)
+        return each * n, n
 
     def _prefetch_params(
         self, stage: int, gather: Callable[[float, str], Job], dp_on: bool

@@ -16,14 +16,14 @@ from ..config.software import on
 from ..network.collectives import choose
 from ..network.flows import FlowNetwork
 from ..network.topology import Layout, Topology
-from ..workload.buckets import layer_tensors
+from ..workload.buckets import end_params, layer_tensors
 from ..workload.comm import (
     gather_bytes_per_param,
     grad_bytes_per_param,
     tied_embedding_bytes,
 )
 from ..workload.memory import bytes_per_param, layer_params_per_rank, shard_group
-from ..workload.model import param_breakdown, param_tensors
+from ..workload.model import param_tensors
 from ..workload.ops import (
     Op,
     backward_ops,
@@ -138,16 +138,12 @@ class SimulationBase(Tracing, LinkSharing):
         self._weights = self._symmetric_weights()
         self.comm = Comm(self.env, self.topo, self.net, full, self._link_weights)
         self._analytic = self._analytic_groups()
-        pb = param_breakdown(rs.model, rs.training.seq_len)
         self.layer_params = layer_params_per_rank(rs)
         # the same, as the tensors DP buckets are filled with (workload.buckets), elements
         self.layer_tensors_el = layer_tensors(rs)
         # Parameters outside the layers: the embedding (first stage), whose backward runs last,
         # and the output layer and final norm (last stage), whose backward runs first.
-        self.emb_params = pb.embedding / rs.tp + pb.positions
-        self.head_params = (pb.lm_head or (pb.embedding if rs.pp > 1 else 0)) / rs.tp + (
-            pb.final_norm
-        )
+        self.emb_params, self.head_params = end_params(rs)
         self.extra_params = {
             s: (self.emb_params if s == 0 else 0.0) + (self.head_params if s == rs.pp - 1 else 0.0)
             for s in range(rs.pp)

@@ -22,7 +22,7 @@ from collections.abc import Generator
 from functools import partial
 
 from ..config.scenario import ResolvedScenario
-from ..workload.buckets import FULL, chunk_bucket_count
+from ..workload.buckets import FULL, chunk_bucket_count, chunk_tensors
 from ..workload.comm import (
     grad_bucket_bytes,
     grad_bytes_per_param,
@@ -191,10 +191,7 @@ class Simulation(PassRunner):
                     # ZeRO-2/3 keep only their shard, so without overlap each micro-batch's
                     # gradients are reduced as its backward ends (DeepSpeed without
                     # overlap_comm, on the compute stream), before the next pass: exposed.
-                    own = (self.emb_params if stage == 0 and ch == 0 else 0.0) + (
-                        self.head_params if stage == self.p - 1 and ch == self.v - 1 else 0.0
-                    )
-                    nbytes = (layers * self.layer_params + own) * grad_b
+                    nbytes = sum(chunk_tensors(rs, stage, ch, grad_b))
                     n = max(1, chunk_bucket_count(rs, stage, ch, grad_b, targets[ch]))
                     t0 = env.now
                     for _ in range(n):

@@ -49,20 +49,26 @@ def end_params(rs: ResolvedScenario) -> tuple[float, float]:
     return emb, head
 
 
-def fill(tensors: Iterable[float], cap: float) -> list[float]:
-    """The buckets ``tensors`` (bytes, in order) fill at ``cap`` bytes a bucket: each closes at
-    the first tensor that takes it to ``cap``; what is left at the end is a last bucket. An
-    infinite cap is one bucket of everything."""
-    out: list[float] = []
+def _closes(tensors: list[float], cap: float) -> list[tuple[float, int]]:
+    """Each bucket ``tensors`` (bytes, in order) fill at ``cap`` bytes a bucket, with the
+    position of its last tensor: a bucket closes at the first tensor that takes it to ``cap``;
+    what is left at the end is a last bucket."""
+    out: list[tuple[float, int]] = []
     pending = 0.0
-    for t in tensors:
+    for i, t in enumerate(tensors):
         pending += t
         if pending >= cap * FULL:
-            out.append(pending)
+            out.append((pending, i))
             pending = 0.0
-    if pending > 0.0 or not out:
-        out.append(pending)
+    if pending > 0.0:
+        out.append((pending, len(tensors) - 1))
     return out
+
+
+def fill(tensors: Iterable[float], cap: float) -> list[float]:
+    """The buckets ``tensors`` (bytes, in order) fill at ``cap`` bytes a bucket (an infinite cap
+    is one bucket of everything)."""
+    return [size for size, _ in _closes(list(tensors), cap)] or [0.0]
 
 
 def chunk_tensors(
@@ -104,27 +110,16 @@ def gather_groups(
     seq = chunk_tensors(rs, stage, chunk, width, ends=False)
     per = len(layer_tensors(rs))
     layers = len(seq) // per if per else 0
-    sizes: list[float] = []
-    last: list[int] = []  # backward position of each bucket's last tensor
-    pending = 0.0
-    for i, t in enumerate(seq):
-        pending += t
-        if pending >= cap * FULL:
-            sizes.append(pending)
-            last.append(i)
-            pending = 0.0
-    if pending > 0.0:
-        sizes.append(pending)
-        last.append(len(seq) - 1)
-    n = len(sizes)
+    closes = _closes(seq, cap)
+    n = len(closes)
     # backward position -> backward bucket index
     owner = []
     k = 0
     for i in range(len(seq)):
-        while last[k] < i:
+        while closes[k][1] < i:
             k += 1
         owner.append(k)
     # forward layer j holds backward positions (layers-1-j)*per .. +per-1; the bucket of the
     # first of them is gathered last (buckets go out in reverse of their backward order)
     waits = [n - 1 - owner[(layers - 1 - j) * per] for j in range(layers)]
-    return sizes[::-1], waits
+    return [size for size, _ in reversed(closes)], waits
