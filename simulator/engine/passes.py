@@ -1,7 +1,8 @@
 """Running a rank's per-pass programs: compute spans, collectives on the compute stream, the
 analytic shortcut for a pass whose TP has its links to itself, and layer-by-layer passes with
-the hooks that wait for parameters and launch gradient buckets. The pipeline schedule that calls
-these is :class:`simulator.engine.sim.Simulation`."""
+the hooks that wait for parameters and launch gradient buckets; the sends between pipeline
+stages and the DP buckets and gathers around the passes. The pipeline schedule that calls these
+is :class:`simulator.engine.sim.Simulation`."""
 
 from __future__ import annotations
 
@@ -186,6 +187,47 @@ class PassRunner(SimulationBase):
                 yield from self.run_items(rank, prog, 1, name)
             if hook_after is not None:
                 hook_after(i)
+
+    def _await_gather(self, rank: int, gathers: dict[str, Job], name: str) -> Generator:
+        """Before the first pass that uses them: wait for the gathered parameters ``name``
+        (the embedding's or the output layer's), charged as exposed DP communication."""
+        job = gathers.pop(name, None)
+        if job is not None and not job.done:
+            t0 = self.env.now
+            yield from self._wait(job)
+            self.results[rank].acc["comm_dp"] += self.env.now - t0
+
+    def _recv_key(self, kind: str, mb: int, chunk: int, rank: int) -> tuple:
+        if self.full:
+            return (kind, mb, chunk, rank)
+        return (kind, mb, chunk, self.lay.coords(rank)[3])
+
+    def _send(
+        self, rank: int, kind: str, mb: int, chunk: int, dst_stage: int, block: int, size: float
+    ) -> Job:
+        t, c, d, _ = self.lay.coords(rank)
+        dst = self.lay.rank(t, c, d, dst_stage)
+        key = self._recv_key(kind, mb, chunk, dst)
+        stream = "pp-fwd" if kind == "F" else "pp-bwd"
+        sent_at = self._sent_at
+        env = self.env
+
+        def started() -> None:
+            sent_at[key] = env.now
+
+        def delivered() -> None:
+            ev = self._recv.pop(key, None)
+            if ev is None:
+                self._arrived.add(key)
+            else:
+                ev.succeed()
+
+        # With model chunks, the pass it feeds (as the passes are named: micro-batch.chunk).
+        what = f"{kind}{mb}.{chunk}" if self.v > 1 else f"{kind}{mb}"
+        label = lambda: f"send {what} → stage {dst_stage}"  # noqa: E731
+        return self._submit(
+            rank, stream, self.comm.send(rank, dst, size, started, delivered, label)
+        )
 
     def _grad_buckets(self, stage: int) -> tuple[float, int]:
         """Gradient bytes one rank of ``stage`` reduces after its backward passes, and the

@@ -296,47 +296,6 @@ class Simulation(PassRunner):
         nbytes = shard_params * optimizer_bytes_per_param(self.rs)
         return self.timer.optimizer_time(nbytes + params * buffer_bytes_per_param(self.rs), tensors)
 
-    def _await_gather(self, rank: int, gathers: dict[str, Job], name: str) -> Generator:
-        """Before the first pass that uses them: wait for the gathered parameters ``name``
-        (the embedding's or the output layer's), charged as exposed DP communication."""
-        job = gathers.pop(name, None)
-        if job is not None and not job.done:
-            t0 = self.env.now
-            yield from self._wait(job)
-            self.results[rank].acc["comm_dp"] += self.env.now - t0
-
-    def _recv_key(self, kind: str, mb: int, chunk: int, rank: int) -> tuple:
-        if self.full:
-            return (kind, mb, chunk, rank)
-        return (kind, mb, chunk, self.lay.coords(rank)[3])
-
-    def _send(
-        self, rank: int, kind: str, mb: int, chunk: int, dst_stage: int, block: int, size: float
-    ) -> Job:
-        t, c, d, _ = self.lay.coords(rank)
-        dst = self.lay.rank(t, c, d, dst_stage)
-        key = self._recv_key(kind, mb, chunk, dst)
-        stream = "pp-fwd" if kind == "F" else "pp-bwd"
-        sent_at = self._sent_at
-        env = self.env
-
-        def started() -> None:
-            sent_at[key] = env.now
-
-        def delivered() -> None:
-            ev = self._recv.pop(key, None)
-            if ev is None:
-                self._arrived.add(key)
-            else:
-                ev.succeed()
-
-        # With model chunks, the pass it feeds (as the passes are named: micro-batch.chunk).
-        what = f"{kind}{mb}.{chunk}" if self.v > 1 else f"{kind}{mb}"
-        label = lambda: f"send {what} → stage {dst_stage}"  # noqa: E731
-        return self._submit(
-            rank, stream, self.comm.send(rank, dst, size, started, delivered, label)
-        )
-
     def _stage_class(self, stage: int) -> RankResult:
         """The result that stands for a stage: its representative in symmetric mode; in full
         mode the mean over its ranks (they differ where groups straddle nodes unevenly, or
