@@ -155,6 +155,10 @@ def sweep(
     from .sweep.axis_checks import check_axis_values
 
     check_axis_values(spec, base, spec_file)
+    from .sweep.axis_checks import dropped_by_axes
+
+    for line in dropped_by_axes(spec, base):
+        err.print(f"{safe(spec_file)}: {safe(line)}")
     priced = bool((base.get("cluster") or {}).get("pricing")) or any(
         p == "cluster" or p.startswith("cluster.pricing")
         for i, a in enumerate(spec.axes)

@@ -70,10 +70,15 @@ def _step_why(a: dict[str, Any], b: dict[str, Any]) -> str:
         # longer step, i.e. it does its work on fewer or slower GPUs, closer to their peak.
         ta, tb = a.get("model_tflops_per_gpu"), b.get("model_tflops_per_gpu")
         ma, mb = a.get("mfu"), b.get("mfu")
-        if ta and tb and ma and mb:
+        if ta and tb and ma and mb and _differs(round(ta / ma), round(tb / mb)):
             return (
                 f"a lower peak to reach ({ta / ma:,.0f} vs {tb / mb:,.0f} TFLOP/s per GPU) "
                 "though the other is as fast or faster in every part of the step"
+            )
+        if ma and mb and f"{ma:.1%}" != f"{mb:.1%}":
+            return (
+                f"{ma:.1%} vs {mb:.1%} MFU: fewer GPU-hours for the same work, though the "
+                "other is as fast or faster in every part of the step"
             )
         return "though the other is as fast or faster in every part of the step"
     return f"{CATEGORY_LABELS.get(key, key)}: {da:.3f} s vs {db:.3f} s per step"

@@ -179,6 +179,7 @@ def simulate(
                 "optimistic: use GPUs per node (and per socket, and nodes per leaf) that the "
                 "group sizes divide (or that divide them)"
             )
+    notes.extend(rs.override_notes)
     notes.extend(rs.sharding_notes())
     notes.extend(replacement_notes(rs.profile_names()))
     if rs.gpu.clock_scale < 1.0:
@@ -208,6 +209,13 @@ def simulate(
     met = compute_metrics(rs, eng)
     if scaling:
         _scaling(rs, met)
+        ref_nodes = (met.scaling_reference or {}).get("nodes", 0)
+        if ref_nodes > rs.nodes:
+            notes.append(
+                f"the scaling reference ({ref_nodes} nodes) is larger than this cluster "
+                f"({rs.nodes}): the efficiency compares per-GPU throughput with a bigger "
+                "layout, so above 100% means this one does more per GPU"
+            )
     run = run_report(rs, met.step_time_s)
     cost = compute_cost(
         rs,

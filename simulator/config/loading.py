@@ -25,7 +25,7 @@ from .hardware import (
 from .layout_checks import check_layout, check_offload, check_pricing, check_stack
 from .parallelism import Overlap
 from .prices import CloudPrice, OwnershipPrice
-from .reading import apply_sets, parse_yaml, read_yaml
+from .reading import apply_sets, parse_yaml, read_yaml, replaced_fields
 from .scenario import ModelPresetRef, ResolvedScenario, Scenario, gathers_once
 from .software import SoftwareProfile
 from .validation import validation_error
@@ -339,9 +339,11 @@ def load_scenario(path: str | Path, sets: list[str] | None = None) -> ResolvedSc
         )
     data = apply_sets(raw, sets or [], file)
     try:
-        return resolve(parse_scenario(data, file), file, data)
+        rs = resolve(parse_scenario(data, file), file, data)
     except UserError as exc:
         raise _blame_set(exc, sets or []) from None
+    dropped = replaced_fields(raw, sets or []) if isinstance(raw, dict) else []
+    return rs.model_copy(update={"override_notes": dropped}) if dropped else rs
 
 
 def _blame_set(exc: UserError, sets: list[str]) -> UserError:

@@ -7,6 +7,7 @@ Every problem becomes one :class:`~simulator.errors.UserError` naming the file (
 from __future__ import annotations
 
 import copy
+import json
 from pathlib import Path
 from typing import Any
 
@@ -86,13 +87,57 @@ def _default_software() -> str:
     return str(Scenario.model_fields["software"].default)
 
 
+def _set_path(item: str) -> str:
+    return item.partition("=")[0].strip()
+
+
+def override_order(sets: list[str]) -> list[str]:
+    """The order ``PATH=VALUE`` overrides apply in: a whole section (a profile named, a
+    mapping) before the fields inside it, so that naming a profile never undoes a field set
+    beside it, whatever the order they were given in; and a ``...kind=`` item before the other
+    fields of its mapping, which it starts afresh when the kind changes. Otherwise as given
+    (the same path twice: the last wins)."""
+
+    def key(item: str) -> tuple[int, bool]:
+        path = _set_path(item)
+        return path.count("."), not path.endswith(".kind")
+
+    return sorted(sets, key=key)
+
+
+def replaced_fields(data: dict[str, Any], sets: list[str]) -> list[str]:
+    """Fields of ``data`` (the scenario as written) that an override replacing their whole
+    section drops: ``--set cluster.gpu=h200`` on a file whose ``cluster.gpu`` also gives
+    ``power_limit_w`` runs the H200 at its own TDP. One line each, saying how to keep them."""
+    out: list[str] = []
+    paths = [_set_path(it) for it in sets]
+    for item, path in zip(sets, paths, strict=True):
+        node: Any = data
+        for k in path.split("."):
+            node = node.get(k) if isinstance(node, dict) else None
+        if not isinstance(node, dict):
+            continue
+        kept = {p[len(path) + 1 :].split(".")[0] for p in paths if p.startswith(path + ".")}
+        try:
+            value = load_text(item.partition("=")[2])
+        except Exception:  # a value apply_sets keeps as text, or refuses itself
+            value = None
+        given = set(value) if isinstance(value, dict) else set()
+        lost = [k for k in node if k not in ("profile", "preset") and k not in kept | given]
+        if lost:
+            shown = ", ".join(f"{k}: {json.dumps(node[k])[:40]}" for k in lost)
+            out.append(
+                f"{path}={item.partition('=')[2].strip()[:60]} replaced the whole of {path} as "
+                f"written, and with it {shown}; to keep a field, set it too (e.g. "
+                f"{path}.{lost[0]}={json.dumps(node[lost[0]])[:40]})"
+            )
+    return out
+
+
 def apply_sets(data: dict[str, Any], sets: list[str], file: str | None) -> dict[str, Any]:
     """Apply ``PATH=VALUE`` overrides; VALUE is parsed as YAML (numbers, true, lists...)."""
     out = copy.deepcopy(data)
-    # A `...kind=` item starts its mapping afresh when the kind changes (below), so it goes
-    # first: the fields given beside it, in any order, then fill the new kind.
-    kind_first = sorted(sets, key=lambda it: not it.partition("=")[0].strip().endswith(".kind"))
-    for item in kind_first:
+    for item in override_order(sets):
         if "=" not in item:
             raise UserError(f"--set '{item}' is not PATH=VALUE", hint="e.g. --set parallelism.tp=4")
         path, _, raw = item.partition("=")

@@ -156,6 +156,10 @@ class ResolvedScenario(BaseModel):
     run: RunSpec
     reference: Reference | None = None
     raw: dict[str, Any] = Field(default_factory=dict, description="the scenario as written")
+    override_notes: list[str] = Field(
+        default_factory=list,
+        description="fields of the file that a --set replacing their whole section dropped",
+    )
 
     @property
     def gpus(self) -> int:

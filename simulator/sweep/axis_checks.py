@@ -1,6 +1,7 @@
 """Checks of a sweep spec's axes against the scenario schema, before anything is written: a
-field path that leaves the schema (:func:`unknown_field`), and an axis value its field never
-accepts (:func:`check_axis_values`)."""
+field path that leaves the schema (:func:`unknown_field`), an axis value its field never
+accepts (:func:`check_axis_values`), and fields of the base an axis drops
+(:func:`dropped_by_axes`)."""
 
 from __future__ import annotations
 
@@ -107,4 +108,19 @@ def check_axis_values(spec: SweepSpec, base: dict[str, Any], file: str) -> None:
                         ) from None
 
 
-__all__ = ["check_axis_values", "unknown_field"]
+def dropped_by_axes(spec: SweepSpec, base: dict[str, Any]) -> list[str]:
+    """Fields of the base scenario an axis option drops by replacing their whole section (a
+    GPU named where the base gives its profile and a power limit): one line each, said once
+    per axis, so that a sweep never runs without them unannounced."""
+    from ..config.reading import replaced_fields
+
+    out: list[str] = []
+    for i, axis in enumerate(spec.axes):
+        for opt in _options(axis, i)[1]:
+            for line in replaced_fields(base, [_set_expr(k, v) for k, v in opt.items()]):
+                if f"axes[{i}]: {line}" not in out:
+                    out.append(f"axes[{i}]: {line}")
+    return out
+
+
+__all__ = ["check_axis_values", "dropped_by_axes", "unknown_field"]
