@@ -7,10 +7,14 @@ import json
 from pathlib import Path
 from typing import Any
 
+from simulator.config.yamlio import YamlLimit, read_file_text
 from simulator.errors import UserError
 
 from .probe import FORMAT, VERSION
 from .probe_shape import check_shape
+
+# A probe file holds a few hundred measurements: tens of kB. Anything far larger is not one.
+PROBE_MAX_BYTES = 64_000_000
 
 NEEDED = {
     "matmul": "compute (matmul)",
@@ -24,7 +28,13 @@ def load_probe(path: str | Path) -> dict[str, Any]:
     p = Path(path)
     file = str(path)
     try:
-        text = p.read_text(encoding="utf-8")
+        text = read_file_text(p, PROBE_MAX_BYTES)
+    except YamlLimit as exc:
+        raise UserError(
+            f"refused: the probe file {exc}",
+            file=file,
+            hint="give the JSON file `clustersim probe --out` wrote",
+        ) from None
     except UnicodeDecodeError:
         raise UserError(
             "probe file is not UTF-8 text: it looks damaged (or is not a probe file)",
@@ -39,6 +49,12 @@ def load_probe(path: str | Path) -> dict[str, Any]:
         ) from None
     try:
         data = json.loads(text)
+    except RecursionError:
+        raise UserError(
+            "probe file is not valid JSON: it is nested too deeply to be a probe file",
+            file=file,
+            hint="give the JSON file `clustersim probe --out` wrote",
+        ) from None
     except json.JSONDecodeError as exc:
         raise UserError(
             f"probe file is not valid JSON (line {exc.lineno}: {exc.msg}); it "

@@ -13,6 +13,7 @@ from typing import Any
 from simulator.errors import UserError
 
 NUM = "number"
+POS = "positive number"  # a measured size, rate or duration
 INT = "integer"
 STR = "string"
 DICT = "mapping"
@@ -20,16 +21,16 @@ LIST = "list"
 
 # Rows of the list sections: the fields every row must carry, with their types.
 ROWS: dict[str, dict[str, str]] = {
-    "collectives": {"op": STR, "group": STR, "group_size": INT, "bytes": NUM, "time_s": NUM},
-    "matmul": {"dtype": STR, "flops": NUM, "tflops": NUM, "time_s": NUM},
-    "memory": {"kind": STR, "bytes_moved": NUM, "gbps": NUM, "time_s": NUM},
-    "attention_curve": {"seq": NUM, "tflops": NUM, "time_s": NUM},
-    "job_ops_scaled": {"key": STR, "scale": NUM, "time_s": NUM},
+    "collectives": {"op": STR, "group": STR, "group_size": INT, "bytes": POS, "time_s": POS},
+    "matmul": {"dtype": STR, "flops": POS, "tflops": POS, "time_s": POS},
+    "memory": {"kind": STR, "bytes_moved": POS, "gbps": POS, "time_s": POS},
+    "attention_curve": {"seq": POS, "tflops": POS, "time_s": POS},
+    "job_ops_scaled": {"key": STR, "scale": POS, "time_s": POS},
 }
 # Mapping sections: the fields they must carry when present.
 MAPPINGS: dict[str, dict[str, str]] = {
-    "attention": {"seq": NUM, "tflops": NUM, "time_s": NUM},
-    "train": {"model": DICT, "step_time_median_s": NUM},
+    "attention": {"seq": POS, "tflops": POS, "time_s": POS},
+    "train": {"model": DICT, "step_time_median_s": POS},
     "storage": {"read_gbps": NUM, "write_gbps": NUM, "first_byte_s": NUM, "bytes": NUM},
     "speed_variation": {},
     "job_ops": {},
@@ -59,6 +60,8 @@ def _type_ok(v: Any, want: str) -> bool:
         return False
     if want == INT:
         return float(v).is_integer() and v >= 1
+    if want == POS:
+        return math.isfinite(v) and v > 0
     return math.isfinite(v)
 
 
@@ -71,7 +74,11 @@ RECORD = (
 
 def _refuse(file: str, path: str, v: Any, want: str, kind: tuple[str, str] = PROBE) -> UserError:
     got = "missing" if v is _MISSING else f"{type(v).__name__} {_short(v)}"
-    what = {INT: "a positive whole number", NUM: "a finite number"}.get(want, f"a {want}")
+    what = {
+        INT: "a positive whole number",
+        NUM: "a finite number",
+        POS: "a finite number above 0",
+    }.get(want, f"a {want}")
     return UserError(
         f"{kind[0]} field should be {what} (got {got}): the file is damaged or was edited",
         file=file,
@@ -113,6 +120,14 @@ def check_shape(data: dict[str, Any], file: str) -> None:
             if not isinstance(row, dict):
                 raise _refuse(file, f"{section}[{i}]", row, DICT)
             _check_fields(row, fields, file, f"{section}[{i}]")
+            if section == "collectives" and row["group_size"] < 2:
+                raise UserError(
+                    f"probe file field should be 2 or more (got {row['group_size']!r}): a "
+                    "collective runs over at least two ranks; the file is damaged or was edited",
+                    file=file,
+                    path=f"collectives[{i}].group_size",
+                    hint=PROBE[1],
+                )
     for section, fields in MAPPINGS.items():
         if section not in data or data[section] is None:
             continue

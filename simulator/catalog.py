@@ -18,7 +18,7 @@ from pydantic import TypeAdapter, ValidationError
 
 from .config.hardware import _Profile
 from .config.profiles import PROFILE_KINDS, AnyProfile
-from .config.yamlio import load_text
+from .config.yamlio import MAX_BYTES, YamlLimit, load_text, read_file_text
 from .errors import UserError, closest
 
 PACKAGE_ROOT = Path(__file__).resolve().parent.parent
@@ -117,7 +117,11 @@ class Catalog:
 
 def load_profile_file(path: Path) -> _Profile:
     try:
-        data = load_text(path.read_text())
+        data = load_text(read_file_text(path, 4 * MAX_BYTES))
+    except YamlLimit as exc:
+        raise UserError(
+            f"refused: the file {exc}", file=str(path), hint="fix or remove the profile file"
+        ) from None
     except (yaml.YAMLError, ValueError, OSError) as exc:  # ValueError: bad date, not UTF-8
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
         raise UserError(

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 import yaml
 from conftest import REPO, h100_probe_two_ranks, run_cli, write_yaml
+from test_errors import assert_user_error
 
 BUNDLED = REPO / "scenarios" / "llama3-8b-8xh100.yaml"
 
@@ -240,3 +241,30 @@ def test_a_bucket_below_a_tensor_holds_one_tensor_and_too_many_are_refused(
     data["parallelism"]["sharding"] = {"kind": "zero", "stage": 2}
     path = write_yaml(tmp_path / "many.yaml", data)
     _refused(run_cli("simulate", str(path), "--full"), "dp_bucket_mb", "collectives per rank")
+
+
+@pytest.mark.parametrize(
+    "schedule, global_batch, refused",
+    [("gpipe", 1 << 21, True), ("1f1b", 1 << 21, False), ("gpipe", 1 << 12, False)],
+)
+def test_gpipe_has_its_own_pass_limit(
+    tmp_path: Path, schedule: str, global_batch: int, refused: bool
+) -> None:
+    """GPipe is simulated pass by pass (no steady state to extrapolate), so it is refused at
+    far fewer passes than 1F1B, whose cost does not grow with the micro-batch count."""
+    data = {
+        "name": "tiny",
+        "cluster": {"gpu": "h100-sxm-80gb", "gpus_per_node": 8, "nodes": 2,
+                    "fabric": "nvlink4-nvswitch",
+                    "network": {"profile": "ib-ndr-400", "nics_per_node": 8}},
+        "model": {"layers": 2, "hidden": 64, "heads": 1, "vocab": 128},
+        "training": {"seq_len": 1, "global_batch": global_batch, "micro_batch": 1},
+        "parallelism": {"pp": 2, "pp_schedule": schedule},
+    }  # fmt: skip
+    f = tmp_path / "s.yaml"
+    f.write_text(yaml.safe_dump(data))
+    res = run_cli("check", str(f), "--format", "json")
+    if refused:
+        assert_user_error(res, file=f, path="training.global_batch", says=("GPipe",))
+    else:
+        assert res.returncode == 0, res.stderr

@@ -41,6 +41,10 @@ def _probe(tmp_path: Path, edit=None, name: str = "p.json") -> Path:  # type: ig
         (lambda d: d.update(storage={"read_gbps": -1.0, "write_gbps": 1.0,
                                      "first_byte_s": 1e-4, "bytes": 1 << 20}),
          "storage.read_gbps"),
+        (lambda d: d["train"].update(step_time_median_s=0.0), "train.step_time_median_s"),
+        (lambda d: d["collectives"][0].update(group_size=1), "collectives[0].group_size"),
+        (lambda d: d["collectives"][0].update(bytes=-1024), "collectives[0].bytes"),
+        (lambda d: d["matmul"][0].update(time_s=0), "matmul[0].time_s"),
     ],
 )  # fmt: skip
 def test_a_damaged_probe_file_names_the_field(tmp_path: Path, edit, path: str) -> None:  # type: ignore[no-untyped-def]
@@ -55,6 +59,37 @@ def test_a_probe_file_that_is_not_utf8_is_refused(tmp_path: Path) -> None:
     f.write_bytes(b'{"format": "clustersim-probe", "host": "\xff\xfe"}')
     res = run_cli("calibrate", str(f), "--name", "dmg", "--out-dir", str(tmp_path / "out"))
     assert_user_error(res, file=f, path=None, says=("not UTF-8",))
+
+
+def test_a_probe_file_nested_too_deep_is_refused(tmp_path: Path) -> None:
+    f = tmp_path / "p.json"
+    f.write_text('{"a":' * 100_000)
+    res = run_cli("calibrate", str(f), "--name", "dmg", "--out-dir", str(tmp_path / "out"))
+    assert_user_error(res, file=f, path=None, says=("not valid JSON",))
+
+
+@pytest.mark.parametrize("command", ["calibrate", "sweep"])
+def test_a_pipe_or_device_is_refused_without_reading_it(tmp_path: Path, command: str) -> None:
+    """A FIFO would block for ever and /dev/zero never ends: neither is opened."""
+    import os
+
+    fifo = tmp_path / "p.yaml"
+    os.mkfifo(fifo)
+    more = ["--name", "x", "--out-dir", str(tmp_path / "o")] if command == "calibrate" else []
+    if command == "sweep":
+        more = ["--out", str(tmp_path / "x.csv")]
+    for f in (fifo, Path("/dev/zero")):
+        res = run_cli(command, str(f), *more)
+        assert_user_error(res, file=f, path=None, says=("not a regular file",))
+
+
+def test_a_pipe_among_local_profiles_leaves_the_others_usable(tmp_path: Path) -> None:
+    import os
+
+    (tmp_path / "hardware_profiles").mkdir()
+    os.mkfifo(tmp_path / "hardware_profiles" / "x.yaml")
+    res = run_cli("simulate", "llama3-8b-8xh100", "--format", "json", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
 
 
 def test_a_calibration_that_would_not_load_writes_nothing(

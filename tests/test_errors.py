@@ -382,3 +382,30 @@ def test_an_int_key_and_a_string_key_are_not_duplicates() -> None:
     from simulator.config.yamlio import load_text
 
     assert load_text("a:\n  1: x\n  '1': y\n") == {"a": {1: "x", "1": "y"}}
+
+
+@pytest.mark.parametrize(
+    "text, value",
+    [
+        ("0100", 100),  # YAML 1.1 read this as octal 64
+        ("007", 7),
+        ("1_000", 1000),
+        ("-5", -5),
+        ("0o17", 15),
+        ("0x10", 16),
+        ("1:20", "1:20"),  # YAML 1.1 sexagesimal 80
+        ("0b11", "0b11"),
+        ("1e11", 1e11),
+    ],
+)
+def test_numbers_are_read_as_yaml_1_2_reads_them(text: str, value: object) -> None:
+    from simulator.config.yamlio import load_text
+
+    assert load_text(f"a: {text}") == {"a": value}
+
+
+def test_a_leading_zero_is_no_octal_marker_in_a_scenario_or_a_set() -> None:
+    from simulator.config.loading import load_scenario
+
+    rs = load_scenario(REPO / "scenarios" / "llama3-8b-8xh100.yaml", ["training.global_batch=0128"])
+    assert rs.training.global_batch == 128

@@ -58,6 +58,21 @@ def test_tp_not_dividing_heads(tmp_path: Path) -> None:
     )
 
 
+def test_tp_not_dividing_the_feed_forward_width(tmp_path: Path) -> None:
+    def change(d: dict[str, Any]) -> None:
+        d["parallelism"]["tp"] = 8
+        d["model"] = {"preset": "llama3-8b", "ffn_hidden": 14337}
+
+    f = _write(tmp_path, _mutated(change))
+    assert_user_error(
+        run_cli("check", str(f)),
+        file=f,
+        path="parallelism.tp",
+        says=("TP=8", "feed-forward width 14337"),
+        hint=("1, 3, 9, 27, 59",),
+    )
+
+
 def test_pp_not_dividing_layers_then_uneven_stages_fix_it(tmp_path: Path) -> None:
     def change(d: dict[str, Any]) -> None:
         d["parallelism"]["pp"] = 3  # 6 GPUs, 32 layers

@@ -136,3 +136,22 @@ def test_a_larger_scaling_reference_is_said() -> None:
     res = simulate(load_scenario(L70, ["run.scaling_reference.nodes=16"]))
     assert any("larger than this cluster" in n for n in res.notes)
     assert not any("larger than this cluster" in n for n in simulate(load_scenario(L70)).notes)
+
+
+def test_a_kind_given_by_its_word_takes_fields_set_inside_it() -> None:
+    base = REPO / "scenarios" / "llama3-8b-8xh100.yaml"
+    rs = load_scenario(
+        base,
+        [
+            "parallelism.pp_schedule.virtual_stages=4",
+            "parallelism.pp_schedule=interleaved",
+            "parallelism.pp=2",
+            "parallelism.sharding=fsdp",
+            "parallelism.sharding.strategy=hybrid_shard",
+            "parallelism.sharding.shard_group=4",
+        ],
+    )
+    assert rs.parallelism.pp_schedule.kind == "interleaved"
+    assert rs.parallelism.virtual_stages == 4
+    assert rs.parallelism.sharding.kind == "fsdp"
+    assert rs.parallelism.sharding.strategy == "hybrid_shard"

@@ -132,6 +132,35 @@ def test_interrupted_then_resumed_sweep_gives_the_same_file(tmp_path: Path) -> N
     assert part.read_text() == whole.read_text()
 
 
+def test_a_damaged_row_is_evaluated_again_on_resume(tmp_path: Path) -> None:
+    """Text in a number column, a negative or NaN figure, a row that is no mapping: the point
+    is simulated again and the final file is the undamaged one."""
+    import csv
+
+    spec = _spec(tmp_path)
+    whole = tmp_path / "whole.csv"
+    _run(spec, whole)
+    rows = list(csv.DictReader(whole.open()))
+    for col, bad in (("point_rows", "abc"), ("mfu", "abc"), ("time_to_train_days", "-3")) + (
+        ("usd_total", "nan"),
+    ):
+        hurt = tmp_path / f"{col}.csv"
+        damaged = [dict(r) for r in rows]
+        damaged[1][col] = bad
+        with hurt.open("w") as fh:
+            w = csv.DictWriter(fh, fieldnames=list(rows[0]), lineterminator="\n")
+            w.writeheader()
+            w.writerows(damaged)
+        _run(spec, hurt)
+        assert hurt.read_text() == whole.read_text(), col
+    lines = tmp_path / "rows.jsonl"
+    _run(spec, lines)
+    good = lines.read_text()
+    lines.write_text(good + "5\n[1, 2]\n")
+    _run(spec, lines)
+    assert lines.read_text() == good
+
+
 def test_resume_reuses_no_row_of_another_base_or_settings(tmp_path: Path) -> None:
     base = tmp_path / "base.yaml"
     base.write_text(BASE.read_text())

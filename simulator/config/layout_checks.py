@@ -15,6 +15,9 @@ from .workload import ModelSpec, TrainingSpec
 # Micro-batches × pipeline stages × virtual stages the event engine is asked to run in one step:
 # the Megatron-LM 1T run (512 micro-batches, PP 64, interleaved) is 65,536.
 MAX_PIPELINE_PASSES = 1 << 21
+# GPipe is simulated micro-batch by micro-batch (its queues grow with the count, so no steady
+# state is extrapolated, engine/periodic.py): about 50,000 passes a second, so a few seconds.
+MAX_GPIPE_PASSES = 1 << 17
 
 
 def check_layout(
@@ -36,6 +39,15 @@ def check_layout(
             file=file,
             path="parallelism.tp",
             hint="use a TP that divides the KV heads or is a multiple of them",
+        )
+    if model.ffn % par.tp:
+        raise UserError(
+            f"TP={par.tp} does not divide the feed-forward width {model.ffn} of {model.name} "
+            "(each TP rank holds an equal column slice of the MLP)",
+            file=file,
+            path="parallelism.tp",
+            hint="use a TP that divides it: "
+            + ", ".join(str(d) for d in range(1, 65) if model.ffn % d == 0),
         )
     sh = par.sharding
     if isinstance(sh, FSDPSharding) and sh.shard_group is not None:
@@ -142,11 +154,13 @@ def check_layout(
             hint="change global_batch or micro_batch, or use the 1f1b schedule",
         )
     passes = (tr.global_batch // (dp * tr.micro_batch)) * par.pp * v
-    if passes > MAX_PIPELINE_PASSES:
+    gpipe = par.pp_schedule.kind == "gpipe"
+    limit = MAX_GPIPE_PASSES if gpipe else MAX_PIPELINE_PASSES
+    if passes > limit:
         raise UserError(
             f"{tr.global_batch // (dp * tr.micro_batch):,} micro-batches through {par.pp * v} "
             f"pipeline stage(s) is {passes:,} passes per step, more than a planner simulates "
-            f"({MAX_PIPELINE_PASSES:,})",
+            f"({limit:,}{', GPipe being simulated pass by pass' if gpipe else ''})",
             file=file,
             path="training.global_batch",
             hint="raise micro_batch or DP, or lower global_batch: the step time per sample "

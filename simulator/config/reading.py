@@ -22,12 +22,17 @@ from .yamlio import (
     YamlLimit,
     check_text,
     load_text,
+    read_file_text,
 )
 
 
 def read_yaml(path: Path) -> dict[str, Any]:
     try:
-        text = path.read_text()
+        text = read_file_text(path, 4 * MAX_BYTES)  # past MAX_BYTES load_text says why
+    except YamlLimit as exc:
+        raise UserError(
+            f"refused: the file {exc}", file=str(path), hint="give a YAML file"
+        ) from None
     except OSError as exc:
         raise UserError(
             f"cannot read file: {exc.strerror}",
@@ -85,6 +90,13 @@ def _default_software() -> str:
     from .scenario import Scenario
 
     return str(Scenario.model_fields["software"].default)
+
+
+# Sections a bare word may stand for as their ``kind`` (config ``kind_shorthand``): a field
+# set inside one after the word fills that kind.
+KIND_WORD_PATHS = frozenset(
+    {"parallelism.pp_schedule", "parallelism.sharding", "training.optimizer"}
+)
 
 
 def _set_path(item: str) -> str:
@@ -172,8 +184,12 @@ def apply_sets(data: dict[str, Any], sets: list[str], file: str | None) -> dict[
             if nxt is None and depth == 0 and key == "software":
                 nxt = _default_software()  # the stack a scenario without one runs
             if isinstance(nxt, str):
-                # A profile or preset given by name: turn it into a reference with overrides.
-                ref_key = "preset" if keys[: depth + 1] == ["model"] else "profile"
+                # A profile or preset given by name: turn it into a reference with overrides;
+                # a kind given by its word (pp_schedule: interleaved) into {kind: word}.
+                at = keys[: depth + 1]
+                ref_key = "preset" if at == ["model"] else "profile"
+                if ".".join(at) in KIND_WORD_PATHS or (len(at) > 1 and at[-1] == "topology"):
+                    ref_key = "kind"
                 nxt = {ref_key: nxt}
             elif not isinstance(nxt, dict):
                 nxt = {}

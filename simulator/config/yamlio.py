@@ -9,7 +9,10 @@ way YAML 1.2 (and every user) does: ``1e11`` and ``1.0e11`` are floats, not stri
 
 from __future__ import annotations
 
+import os
 import re
+import stat
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -59,11 +62,29 @@ class BoundedLoader(yaml.SafeLoader):
             self._depth -= 1
 
 
+# YAML 1.2 integers: decimal (a leading zero is no octal marker: 0100 is a hundred), 0o octal
+# and 0x hex; YAML 1.1's 0100 (octal 64), 0b11 and sexagesimal 1:20 are not numbers.
+_INT_12 = re.compile(r"^(?:[-+]?[0-9][0-9_]*|0o[0-7_]+|0x[0-9a-fA-F_]+)$")
+
+
+def _construct_int(loader: yaml.SafeLoader, node: Node) -> int:
+    text = str(loader.construct_scalar(node)).replace("_", "")  # type: ignore[arg-type]
+    if text.startswith(("0o", "0x")):
+        return int(text[2:], 8 if text[1] == "o" else 16)
+    return int(text, 10)
+
+
 BoundedLoader.yaml_implicit_resolvers = {
-    k: [(tag, rx) for tag, rx in v if tag != "tag:yaml.org,2002:float"]
+    k: [
+        (tag, rx)
+        for tag, rx in v
+        if tag not in ("tag:yaml.org,2002:float", "tag:yaml.org,2002:int")
+    ]
     for k, v in yaml.SafeLoader.yaml_implicit_resolvers.items()
 }
 BoundedLoader.add_implicit_resolver("tag:yaml.org,2002:float", _FLOAT_12, list("-+0123456789."))
+BoundedLoader.add_implicit_resolver("tag:yaml.org,2002:int", _INT_12, list("-+0123456789"))
+BoundedLoader.add_constructor("tag:yaml.org,2002:int", _construct_int)
 
 
 def _expanded_size(root: Node) -> int:
@@ -99,6 +120,21 @@ def _expanded_size(root: Node) -> int:
         return total
 
     return size(root, 0)
+
+
+def read_file_text(path: Path, limit: int = MAX_BYTES) -> str:
+    """A regular file's text, read no further than ``limit`` bytes past which it is refused:
+    a pipe would block for ever and a device never ends, so neither is opened. Raises
+    :class:`YamlLimit` (not a regular file, too large), ``OSError`` and
+    ``UnicodeDecodeError``."""
+    st = os.stat(path)
+    if not stat.S_ISREG(st.st_mode):
+        raise YamlLimit("is not a regular file (a folder, device, pipe or socket)")
+    with open(path, "rb") as fh:
+        raw = fh.read(limit + 1)
+    if len(raw) > limit:
+        raise YamlLimit(f"is larger than {limit // 1000:,} kB")
+    return raw.decode("utf-8")
 
 
 def load_text(text: str) -> Any:
@@ -141,4 +177,12 @@ def check_text(data: Any) -> None:
             stack.extend(item)
 
 
-__all__ = ["MAX_BYTES", "MAX_DEPTH", "MAX_NODES", "YamlLimit", "check_text", "load_text"]
+__all__ = [
+    "MAX_BYTES",
+    "MAX_DEPTH",
+    "MAX_NODES",
+    "YamlLimit",
+    "check_text",
+    "load_text",
+    "read_file_text",
+]

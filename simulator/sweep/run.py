@@ -15,6 +15,7 @@ import csv
 import hashlib
 import io
 import json
+import math
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -61,6 +62,30 @@ def _parse(value: str) -> Any:
     return value
 
 
+# Columns of counts and figures: a resumed row must hold a finite, non-negative number (or
+# nothing, as a point without a valid plan has) in each, or its point is evaluated again.
+NUMBER_COLUMNS = frozenset(COLUMNS) - TEXT_COLUMNS - {"sweep", "sequence_parallel"}
+
+
+def _sound(row: Any) -> bool:
+    """Whether a row read back from ``--out`` can stand for its point: a mapping whose number
+    columns hold numbers (an edited or damaged file may hold text, NaN or a negative time)."""
+    if not isinstance(row, dict):
+        return False
+    n = row.get("point_rows")
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        return False
+    for c in NUMBER_COLUMNS:
+        v = row.get(c)
+        if v is None:
+            continue
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            return False
+        if not math.isfinite(v) or v < 0:
+            return False
+    return True
+
+
 def read_rows(path: Path) -> Rows:
     """Rows already in ``path`` (a torn last line from an interruption is ignored): the
     journal of an unfinished Parquet sweep, else the finished file."""
@@ -70,7 +95,7 @@ def read_rows(path: Path) -> Rows:
             try:
                 import pyarrow.parquet as pq
 
-                return list(pq.read_table(path).to_pylist())
+                return [r for r in pq.read_table(path).to_pylist() if _sound(r)]
             except Exception:  # not readable as Parquet (or no pyarrow): evaluate afresh
                 return []
         return []
@@ -90,9 +115,9 @@ def read_rows(path: Path) -> Rows:
         for line in text.splitlines():
             try:
                 rows.append(json.loads(line))
-            except json.JSONDecodeError:
+            except (json.JSONDecodeError, RecursionError):
                 continue
-    return rows
+    return [r for r in rows if _sound(r)]
 
 
 def check_output(path: Path) -> None:
