@@ -185,7 +185,7 @@ def sweep(
     except UserError as exc:
         raise UserError(exc.message, file=spec_file, path=exc.path, hint=exc.hint) from None
     path = Path(out_file)
-    from .sweep.run import check_output
+    from .sweep.run import check_output, replaced_copy
 
     check_output(path)
     _kept[0] = f"finished points are kept in {out_file}; run the same command again to resume"
@@ -203,7 +203,8 @@ def sweep(
             on_stale=lambda n: err.print(
                 f"{safe(out_file)}: {n} row(s) match no point of this run (another base "
                 "scenario, other sweep settings or profiles, or points no longer in the spec) "
-                "and are dropped"
+                "and are dropped; until this run finishes the file as it was is kept as "
+                f"{safe(str(replaced_copy(Path(out_file))))}"
             ),
         )
     ok = [r for r in rows if r.get("status") == "ok"]

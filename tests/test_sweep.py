@@ -161,6 +161,28 @@ def test_a_damaged_row_is_evaluated_again_on_resume(tmp_path: Path) -> None:
     assert lines.read_text() == good
 
 
+def test_replace_keeps_the_old_file_until_the_new_run_finishes(tmp_path: Path) -> None:
+    from simulator.sweep.run import replaced_copy
+
+    out = tmp_path / "out.csv"
+    _run(_spec(tmp_path), out)
+    before = out.read_text()
+    other = tmp_path / "other"
+    other.mkdir()
+    spec, base, _ = load_spec(_spec(other, keep="all"))
+
+    def stop(done: int, total: int) -> None:
+        if done >= 1:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run_sweep(spec, base, points(spec), out, executor="serial", replace=True, on_point=stop)
+    assert replaced_copy(out).read_text() == before  # interrupted: nothing of it is lost
+    run_sweep(spec, base, points(spec), out, executor="serial", replace=True)
+    assert not replaced_copy(out).exists()
+    assert out.read_text() != before
+
+
 def test_resume_reuses_no_row_of_another_base_or_settings(tmp_path: Path) -> None:
     base = tmp_path / "base.yaml"
     base.write_text(BASE.read_text())

@@ -384,6 +384,9 @@ def run_sweep(
         )
     if stale and on_stale:
         on_stale(stale)
+    # --replace drops those rows only once this run has finished: until then the file as it
+    # was stays beside the new one (an interrupted run loses nothing of it).
+    kept_old = _keep_until_finished(out) if stale else []
     rows: Rows = []
     for p in pts:
         for r in have.get(p.key, []):
@@ -417,7 +420,37 @@ def run_sweep(
         done += 1
         if on_point:
             on_point(done, len(pts))
-    return finish(out, cols, rows)
+    final = finish(out, cols, rows)
+    # (also the copy an interrupted --replace run left: its replacement is now complete)
+    for f in [*kept_old, replaced_copy(out), replaced_copy(_journal(out))]:
+        f.unlink(missing_ok=True)
+    return final
 
 
-__all__ = ["columns", "complete_points", "finish", "read_rows", "run_fingerprint", "run_sweep"]
+def replaced_copy(path: Path) -> Path:
+    """Where ``--replace`` keeps ``path`` as it was until the run that replaces it finishes."""
+    return path.with_name(path.name + ".replaced")
+
+
+def _keep_until_finished(out: Path) -> list[Path]:
+    """Copies of the output (and of a Parquet sweep's journal) as they are now."""
+    import shutil
+
+    copies = []
+    for f in dict.fromkeys((out, _journal(out))):
+        # An earlier interrupted --replace run's copy is the older file: it stays.
+        if f.is_file() and not replaced_copy(f).exists():
+            shutil.copy2(f, replaced_copy(f))
+        copies.append(replaced_copy(f))
+    return copies
+
+
+__all__ = [
+    "columns",
+    "complete_points",
+    "finish",
+    "read_rows",
+    "replaced_copy",
+    "run_fingerprint",
+    "run_sweep",
+]
