@@ -155,10 +155,13 @@ def sweep(
     from .sweep.axis_checks import check_axis_values
 
     check_axis_values(spec, base, spec_file)
+    from .catalog import load_catalog, replacement_notes
     from .sweep.axis_checks import dropped_by_axes
 
     for line in dropped_by_axes(spec, base):
         err.print(f"{safe(spec_file)}: {safe(line)}")
+    for line in replacement_notes(sorted(load_catalog().replaced)):
+        err.print(f"note: {safe(line)}")
     priced = bool((base.get("cluster") or {}).get("pricing")) or any(
         p == "cluster" or p.startswith("cluster.pricing")
         for i, a in enumerate(spec.axes)
@@ -340,6 +343,11 @@ def compare(
         )
     results = [simulate(load_scenario(find_scenario(s))).as_dict() for s in scenarios]
     rep = compare_results(results)
+    from .catalog import load_catalog
+
+    if load_catalog().replaced:  # a local profile file replaces a bundled one: said here too
+        said = [n for r in results for n in r.get("notes", []) if "which replaces" in n]
+        rep["notes"] = [*dict.fromkeys(said), *rep["notes"]]
     if fmt == Fmt.json:
         _json(rep)
     elif fmt == Fmt.csv:

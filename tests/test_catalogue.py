@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 import yaml
-from conftest import run_cli
+from conftest import REPO, run_cli
 
 from simulator.catalog import bundled_profiles_dir, load_catalog, load_profile_file
 from simulator.config.hardware import Sourced
@@ -197,3 +197,37 @@ def test_profiles_list_and_show_csv() -> None:
     rows = list(csv.DictReader(io.StringIO(res.stdout)))
     peak = {r["field"]: r for r in rows}["peak_tflops.bf16"]
     assert float(peak["value"]) > 900 and peak["source"]
+
+
+def test_a_local_profile_that_replaces_a_bundled_one_is_said_by_every_command(
+    tmp_path: Path,
+) -> None:
+    """check, simulate, compare and sweep each name the file a prediction was made from."""
+    src = REPO / "hardware_profiles" / "gpus" / "h100-sxm-80gb.yaml"
+    data = yaml.safe_load(src.read_text())
+    data["memory_bandwidth_gbps"]["value"] = 2000
+    (tmp_path / "hardware_profiles").mkdir()
+    (tmp_path / "hardware_profiles" / "h100-sxm-80gb.yaml").write_text(yaml.safe_dump(data))
+    spec = tmp_path / "s.yaml"
+    spec.write_text(
+        yaml.safe_dump(
+            {
+                "name": "s",
+                "base": str(REPO / "scenarios" / "llama3-8b-8xh100.yaml"),
+                "axes": [{"training.micro_batch": [1]}],
+            }
+        )
+    )
+    said = "which replaces"
+    res = run_cli("check", "llama3-8b-8xh100", cwd=tmp_path)
+    assert res.returncode == 0 and said in res.stderr
+    res = run_cli("simulate", "llama3-8b-8xh100", "--format", "json", cwd=tmp_path)
+    assert any(said in n for n in json.loads(res.stdout)["notes"])
+    res = run_cli(
+        "compare", "llama3-8b-8xh100", "llama3-8b-8xh100", "--format", "json", cwd=tmp_path
+    )
+    assert any(said in n for n in json.loads(res.stdout)["notes"])
+    res = run_cli("sweep", str(spec), "--out", str(tmp_path / "o.csv"), cwd=tmp_path)
+    assert res.returncode == 0 and said in res.stderr
+    # from elsewhere, the bundled profile and no note
+    assert said not in run_cli("check", "llama3-8b-8xh100").stderr
