@@ -409,3 +409,16 @@ def test_a_leading_zero_is_no_octal_marker_in_a_scenario_or_a_set() -> None:
 
     rs = load_scenario(REPO / "scenarios" / "llama3-8b-8xh100.yaml", ["training.global_batch=0128"])
     assert rs.training.global_batch == 128
+
+
+@pytest.mark.parametrize(
+    "ref",
+    [
+        "{metric: mfu, source: a paper}",  # no value
+        "{metric: mfu, value: 0.4, curve: c.csv, source: a paper}",  # both
+        "{metric: busbw_gbps, value: 100, source: a paper}",  # a curve metric with a value
+    ],
+)
+def test_a_reference_gives_exactly_its_kind_of_figure(ref: str) -> None:
+    res = run_cli("check", "llama3-8b-8xh100", "--set", f"reference={ref}")
+    assert_user_error(res, file=REPO / "scenarios" / "llama3-8b-8xh100.yaml", path="reference")

@@ -426,3 +426,24 @@ def test_compare_explains_a_per_gpu_win_on_a_longer_step_by_the_peak() -> None:
     assert "lower peak" in mfu["verdict"] and "0.000 s vs 0.000 s" not in mfu["verdict"]
     for m in rep["metrics"]:  # a reason whose printed figures are equal is no reason
         assert "99.9% vs 99.9%" not in m["verdict"], m["verdict"]
+
+
+def test_a_sweep_never_answers_from_another_folders_profiles(tmp_path: Path) -> None:
+    """Simulations are cached per resolved scenario, not per scenario as written: a sweep run
+    beside a local H100 profile, then one without it in the same process, each use their own."""
+    import csv
+
+    data = yaml.safe_load((REPO / "hardware_profiles" / "gpus" / "h100-sxm-80gb.yaml").read_text())
+    data["memory_bandwidth_gbps"]["value"] = 2000
+    (tmp_path / "hardware_profiles").mkdir()
+    (tmp_path / "hardware_profiles" / "h100-sxm-80gb.yaml").write_text(yaml.safe_dump(data))
+    spec = tmp_path / "s.yaml"
+    spec.write_text(
+        yaml.safe_dump({"name": "s", "base": str(BASE), "axes": [{"training.micro_batch": [1]}]})
+    )
+    steps = []
+    for cwd, out in ((tmp_path, tmp_path / "local.csv"), (REPO, tmp_path / "bundled.csv")):
+        assert run_cli("sweep", str(spec), "--out", str(out), cwd=cwd).returncode == 0
+        steps.append(float(next(csv.DictReader(out.open()))["step_time_s"]))
+    alone = json.loads(run_cli("simulate", str(BASE), "--format", "json").stdout)
+    assert steps[0] > steps[1] == pytest.approx(alone["step_time_s"], rel=1e-12)

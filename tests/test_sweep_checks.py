@@ -391,3 +391,23 @@ def test_a_terminated_sweep_stops_its_workers_at_once_and_resumes(tmp_path: Path
         d for d in Path("/proc").iterdir() if d.name.isdigit() and str(out).encode() in cmdline(d)
     ], "a worker outlived the sweep"
     assert subprocess.run(cmd, capture_output=True, timeout=300).returncode == 0
+
+
+def test_an_axis_naming_an_unknown_profile_is_refused_before_anything_runs(
+    tmp_path: Path,
+) -> None:
+    spec = tmp_path / "s.yaml"
+    spec.write_text(
+        yaml.safe_dump(
+            {
+                "name": "s",
+                "base": str(REPO / "scenarios" / "llama3-8b-8xh100.yaml"),
+                "axes": [{"cluster.gpu": ["h100-sxm-80gb", "h100-sxm-80g"]}],
+            }
+        )
+    )
+    out = tmp_path / "o.csv"
+    res = run_cli("sweep", str(spec), "--out", str(out))
+    assert res.returncode == 2 and "axes[0]" in res.stderr
+    assert "unknown gpu profile 'h100-sxm-80g'" in res.stderr and "h100-sxm-80gb" in res.stderr
+    assert not out.exists()

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from .cluster import (
     MAX_NODES,
@@ -89,6 +89,15 @@ class Reference(BaseModel):
         max_length=2000,
         description="what the scenario assumes that the source does not state",
     )
+
+    @model_validator(mode="after")
+    def _one_figure(self) -> Reference:
+        curve = self.metric == "busbw_gbps"
+        if curve and (self.curve is None or self.value is not None):
+            raise ValueError("a busbw_gbps reference gives a curve (a CSV file) and no value")
+        if not curve and (self.value is None or self.curve is not None):
+            raise ValueError(f"a {self.metric} reference gives a value and no curve")
+        return self
 
 
 class Scenario(BaseModel):

@@ -83,6 +83,7 @@ def check_axis_values(spec: SweepSpec, base: dict[str, Any], file: str) -> None:
     """Refuse an axis value its field never accepts (a string for a count, a count of 0), each
     tried alone on the base scenario, before anything is written: a point whose layout only
     fails to divide is a row of the sweep's answer, but a value of the wrong type is a typo."""
+    from ..config.loading import resolve_dict
     from ..config.reading import apply_sets
     from ..config.scenario import Scenario
 
@@ -90,10 +91,20 @@ def check_axis_values(spec: SweepSpec, base: dict[str, Any], file: str) -> None:
         _, opts = _options(axis, i)
         for opt in opts:
             try:
-                Scenario.model_validate(
-                    apply_sets(base, [_set_expr(k, v) for k, v in opt.items()], file)
-                )
-            except UserError:
+                data = apply_sets(base, [_set_expr(k, v) for k, v in opt.items()], file)
+                Scenario.model_validate(data)
+                resolve_dict(data)
+            except UserError as err:
+                # A profile or preset no catalogue has is a typo whatever the other axes say;
+                # anything else (a layout that does not divide) may depend on them.
+                if err.message.startswith("unknown ") and "'" in err.message:
+                    which = ", ".join(opt)
+                    raise UserError(
+                        f"axis '{which}': {err.message}",
+                        file=file,
+                        path=f"axes[{i}]",
+                        hint=err.hint or "see `clustersim profiles list`",
+                    ) from None
                 continue  # a path the set machinery refuses is reported per point
             except ValidationError as exc:
                 for e in exc.errors():

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import copy
 import itertools
-import json
 from collections import Counter
 from typing import Any
 
@@ -156,12 +155,20 @@ _SIMULATED: dict[str, tuple[dict[str, Any], float]] = {}
 def _simulate_unpriced(
     variant: dict[str, Any], rs: ResolvedScenario
 ) -> tuple[dict[str, Any], float]:
-    """``simulate`` of ``rs`` without its cost, and its idle fraction (cached by the scenario
-    with its pricing and token budget left out: the rest of ``run``, stragglers for one,
-    changes the step)."""
-    cl = {k: v for k, v in (variant.get("cluster") or {}).items() if k != "pricing"}
-    run = {k: v for k, v in (variant.get("run") or {}).items() if k != "tokens"}
-    key = json.dumps({**variant, "cluster": cl, "run": run}, sort_keys=True, default=str)
+    """``simulate`` of ``rs`` without its cost, and its idle fraction (cached by the resolved
+    scenario with its pricing and token budget left out: the rest of ``run``, stragglers for
+    one, changes the step; resolved, so that a profile read from another folder or edited
+    since is never answered from the cache)."""
+    key = rs.model_dump_json(
+        exclude={
+            "price": True,
+            "price_tier": True,
+            "price_utilisation": True,
+            "raw": True,
+            "override_notes": True,
+            "run": {"tokens"},
+        }
+    )
     hit = _SIMULATED.get(key)
     if hit is None:
         res = simulate(rs.model_copy(update={"price": None}), scaling=False)
