@@ -59,6 +59,22 @@ def sweep(
         raise UserError(
             f"unknown executor '{executor}'", path="--executor", hint="local | serial | ray"
         )
+    unused = [
+        opt
+        for opt, given, used_by in (
+            ("--workers", workers is not None, ("local",)),
+            ("--address", address is not None, ("ray",)),
+        )
+        if given and executor not in used_by
+    ]
+    if unused:
+        raise UserError(
+            f"{' and '.join(unused)} {'do' if len(unused) > 1 else 'does'} nothing with "
+            f"--executor {executor}",
+            path=unused[0],
+            hint="drop it: --workers sets the processes of --executor local, --address the "
+            "cluster of --executor ray",
+        )
     if best not in (None, "time", "cost", "usd-per-token"):
         raise UserError(
             f"unknown objective '{best}'", path="--best", hint="time | cost | usd-per-token"

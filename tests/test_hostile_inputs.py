@@ -268,3 +268,17 @@ def test_a_name_with_a_line_break_is_refused(tmp_path: Path, name: str) -> None:
     f.write_text(yaml.safe_dump(data, allow_unicode=True))
     code, out, err = run_cli("check", str(f))
     assert code == 2 and "one line" in err and "Traceback" not in err, err
+
+
+def test_a_path_that_is_not_utf8_is_named_as_it_is() -> None:
+    """A byte of a non-UTF-8 file name shows as \\xff: the message never names base.yaml
+    (which may exist) for ba\\xffse.yaml."""
+    import os
+
+    from simulator.report.text import plain
+
+    name = os.fsdecode(b"ba\xffse.yaml")
+    assert plain(name) == "ba\\xffse.yaml"
+    assert plain("a\x1b[31mb") == "a[31mb"  # control characters still go
+    code, _, err = run_cli("simulate", name)
+    assert code == 2 and "ba\\xffse.yaml" in err

@@ -411,3 +411,21 @@ def test_an_axis_naming_an_unknown_profile_is_refused_before_anything_runs(
     assert res.returncode == 2 and "axes[0]" in res.stderr
     assert "unknown gpu profile 'h100-sxm-80g'" in res.stderr and "h100-sxm-80gb" in res.stderr
     assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    "args, path",
+    [
+        (("--executor", "serial", "--workers", "2"), "--workers"),
+        (("--executor", "serial", "--address", "auto"), "--address"),
+        (("--executor", "local", "--address", "auto"), "--address"),
+        (("--executor", "ray", "--workers", "2"), "--workers"),
+    ],
+)
+def test_an_option_the_executor_ignores_is_refused(
+    tmp_path: Path, args: tuple[str, ...], path: str
+) -> None:
+    out = tmp_path / "o.csv"
+    res = run_cli("sweep", "llama3-70b-strong-scaling", "--out", str(out), *args)
+    assert res.returncode == 2 and f"error: {path}:" in res.stderr, res.stderr
+    assert not out.exists()

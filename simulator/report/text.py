@@ -23,7 +23,14 @@ def plain(text: object) -> str:
     if s.isprintable():
         return s
     return "".join(
-        ch for ch in s if ch in _KEEP or ch.isprintable() or unicodedata.category(ch) == "Zs"
+        # a byte of a path that is not UTF-8 (Python's surrogateescape) shows as \xff, so a
+        # message never names another file than the one meant
+        f"\\x{ord(ch) - 0xDC00:02x}" if 0xDC80 <= ord(ch) <= 0xDCFF else ch
+        for ch in s
+        if ch in _KEEP
+        or ch.isprintable()
+        or unicodedata.category(ch) == "Zs"
+        or 0xDC80 <= ord(ch) <= 0xDCFF
     )
 
 
