@@ -207,6 +207,14 @@ def simulate(
     # mode needs every event.
     eng = run_engine(rs, full=full, trace=trace) if full or trace else run_periodic(rs)
     met = compute_metrics(rs, eng)
+    if not met.fits:
+        notes.insert(
+            0,
+            f"the plan needs {met.memory_gb_per_gpu:,.1f} GB per GPU of the "
+            f"{rs.gpu.capacity_gb:,.1f} GB there is: it cannot run as given, and every "
+            "figure here is for a plan that does not fit (`clustersim check` suggests changes "
+            "that make it fit)",
+        )
     if scaling:
         _scaling(rs, met)
         ref_nodes = (met.scaling_reference or {}).get("nodes", 0)

@@ -155,3 +155,11 @@ def test_a_kind_given_by_its_word_takes_fields_set_inside_it() -> None:
     assert rs.parallelism.virtual_stages == 4
     assert rs.parallelism.sharding.kind == "fsdp"
     assert rs.parallelism.sharding.strategy == "hybrid_shard"
+
+
+def test_another_kind_drops_its_old_fields_without_a_note() -> None:
+    """The interleaved schedule's virtual_stages have no place in GPipe: nothing to keep."""
+    res = simulate(load_scenario(L70, ["parallelism.pp_schedule=gpipe"]), scaling=False)
+    assert not any("replaced the whole" in n for n in res.notes)
+    # ...and that GPipe plan holds every micro-batch's activations: said first of all
+    assert not res.metrics.fits and "cannot run as given" in res.notes[0]

@@ -135,6 +135,9 @@ def replaced_fields(data: dict[str, Any], sets: list[str]) -> list[str]:
         except Exception:  # a value apply_sets keeps as text, or refuses itself
             value = None
         given = set(value) if isinstance(value, dict) else set()
+        new_kind = value.get("kind") if isinstance(value, dict) else value
+        if "kind" in node and new_kind != node["kind"]:
+            continue  # another kind of thing: the old kind's fields have no place in it
         lost = [k for k in node if k not in ("profile", "preset") and k not in kept | given]
         if lost:
             shown = ", ".join(f"{k}: {json.dumps(node[k])[:40]}" for k in lost)
