@@ -272,3 +272,5 @@ def test_a_sequence_past_a_learned_position_table_is_noted() -> None:
     assert res.returncode == 0, res.stderr
     notes = json.loads(res.stdout)["notes"]
     assert any("learns 2048 positions" in n for n in notes)
+    checked = run_cli("check", "gpt3-175b-megatron-1024xa100", "--set", "training.seq_len=4096")
+    assert checked.returncode == 0 and "learns 2048 positions" in checked.stderr
