@@ -192,6 +192,19 @@ def calibrate(
     data = load_probe(probe_file)
     try:
         cal = fit(data, probe_file, name)
+    except UserError as exc:
+        if exc.file is not None:
+            raise
+        # The fits build profiles and a scenario from the probe's figures: one out of range
+        # there is a figure of the probe file (hand-edited, or a machine no profile describes).
+        raise UserError(
+            f"the probe file's figures give a model that cannot be built ({exc.path}: "
+            f"{exc.message})"
+            if exc.path
+            else f"the probe file's figures give a model that cannot be built ({exc.message})",
+            file=probe_file,
+            hint="re-run `clustersim probe`; a probe file is not meant to be edited",
+        ) from None
     except (KeyError, TypeError, ValueError, AttributeError, IndexError, ZeroDivisionError) as exc:
         # load_probe checks the shape the fits read; a file that passes and still cannot be
         # fitted is inconsistent in a way it does not name (e.g. hand-edited figures).

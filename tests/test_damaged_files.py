@@ -280,3 +280,17 @@ def test_a_trace_too_large_to_write_is_refused_before_simulating(tmp_path: Path)
     )
     assert_user_error(res, file=None, path="--trace", says=("events",), hint=("micro-batches",))
     assert not (tmp_path / "t.json").exists()
+
+
+def test_a_probe_figure_out_of_every_profiles_range_names_the_probe_file(tmp_path: Path) -> None:
+    """A GEMM rate of 1e300 TFLOP/s builds a GPU profile that cannot load: the probe file is
+    named, not a scenario field of a scenario the user never wrote."""
+
+    def huge(d: dict) -> None:  # type: ignore[type-arg]
+        for row in d["matmul"]:
+            row["tflops"] = 1e300
+
+    f = _probe(tmp_path, huge)
+    res = run_cli("calibrate", str(f), "--name", "dmg", "--out-dir", str(tmp_path / "out"))
+    assert_user_error(res, file=f, path=None, says=("probe file's figures",))
+    assert not (tmp_path / "out").exists()
