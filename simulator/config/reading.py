@@ -194,7 +194,16 @@ def apply_sets(data: dict[str, Any], sets: list[str], file: str | None) -> dict[
                 if ".".join(at) in KIND_WORD_PATHS or (len(at) > 1 and at[-1] == "topology"):
                     ref_key = "kind"
                 nxt = {ref_key: nxt}
-            elif not isinstance(nxt, dict):
+            elif nxt is not None and not isinstance(nxt, dict):
+                at = ".".join(keys[: depth + 1])
+                raise UserError(
+                    f"--set '{path.strip()}': {at} is {json.dumps(nxt, default=str)[:40]}, "
+                    f"which has no field '{keys[depth + 1]}'",
+                    file=file,
+                    path=at,
+                    hint=f"set {at} itself, e.g. --set {at}=...",
+                )
+            elif nxt is None:
                 nxt = {}
             node[key] = nxt
             node = nxt
