@@ -422,3 +422,13 @@ def test_a_leading_zero_is_no_octal_marker_in_a_scenario_or_a_set() -> None:
 def test_a_reference_gives_exactly_its_kind_of_figure(ref: str) -> None:
     res = run_cli("check", "llama3-8b-8xh100", "--set", f"reference={ref}")
     assert_user_error(res, file=REPO / "scenarios" / "llama3-8b-8xh100.yaml", path="reference")
+
+
+def test_an_error_about_a_field_the_set_beside_it_changed_names_that_set() -> None:
+    res = run_cli("check", "llama3-8b-8xh100", "--set", "training.micro_batch=128")
+    assert_user_error(
+        res,
+        file=REPO / "scenarios" / "llama3-8b-8xh100.yaml",
+        path="training.global_batch",
+        says=("with --set training.micro_batch=128",),
+    )

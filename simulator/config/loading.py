@@ -349,9 +349,9 @@ def load_scenario(path: str | Path, sets: list[str] | None = None) -> ResolvedSc
 def _blame_set(exc: UserError, sets: list[str]) -> UserError:
     """The error, saying so when the value at fault came from a ``--set`` rather than the file
     (whose own value the message would otherwise seem to quote)."""
+    p = exc.path or ""
     for s in reversed(sets):  # the last --set of a path is the one that took effect
         key = s.split("=", 1)[0].strip()
-        p = exc.path or ""
         if key and (p == key or p.startswith((key + ".", key + "["))):
             shown = s if len(s) <= 120 else s[:117] + "..."
             return UserError(
@@ -360,6 +360,15 @@ def _blame_set(exc: UserError, sets: list[str]) -> UserError:
                 path=exc.path,
                 hint=exc.hint,
             )
+    # A field judged against another of its section (global_batch by micro_batch): the
+    # override beside it is what changed.
+    section = p.rsplit(".", 1)[0] if "." in p else ""
+    beside = [s for s in sets if section and s.split("=", 1)[0].strip().startswith(section + ".")]
+    if beside:
+        shown = beside[-1] if len(beside[-1]) <= 120 else beside[-1][:117] + "..."
+        return UserError(
+            f"{exc.message} (with --set {shown})", file=exc.file, path=exc.path, hint=exc.hint
+        )
     return exc
 
 
