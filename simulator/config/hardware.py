@@ -278,6 +278,30 @@ class GPUProfile(_Profile):
         raise KeyError(dtype)
 
 
+FittedColl = Literal["all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast"]
+
+
+class CollectiveFit(BaseModel):
+    """One collective's α-β fit from a probe: ring-form time steps·α + wire bytes / bandwidth
+    (the nccl-tests byte factors), which already holds the transport's own protocol costs."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    latency_us: Num = Field(description="α per ring step, microseconds")
+    bandwidth_gbps: Num = Field(description="1/β, GB/s of wire bytes a rank sends")
+
+
+class Fitted(BaseModel):
+    """Collectives on a calibrated fabric or network: each the probe's own α-β fit where it
+    measured that collective, the profile's bandwidth and latency (the all-reduce fit)
+    otherwise; NCCL's protocol and pipeline model is not added on top."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    source: str = Field(min_length=3, max_length=4000)
+    collectives: dict[FittedColl, CollectiveFit] = Field(default_factory=dict)
+
+
 class FabricProfile(_Profile):
     """Intra-node GPU interconnect."""
 
@@ -314,6 +338,11 @@ class FabricProfile(_Profile):
         "fabric; the model offers it to collectives inside one node; unset: no (LL and "
         "Simple only)",
     )
+    fitted: Fitted | None = Field(
+        default=None,
+        description="calibrated: collectives follow the probe's α-β fits as measured, with no "
+        "NCCL protocol model on top; unset: NCCL's model",
+    )
 
 
 class NetworkProfile(_Profile):
@@ -328,6 +357,11 @@ class NetworkProfile(_Profile):
         default=64, strict=True, ge=2, le=100_000, description="radix of one switch"
     )
     tail_latency: TailLatency
+    fitted: Fitted | None = Field(
+        default=None,
+        description="calibrated: collectives across nodes follow the probe's α-β fits as "
+        "measured, with no NCCL protocol model on top; unset: NCCL's model",
+    )
 
     @property
     def port_bytes_per_s(self) -> float:

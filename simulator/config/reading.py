@@ -195,13 +195,13 @@ def apply_sets(data: dict[str, Any], sets: list[str], file: str | None) -> dict[
                     ref_key = "kind"
                 nxt = {ref_key: nxt}
             elif nxt is not None and not isinstance(nxt, dict):
-                at = ".".join(keys[: depth + 1])
+                where = ".".join(keys[: depth + 1])
                 raise UserError(
-                    f"--set '{path.strip()}': {at} is {json.dumps(nxt, default=str)[:40]}, "
+                    f"--set '{path.strip()}': {where} is {json.dumps(nxt, default=str)[:40]}, "
                     f"which has no field '{keys[depth + 1]}'",
                     file=file,
-                    path=at,
-                    hint=f"set {at} itself, e.g. --set {at}=...",
+                    path=where,
+                    hint=f"set {where} itself, e.g. --set {where}=...",
                 )
             elif nxt is None:
                 nxt = {}

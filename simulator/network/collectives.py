@@ -241,6 +241,28 @@ def phases(
     ]
 
 
+def as_fitted(ph: Phase, coll: Coll, link: TierLink) -> Phase:
+    """A phase on a calibrated tier, timed as the probe's fit of ``coll`` (ring form: α per
+    step, wire bytes at the fitted bandwidth; the tier's own α and bandwidth, the all-reduce
+    fit, for a collective it did not measure), with no protocol or pipeline model on top: the
+    fit measured the transport with its own. The bandwidth is carried as wire bytes at the
+    tier's bandwidth, so that shared links still divide it."""
+    alpha, bandwidth = link.alpha, link.bandwidth
+    for name, a, b in link.fits:
+        if name == coll:
+            alpha, bandwidth = a, b
+    wire = ph.wire_bytes * (link.bandwidth / bandwidth) if bandwidth > 0 else ph.wire_bytes
+    return replace(
+        ph,
+        latency=ph.steps * alpha,
+        wire_bytes=wire,
+        extra_ll=0.0,
+        extra_simple=0.0,
+        ll128_fraction=0.0,
+        extra_ll128=0.0,
+    )
+
+
 def phase_time(ph: Phase, fabric: TierLink, network: TierLink | None) -> float:
     link = fabric if ph.tier == "fabric" or network is None else network
     return ph.latency + ph.wire_bytes / link.bandwidth
@@ -279,10 +301,10 @@ def choose(
         if algo == "nvls_tree" and (network is None or not _nvls_tree_applies(coll, shape, fabric)):
             continue
         ph = [
-            with_protocol(
-                p,
-                (fabric if p.tier == "fabric" or network is None else network).bandwidth,
-                size if algo == "tree" and coll == "all_reduce" else None,
+            as_fitted(p, coll, link)
+            if (link := fabric if p.tier == "fabric" or network is None else network).fitted
+            else with_protocol(
+                p, link.bandwidth, size if algo == "tree" and coll == "all_reduce" else None
             )
             for p in phases(coll, algo, shape, size, fabric, network)
         ]

@@ -25,6 +25,10 @@ class TierLink:
     switch_reduce: float = 0.0
     # NCCL may run its LL128 protocol inside a node of this fabric (NVLink).
     ll128: bool = False
+    # A calibrated tier: collectives take the probe's α-β fits as measured (per collective,
+    # (name, α s, bandwidth B/s); others the tier's own α and bandwidth), no protocol model.
+    fitted: bool = False
+    fits: tuple[tuple[str, float, float], ...] = ()
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ import functools
 from dataclasses import dataclass
 
 from ..config.cluster import FatTree, RailOptimized
+from ..config.hardware import Fitted
 from ..config.scenario import ResolvedScenario
 from ..workload.memory import shard_group
 from .collectives import GroupShape
@@ -248,7 +249,14 @@ class Topology:
         nvls = 0.0
         if f.switch_reduce_fraction is not None and bw > 0:
             nvls = f.switch_reduce_fraction.value * f.bandwidth_gbps.value * 1e9 / bw
-        return TierLink(bw, self.fabric_alpha, nvls, ll128=f.ll128 is not None and f.ll128.value)
+        return TierLink(
+            bw,
+            self.fabric_alpha,
+            nvls,
+            ll128=f.ll128 is not None and f.ll128.value,
+            fitted=f.fitted is not None,
+            fits=_fits(f.fitted),
+        )
 
     def network_tier(self, rank: int | None = None, kind: str | None = None) -> TierLink | None:
         """The NIC share of one rank; for a group (``rank``, ``kind``) that spans leaves, no more
@@ -257,8 +265,10 @@ class Topology:
         if self.rs.network is None:
             return None
         bw = self.nic_bw / self.gpus_per_nic()
+        net = self.rs.network
+        fitted, fits = net.fitted is not None, _fits(net.fitted)
         if rank is None or kind is None or self.leaves <= 1:
-            return TierLink(bw, self.net_alpha)
+            return TierLink(bw, self.net_alpha, fitted=fitted, fits=fits)
         key = (kind, rank)
         tier = self._tiers.get(key)
         if tier is None:
@@ -266,7 +276,7 @@ class Topology:
             if spanned > 1:
                 nodes = self.shape(rank, kind).nodes
                 bw = min(bw, bw * nodes / (spanned * self.oversubscription))
-            tier = self._tiers[key] = TierLink(bw, self.net_alpha)
+            tier = self._tiers[key] = TierLink(bw, self.net_alpha, fitted=fitted, fits=fits)
         return tier
 
     # -- links a transfer crosses ------------------------------------------------------------
@@ -335,3 +345,13 @@ class Topology:
             # A ring over k nodes in L leaves leaves each leaf on L of its k edges.
             out.append((("uplink", self.leaf(node)), spanned / shape.nodes))
         return out
+
+
+def _fits(fitted: Fitted | None) -> tuple[tuple[str, float, float], ...]:
+    """A calibrated profile's per-collective fits as (name, α seconds, bandwidth bytes/s)."""
+    if fitted is None:
+        return ()
+    return tuple(
+        (name, f.latency_us.value * 1e-6, f.bandwidth_gbps.value * 1e9)
+        for name, f in fitted.collectives.items()
+    )

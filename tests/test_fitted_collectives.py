@@ -1,0 +1,90 @@
+"""A calibrated fabric times collectives as the probe measured them: each collective by its own
+α-β fit, with no NCCL protocol or pipeline model added to times that already hold the
+transport's (a gloo ring's 1 MiB all-reduce was predicted 20% slower than its own fit)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import h100_probe_two_ranks, run_cli
+
+from simulator.config.loading import resolve_dict
+from simulator.network.collectives import GroupShape, choose
+from simulator.network.topology import Topology
+
+RS_ALPHA, RS_BW = 300e-6, 0.5e9  # a reduce-scatter slower than the all-reduce's 100 µs, 1 GB/s
+
+
+def _probe_with_rs(tmp_path: Path) -> Path:
+    probe = h100_probe_two_ranks()
+    probe["collectives"] += [
+        {
+            "op": "reduce_scatter",
+            "group": "intra",
+            "group_size": 2,
+            "bytes": b,
+            "time_s": RS_ALPHA + 0.5 * b / RS_BW,
+        }
+        for b in (2**k for k in range(10, 25, 2))
+    ]
+    f = tmp_path / "p.json"
+    f.write_text(json.dumps(probe))
+    return f
+
+
+@pytest.fixture
+def calibrated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    out = tmp_path / "cal"
+    out.mkdir()
+    monkeypatch.setenv("CLUSTERSIM_PROFILE_PATH", str(out))
+    res = run_cli("calibrate", str(_probe_with_rs(tmp_path)), "--name", "fc", "--out-dir", str(out))
+    assert res.returncode == 0, res.stderr
+    return out
+
+
+def _tier():  # type: ignore[no-untyped-def]
+    rs = resolve_dict(
+        {
+            "name": "t",
+            "cluster": {"gpu": "fc", "gpus_per_node": 2, "nodes": 1, "fabric": "fc-fabric"},
+            "model": {"layers": 2, "hidden": 64, "heads": 1, "vocab": 128},
+            "training": {"seq_len": 8, "global_batch": 2, "micro_batch": 1},
+        }
+    )
+    return Topology(rs).fabric_tier()
+
+
+@pytest.mark.parametrize("size", [1 << 10, 1 << 20, 1 << 24])
+def test_each_collective_takes_its_own_fit_and_nothing_more(calibrated: Path, size: int) -> None:
+    fab = yaml.safe_load((calibrated / "fc-fabric.yaml").read_text())
+    assert set(fab["fitted"]["collectives"]) == {"all_reduce", "reduce_scatter"}
+    tier = _tier()
+    t_ar = choose("all_reduce", GroupShape(2, 1), size, tier)[2]
+    # the probe's all-reduce took 100 µs + S / (1 GB/s): 2(n-1)α + 2(n-1)/n·S/B with α 50 µs
+    assert t_ar == pytest.approx(100e-6 + size / 1e9, rel=1e-3)
+    t_rs = choose("reduce_scatter", GroupShape(2, 1), size, tier)[2]
+    assert t_rs == pytest.approx(RS_ALPHA + 0.5 * size / RS_BW, rel=1e-3)
+    # a collective the probe did not measure: the all-reduce's α and bandwidth, ring form
+    t_ag = choose("all_gather", GroupShape(2, 1), size, tier)[2]
+    assert t_ag == pytest.approx(50e-6 + 0.5 * size / 1e9, rel=1e-3)
+
+
+def test_an_nccl_fabric_keeps_its_protocol_model() -> None:
+    """Bundled profiles have no fit: a 1 MiB all-reduce on NVLink pays more than α-β alone."""
+    rs = resolve_dict(
+        {
+            "name": "t",
+            "cluster": {"gpu": "h100-sxm-80gb", "gpus_per_node": 8, "nodes": 1,
+                        "fabric": "nvlink4-nvswitch"},
+            "model": {"layers": 2, "hidden": 64, "heads": 1, "vocab": 128},
+            "training": {"seq_len": 8, "global_batch": 8, "micro_batch": 1},
+        }
+    )  # fmt: skip
+    tier = Topology(rs).fabric_tier()
+    assert not tier.fitted
+    algo, _, t = choose("all_reduce", GroupShape(8, 1), 1 << 20, tier)
+    ring = 14 * tier.alpha + 2 * 7 / 8 * (1 << 20) / tier.bandwidth
+    assert t > ring or algo != "ring"
