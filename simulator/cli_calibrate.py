@@ -7,7 +7,7 @@ import json
 import math
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -223,6 +223,9 @@ def calibrate(
     files = write(cal, out_dir, probe_file)
     hint = _searchable(out_dir)
     check = in_sample(name, cal.sidecar)
+    busy = contention_warning(cal.sidecar)
+    if busy:
+        err.print(f"warning: {safe(busy)}")
     if fmt == Fmt.json:
         _json(
             {
@@ -289,6 +292,28 @@ def calibrate(
         out.print(f"{'replaced' if replaced else 'wrote'} {safe(str(path))}")
     if hint:
         out.print(safe(hint))
+
+
+# The probe's processes together against one alone: a host's cores share memory bandwidth
+# and caches, so some slowdown is the machine (about 1.06 on this project's 2-core VM), but
+# well past that the host was running something else while it measured.
+BUSY_RATIO = 1.5
+
+
+def contention_warning(sidecar: dict[str, Any]) -> str | None:
+    """Why a calibration looks measured on a busy machine (None if it does not): its
+    processes ran far slower together than alone."""
+    cf = sidecar.get("compute_fit") or {}
+    together, alone = cf.get("in_step_factor"), cf.get("in_step_factor_alone")
+    if not (together and alone and together / alone > BUSY_RATIO):
+        return None
+    cv = (sidecar.get("speed_variation") or {}).get("cv")
+    spread = f", and its repeated timings varied by {cv:.0%}" if cv is not None else ""
+    return (
+        f"the probe looks measured on a busy machine (its processes ran "
+        f"{together / alone:.2f}x slower together than alone{spread}): the profiles describe "
+        "that load, not the machine; re-run the probe while nothing else runs"
+    )
 
 
 def _searchable(out_dir: str) -> str | None:

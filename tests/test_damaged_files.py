@@ -294,3 +294,20 @@ def test_a_probe_figure_out_of_every_profiles_range_names_the_probe_file(tmp_pat
     res = run_cli("calibrate", str(f), "--name", "dmg", "--out-dir", str(tmp_path / "out"))
     assert_user_error(res, file=f, path=None, says=("probe file's figures",))
     assert not (tmp_path / "out").exists()
+
+
+def test_a_probe_measured_on_a_busy_machine_is_warned_about(tmp_path: Path) -> None:
+    """Processes 2.2x slower together than alone (another job sharing the cores): the
+    profiles are written (they are what was measured) but the user is told not to trust them."""
+    from simulator.cli_calibrate import contention_warning
+
+    busy = {"compute_fit": {"in_step_factor": 2.17, "in_step_factor_alone": 0.976},
+            "speed_variation": {"cv": 0.227}}  # fmt: skip
+    said = contention_warning(busy)
+    assert said is not None and "2.22x slower together" in said and "23%" in said
+    quiet = {"compute_fit": {"in_step_factor": 0.908, "in_step_factor_alone": 0.95}}
+    assert contention_warning(quiet) is None
+    res = run_cli(
+        "calibrate", str(_probe(tmp_path)), "--name", "q", "--out-dir", str(tmp_path / "q")
+    )
+    assert res.returncode == 0 and "busy machine" not in res.stderr

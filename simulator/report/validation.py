@@ -80,7 +80,15 @@ def print_validation(out: Console, rep: dict[str, Any]) -> None:
     out.print(
         safe(
             f"measured: median of {rep['repeats']} interleaved run(s) × {rep['steps']} steps, "
-            f"{level} bootstrap interval over runs and steps. Drift: how much slower (+) or "
+            f"{level} bootstrap interval over runs and steps"
+            + (
+                f" (from {rep['repeats'] * rep['steps']} timings it says little: use "
+                "--repeats 3 and --steps 4 or more)"
+                if rep["repeats"] * rep["steps"] < 10 or rep["repeats"] < 3
+                else ""
+            )
+            + ". Errors are (predicted - measured) / measured: + means predicted slower. "
+            f"Drift: how much slower (+) or "
             "faster (−) the probe's own job runs now than predicted at the smallest layout, "
             "one factor for every other row; for that row (and where that job did not run), "
             f"before each job every process runs the probe's reference work "
