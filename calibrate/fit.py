@@ -187,18 +187,19 @@ def calibrate(probe: dict[str, Any], file: str, name: str) -> Calibration:
     eff_m, eff_h, eff_r2 = fit_efficiency(
         [r["flops"] for r in mm], [r["tflops"] / best for r in mm]
     )
-    peak_what = (
-        f"best measured {train_dtype} matmul throughput over {len(mm)} shapes, "
-        f"{threads} thread(s) per process, {ppn} processes at once (a CPU has no "
-        "datasheet peak: this measured figure is the peak, efficiencies are relative "
-        "to it)"
-    )
+
+    def peak_source(dtype: str, shapes: int) -> str:
+        return (
+            f"best measured {dtype} matmul throughput over {shapes} shapes, "
+            f"{threads} thread(s) per process, {ppn} processes at once (a CPU has no "
+            "datasheet peak: this measured figure is the peak, efficiencies are relative "
+            "to it)"
+        )
+
+    peak_what = peak_source(train_dtype, len(mm))
     peaks: dict[str, Any] = {}
     for d, rs in by_dtype.items():
-        peaks[d] = S(
-            max(r["tflops"] for r in rs),
-            peak_what.replace(train_dtype, d, 1) if d != train_dtype else peak_what,
-        )
+        peaks[d] = S(max(r["tflops"] for r in rs), peak_source(d, len(rs)))
     measured = [r["tflops"] / best for r in mm]
     if eff_m > 1.0:
         # The curve still rises at the largest size probed (or a noisy point sits low): its

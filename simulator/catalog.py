@@ -112,6 +112,11 @@ class Catalog:
         near = closest(name, pool)
         what = " or ".join(k.replace("_", " ") for k in kinds) if kinds else "hardware"
         hint = f"did you mean {', '.join(near)}?" if near else "see `clustersim profiles list`"
+        if not near:
+            hint += (
+                " (profiles `calibrate --out-dir` wrote elsewhere are found through "
+                "$CLUSTERSIM_PROFILE_PATH or a ./hardware_profiles folder)"
+            )
         raise UserError(f"unknown {what} profile '{name}'", hint=hint)
 
 

@@ -162,8 +162,10 @@ def print_simulation(d: dict[str, Any], console: Console) -> None:
     t.add_row(
         "throughput", f"{d['tokens_per_s']:,.0f} tokens/s  ({d['samples_per_s']:.2f} samples/s)"
     )
-    t.add_row("model TFLOP/s per GPU", f"{d['model_tflops_per_gpu']:.1f}")
-    t.add_row("hardware TFLOP/s per GPU", f"{d['hardware_tflops_per_gpu']:.1f}")
+    for key, label in (("model", "model"), ("hardware", "hardware")):
+        v = d[f"{key}_tflops_per_gpu"]
+        # (a CPU-calibrated cluster runs at hundredths of a TFLOP/s: three figures, not 0.0)
+        t.add_row(f"{label} TFLOP/s per GPU", f"{v:.1f}" if v >= 10 else f"{v:.3g}")
     # MFU against the peak of the precision the GEMMs run in (fp8 against the fp8 peak, as
     # Composer and NeMo report it).
     peak = " (of the fp8 peak)" if lay.get("precision") == "fp8" else ""
