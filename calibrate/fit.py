@@ -35,6 +35,7 @@ from .fits import (
     fit_attention,
     fit_efficiency,
     fit_speed_cv,
+    fitted_block,
     unit_seconds,
 )
 from .memory_fit import memory_figures
@@ -57,43 +58,6 @@ def _src(probe: dict[str, Any], file: str, what: str) -> str:
 # How far the end-of-probe drift reference may differ from the same work timed earlier in the
 # probe before calibrate says the machine was not steady (a quiet 2-core VM stays within ~10%).
 DRIFT_BASELINE_TOL = 0.15
-
-
-FITTED_COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast")
-
-
-def _fitted(probe: dict[str, Any], file: str, fits: list[AlphaBeta], group: str) -> dict[str, Any]:
-    """The ``fitted`` block of a calibrated fabric or network: every collective the probe
-    fitted on this tier (with a usable bandwidth term) as measured, each with its source, so
-    that the simulator times a reduce-scatter by its own fit and adds no NCCL protocol model
-    to times that already hold the transport's."""
-    out: dict[str, Any] = {}
-    for f in fits:
-        if f.group != group or f.op not in FITTED_COLLECTIVES or f.beta_s_per_byte <= 0:
-            continue
-        what = (
-            f"fit of ring {f.op} over {f.points} sizes, n={f.n} "
-            f"(R²={f.r2:.3f}, rms rel err {f.rms_rel_err:.0%})"
-        )
-        out[f.op] = {
-            "latency_us": {
-                "value": max(f.alpha_s * 1e6, 1e-3),
-                "source": _src(probe, file, "α of the " + what),
-            },
-            "bandwidth_gbps": {
-                "value": f.bandwidth_gbps,
-                "source": _src(probe, file, "1/β of the " + what),
-            },
-        }
-    return {
-        "source": _src(
-            probe,
-            file,
-            "collectives timed as the probe's α-β fits: the measured times already "
-            "hold the transport's own protocol costs",
-        ),
-        "collectives": out,
-    }
 
 
 def calibrate(probe: dict[str, Any], file: str, name: str) -> Calibration:
@@ -148,7 +112,7 @@ def calibrate(probe: dict[str, Any], file: str, name: str) -> Calibration:
         "latency_us": S(max(ar.alpha_s * 1e6, 1e-3), "α of the " + what_ar),
         "achievable_fraction": S(1.0, "1: the fitted bandwidth is already achieved"),
         "max_gpus": max(cores, ppn) if is_cpu else ppn,
-        "fitted": _fitted(probe, file, fits, "intra"),
+        "fitted": fitted_block(fits, "intra", lambda what: _src(probe, file, what)),
     }
     network = None
     inter = by.get(("all_reduce", "inter"))
@@ -166,7 +130,7 @@ def calibrate(probe: dict[str, Any], file: str, name: str) -> Calibration:
             "port_gbps": S(inter.bandwidth_gbps * 8, "8·(1/β) of the " + what_in),
             "latency_us": S(max(inter.alpha_s * 1e6, 1e-3), "α of the " + what_in),
             "achievable_fraction": S(1.0, "1: the fitted bandwidth is already achieved"),
-            "fitted": _fitted(probe, file, fits, "inter"),
+            "fitted": fitted_block(fits, "inter", lambda what: _src(probe, file, what)),
             "tail_latency": {
                 "distribution": "lognormal",
                 "sigma": S(

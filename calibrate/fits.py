@@ -7,6 +7,7 @@ the simulator's own view of it are in :mod:`calibrate.step_fits`."""
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -297,3 +298,38 @@ def fit_speed_cv(block_times: list[list[float]]) -> tuple[float, int]:
         raise ValueError("speed variation needs at least two positive block times")
     q1, med, q3 = np.percentile(xs, [25, 50, 75])
     return float((q3 - q1) / 1.349 / med), int(xs.size)
+
+
+FITTED_COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast")
+
+
+def fitted_block(fits: list[AlphaBeta], group: str, src: Callable[[str], str]) -> dict[str, Any]:
+    """The ``fitted`` block of a calibrated fabric or network: every collective the probe
+    fitted on this tier (with a usable bandwidth term) as measured, each with its source, so
+    that the simulator times a reduce-scatter by its own fit and adds no NCCL protocol model
+    to times that already hold the transport's."""
+    out: dict[str, Any] = {}
+    for f in fits:
+        if f.group != group or f.op not in FITTED_COLLECTIVES or f.beta_s_per_byte <= 0:
+            continue
+        what = (
+            f"fit of ring {f.op} over {f.points} sizes, n={f.n} "
+            f"(R²={f.r2:.3f}, rms rel err {f.rms_rel_err:.0%})"
+        )
+        out[f.op] = {
+            "latency_us": {
+                "value": max(f.alpha_s * 1e6, 1e-3),
+                "source": src("α of the " + what),
+            },
+            "bandwidth_gbps": {
+                "value": f.bandwidth_gbps,
+                "source": src("1/β of the " + what),
+            },
+        }
+    return {
+        "source": src(
+            "collectives timed as the probe's α-β fits: the measured times already "
+            "hold the transport's own protocol costs"
+        ),
+        "collectives": out,
+    }

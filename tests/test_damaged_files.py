@@ -299,7 +299,7 @@ def test_a_probe_figure_out_of_every_profiles_range_names_the_probe_file(tmp_pat
 def test_a_probe_measured_on_a_busy_machine_is_warned_about(tmp_path: Path) -> None:
     """Processes 2.2x slower together than alone (another job sharing the cores): the
     profiles are written (they are what was measured) but the user is told not to trust them."""
-    from simulator.cli_calibrate import contention_warning
+    from simulator.report.calibration import contention_warning
 
     busy = {"compute_fit": {"in_step_factor": 2.17, "in_step_factor_alone": 0.976},
             "speed_variation": {"cv": 0.227}}  # fmt: skip

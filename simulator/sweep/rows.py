@@ -1,0 +1,242 @@
+"""A sweep's output file: its formats (CSV, JSON lines, Parquet), the rows a re-run reads back
+(only sound ones: an edited or damaged row is evaluated again), the journal finished points are
+appended to, the final atomic write sorted by point, and the copy ``--replace`` keeps of the
+file it replaces until the new run finishes."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+from ..errors import UserError
+from ..report.files import write_atomic
+from .plans import COLUMNS
+from .spec import SweepSpec
+
+Rows = list[dict[str, Any]]
+TEXT_COLUMNS = frozenset(
+    {"point_key", "sweep", "status", "gpu", "fabric", "network", "software", "pricing", "tier"}
+    | {"schedule", "sharding", "recompute"}
+)
+
+
+def columns(spec: SweepSpec) -> list[str]:
+    axes = [f"axis_{next(iter(a))}" for a in spec.axes]
+    return COLUMNS[:4] + axes + COLUMNS[4:]
+
+
+def _fmt(path: Path) -> str:
+    suffix = path.suffix.lower()
+    if suffix == ".jsonl":
+        return "jsonl"
+    if suffix == ".parquet":
+        return "parquet"
+    return "csv"
+
+
+def journal(path: Path) -> Path:
+    return path.with_name(path.name + ".partial.jsonl") if _fmt(path) == "parquet" else path
+
+
+def _parse(value: str) -> Any:
+    if value == "":
+        return None
+    for cast in (int, float):
+        try:
+            return cast(value)
+        except ValueError:
+            pass
+    return value
+
+
+# Columns of counts and figures: a resumed row must hold a finite, non-negative number (or
+# nothing, as a point without a valid plan has) in each, or its point is evaluated again.
+NUMBER_COLUMNS = frozenset(COLUMNS) - TEXT_COLUMNS - {"sweep", "sequence_parallel"}
+
+
+def _sound(row: Any) -> bool:
+    """Whether a row read back from ``--out`` can stand for its point: a mapping whose number
+    columns hold numbers (an edited or damaged file may hold text, NaN or a negative time)."""
+    if not isinstance(row, dict):
+        return False
+    n = row.get("point_rows")
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        return False
+    for c in NUMBER_COLUMNS:
+        v = row.get(c)
+        if v is None:
+            continue
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            return False
+        if not math.isfinite(v) or v < 0:
+            return False
+    return True
+
+
+def read_rows(path: Path) -> Rows:
+    """Rows already in ``path`` (a torn last line from an interruption is ignored): the
+    journal of an unfinished Parquet sweep, else the finished file."""
+    j = journal(path)
+    if not j.exists():
+        if j != path and path.exists():
+            try:
+                import pyarrow.parquet as pq
+
+                return [r for r in pq.read_table(path).to_pylist() if _sound(r)]
+            except Exception:  # not readable as Parquet (or no pyarrow): evaluate afresh
+                return []
+        return []
+    written = j.read_text(encoding="utf-8")
+    rows: Rows = []
+    if _fmt(j) == "csv":
+        lines = written.splitlines(keepends=True)
+        if lines and not lines[-1].endswith("\n"):
+            lines = lines[:-1]
+        for r in csv.DictReader(io.StringIO("".join(lines))):
+            if None in r or any(v is None for v in r.values()):
+                continue
+            # Text columns stay text: a point key such as '004201359279' or '37876569e336'
+            # is not a number.
+            rows.append({k: v if k in TEXT_COLUMNS else _parse(v) for k, v in r.items()})
+    else:
+        for line in written.splitlines():
+            try:
+                rows.append(json.loads(line))
+            except (json.JSONDecodeError, RecursionError):
+                continue
+    return [r for r in rows if _sound(r)]
+
+
+def check_output(path: Path) -> None:
+    """Refuse an existing ``--out`` file that is not a clustersim sweep output (its rows would
+    be replaced): a sweep resumes only from its own CSV, JSON lines or Parquet rows."""
+    j = journal(path)
+    target = j if j.exists() else path
+    if not target.is_file() or target.stat().st_size == 0:
+        return
+    ok = False
+    try:
+        if _fmt(target) == "parquet":
+            import pyarrow.parquet as pq
+
+            ok = "point_key" in pq.read_schema(target).names
+        else:
+            with open(target, encoding="utf-8") as fh:
+                first = fh.readline()
+            if _fmt(target) == "csv":
+                ok = "point_key" in next(csv.reader([first]), [])
+            elif not first.endswith("\n") and first.startswith('{"sweep": '):
+                ok = True  # our first row, torn by an interruption: resumed without it
+            else:
+                ok = isinstance(json.loads(first), dict) and "point_key" in json.loads(first)
+    except Exception:  # unreadable, not UTF-8, not JSON, no pyarrow: not ours to replace
+        ok = False
+    if not ok:
+        raise UserError(
+            f"'{target}' exists and is not a clustersim sweep output; a sweep would replace it",
+            path="--out",
+            hint="give another --out, or move that file away",
+        )
+
+
+def complete_points(rows: Rows) -> dict[str, Rows]:
+    """Rows grouped by point key, only the points whose every row is present."""
+    by: dict[str, Rows] = {}
+    for r in rows:
+        by.setdefault(str(r.get("point_key")), []).append(r)
+    return {k: v for k, v in by.items() if v and len(v) == int(v[0].get("point_rows") or 0)}
+
+
+def _csv_text(cols: list[str], rows: Rows, header: bool) -> str:
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=cols, extrasaction="ignore", lineterminator="\n")
+    if header:
+        w.writeheader()
+    for r in rows:
+        w.writerow({c: ("" if r.get(c) is None else r.get(c)) for c in cols})
+    return buf.getvalue()
+
+
+def _jsonl_text(cols: list[str], rows: Rows) -> str:
+    return "".join(json.dumps({c: r.get(c) for c in cols}) + "\n" for r in rows)
+
+
+def text(path: Path, cols: list[str], rows: Rows, header: bool = True) -> str:
+    """``rows`` as the text of ``path``'s format (CSV, else JSON lines)."""
+    return _csv_text(cols, rows, header) if _fmt(path) == "csv" else _jsonl_text(cols, rows)
+
+
+def _sorted(rows: Rows) -> Rows:
+    return sorted(rows, key=lambda r: (int(r["point"]), r.get("step_time_s") or 0.0))
+
+
+def append(path: Path, cols: list[str], rows: Rows) -> None:
+    j = journal(path)
+    body = text(j, cols, rows, header=not j.exists() or j.stat().st_size == 0)
+    with open(j, "a", encoding="utf-8") as fh:
+        fh.write(body)
+        fh.flush()
+        os.fsync(fh.fileno())
+
+
+def finish(path: Path, cols: list[str], rows: Rows) -> Rows:
+    """The final file, sorted by point (and by plan within a point), written atomically; the
+    rows in that order."""
+    rows = _sorted(rows)
+    if _fmt(path) != "parquet":
+        write_atomic(path, text(path, cols, rows))
+    else:
+        try:
+            import pyarrow as pa
+            import pyarrow.parquet as pq
+        except ImportError:
+            raise UserError(
+                "Parquet output needs pyarrow",
+                file=str(path),
+                hint='pip install "clustersim[parquet]", or write .csv or .jsonl',
+            ) from None
+        table = pa.Table.from_pylist([{c: r.get(c) for c in cols} for r in rows])
+        tmp = path.with_name(f".{path.name}.tmp")
+        pq.write_table(table, tmp)
+        os.replace(tmp, path)
+        journal(path).unlink(missing_ok=True)
+    return rows
+
+
+def replaced_copy(path: Path) -> Path:
+    """Where ``--replace`` keeps ``path`` as it was until the run that replaces it finishes."""
+    return path.with_name(path.name + ".replaced")
+
+
+def keep_until_finished(out: Path) -> list[Path]:
+    """Copies of the output (and of a Parquet sweep's journal) as they are now."""
+    import shutil
+
+    copies = []
+    for f in dict.fromkeys((out, journal(out))):
+        # An earlier interrupted --replace run's copy is the older file: it stays.
+        if f.is_file() and not replaced_copy(f).exists():
+            shutil.copy2(f, replaced_copy(f))
+        copies.append(replaced_copy(f))
+    return copies
+
+
+__all__ = [
+    "TEXT_COLUMNS",
+    "Rows",
+    "append",
+    "check_output",
+    "columns",
+    "complete_points",
+    "finish",
+    "journal",
+    "keep_until_finished",
+    "read_rows",
+    "replaced_copy",
+    "text",
+]
