@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 from conftest import REPO, inline_scenario, run_cli, write_yaml
 from test_errors import assert_user_error
@@ -166,3 +167,53 @@ def test_an_unreachable_ray_address_is_refused_at_once(tmp_path: Path) -> None:
         "--address", "127.0.0.1:1",
     )  # fmt: skip
     assert_user_error(res, file=None, path="--address", says=("could not reach",))
+
+
+@pytest.mark.parametrize(
+    "text, value",
+    [
+        ("0100", 100),  # YAML 1.1 read this as octal 64
+        ("007", 7),
+        ("1_000", 1000),
+        ("-5", -5),
+        ("0o17", 15),
+        ("0x10", 16),
+        ("1:20", "1:20"),  # YAML 1.1 sexagesimal 80
+        ("0b11", "0b11"),
+        ("1e11", 1e11),
+    ],
+)
+def test_numbers_are_read_as_yaml_1_2_reads_them(text: str, value: object) -> None:
+    from simulator.config.yamlio import load_text
+
+    assert load_text(f"a: {text}") == {"a": value}
+
+
+def test_a_leading_zero_is_no_octal_marker_in_a_scenario_or_a_set() -> None:
+    from simulator.config.loading import load_scenario
+
+    rs = load_scenario(REPO / "scenarios" / "llama3-8b-8xh100.yaml", ["training.global_batch=0128"])
+    assert rs.training.global_batch == 128
+
+
+@pytest.mark.parametrize(
+    "ref",
+    [
+        "{metric: mfu, source: a paper}",  # no value
+        "{metric: mfu, value: 0.4, curve: c.csv, source: a paper}",  # both
+        "{metric: busbw_gbps, value: 100, source: a paper}",  # a curve metric with a value
+    ],
+)
+def test_a_reference_gives_exactly_its_kind_of_figure(ref: str) -> None:
+    res = run_cli("check", "llama3-8b-8xh100", "--set", f"reference={ref}")
+    assert_user_error(res, file=REPO / "scenarios" / "llama3-8b-8xh100.yaml", path="reference")
+
+
+def test_an_error_about_a_field_the_set_beside_it_changed_names_that_set() -> None:
+    res = run_cli("check", "llama3-8b-8xh100", "--set", "training.micro_batch=128")
+    assert_user_error(
+        res,
+        file=REPO / "scenarios" / "llama3-8b-8xh100.yaml",
+        path="training.global_batch",
+        says=("with --set training.micro_batch=128",),
+    )

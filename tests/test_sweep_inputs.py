@@ -65,3 +65,41 @@ def test_a_base_that_is_a_sweep_spec_is_refused_before_output(tmp_path: Path) ->
     with pytest.raises(UserError) as exc:
         load_spec(outer)
     assert exc.value.path == "base"
+
+
+def test_an_axis_naming_an_unknown_profile_is_refused_before_anything_runs(
+    tmp_path: Path,
+) -> None:
+    spec = tmp_path / "s.yaml"
+    spec.write_text(
+        yaml.safe_dump(
+            {
+                "name": "s",
+                "base": str(REPO / "scenarios" / "llama3-8b-8xh100.yaml"),
+                "axes": [{"cluster.gpu": ["h100-sxm-80gb", "h100-sxm-80g"]}],
+            }
+        )
+    )
+    out = tmp_path / "o.csv"
+    res = run_cli("sweep", str(spec), "--out", str(out))
+    assert res.returncode == 2 and "axes[0]" in res.stderr
+    assert "unknown gpu profile 'h100-sxm-80g'" in res.stderr and "h100-sxm-80gb" in res.stderr
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    "args, path",
+    [
+        (("--executor", "serial", "--workers", "2"), "--workers"),
+        (("--executor", "serial", "--address", "auto"), "--address"),
+        (("--executor", "local", "--address", "auto"), "--address"),
+        (("--executor", "ray", "--workers", "2"), "--workers"),
+    ],
+)
+def test_an_option_the_executor_ignores_is_refused(
+    tmp_path: Path, args: tuple[str, ...], path: str
+) -> None:
+    out = tmp_path / "o.csv"
+    res = run_cli("sweep", "llama3-70b-strong-scaling", "--out", str(out), *args)
+    assert res.returncode == 2 and f"error: {path}:" in res.stderr, res.stderr
+    assert not out.exists()

@@ -1,0 +1,137 @@
+"""`clustersim compare`: one verdict per metric, never a plan that does not fit named best,
+and reasons that hold (price, preemptions, the part of the step that differs, the peak)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import yaml
+from conftest import REPO, run_cli
+
+from simulator.config.loading import read_yaml
+
+BASE = REPO / "scenarios" / "llama3-8b-8xh100.yaml"
+
+
+def _cmp_scenario(tmp_path: Path, name: str, tokens: float, **par: Any) -> Path:
+    data = yaml.safe_load((REPO / "scenarios" / "llama3-70b-64xh100.yaml").read_text())
+    data["name"] = name
+    data.setdefault("run", {})["tokens"] = tokens
+    data["parallelism"].update(par)
+    p = tmp_path / f"{name}.yaml"
+    p.write_text(yaml.safe_dump(data))
+    return p
+
+
+def test_compare_gives_a_verdict_per_metric() -> None:
+    a = REPO / "scenarios" / "llama3-70b-1xh100-node.yaml"
+    b = REPO / "scenarios" / "llama3-70b-2xa100-nodes.yaml"
+    res = run_cli("compare", str(a), str(b))
+    assert res.returncode == 0, res.stderr
+    assert "step time" in res.stdout and "why:" in res.stdout
+    res = run_cli("compare", str(a), str(b), "--format", "csv")
+    assert res.returncode == 0, res.stderr
+    lines = res.stdout.splitlines()
+    names = [yaml.safe_load(p.read_text())["name"] for p in (a, b)]
+    assert lines[0] == f"metric,{names[0]},{names[1]},best"
+    assert lines[1].startswith("fits,") and any(ln.startswith("step_time_s,") for ln in lines)
+
+
+def test_compare_never_names_a_plan_that_does_not_fit_best(tmp_path: Path) -> None:
+    from simulator.compare import compare_results
+
+    a = REPO / "scenarios" / "llama3-70b-64xh100.yaml"
+    data = read_yaml(a)
+    data["name"] = "no-fit"
+    data["parallelism"]["recompute"] = "none"
+    data["training"]["micro_batch"] = 4
+    b = tmp_path / "nofit.yaml"
+    b.write_text(yaml.safe_dump(data))
+    from simulator.config.loading import load_scenario
+    from simulator.simulate import simulate
+
+    results = [simulate(load_scenario(p)).as_dict() for p in (a, b)]
+    assert results[0]["fits"] and not results[1]["fits"]
+    # Without recomputation it is faster, but it cannot run.
+    assert results[1]["step_time_s"] < results[0]["step_time_s"]
+    rep = compare_results(results)
+    assert rep["not_fitting"] == ["no-fit"]
+    for m in rep["metrics"]:
+        assert m["best"] == results[0]["scenario"], m
+    res = run_cli("compare", str(a), str(b))
+    assert res.returncode == 0 and "does not fit in GPU memory" in res.stdout
+
+
+def test_compare_explains_a_cost_gap_by_price_and_preemptions(tmp_path: Path) -> None:
+    """The same job on demand and on spot: the step is the same, so the verdicts name the
+    price and the time lost to preemptions, not a step category."""
+    from simulator.compare import compare_results
+    from simulator.config.loading import load_scenario
+    from simulator.simulate import simulate
+
+    a = simulate(load_scenario(BASE)).as_dict()
+    b = simulate(load_scenario(BASE, ["cluster.pricing.tier=spot", "name=spot"])).as_dict()
+    rep = {m["metric"]: m["verdict"] for m in compare_results([a, b])["metrics"]}
+    assert "per GPU-hour" in rep["usd_total"]  # the cheaper one makes less progress
+    assert "making progress" in rep["time_to_train_days"]
+    assert "per step" not in rep["time_to_train_days"]
+    assert rep["step_time_s"].endswith("the same for all")
+
+
+def test_compare_gives_no_whole_run_verdict_across_token_budgets(tmp_path: Path) -> None:
+    """A 10x smaller token budget is not a faster plan: time to train and $ for the budget get
+    no verdict when the budgets differ, the per-token figures still do."""
+    a = _cmp_scenario(tmp_path, "a", 1e12)
+    b = _cmp_scenario(tmp_path, "b", 1e11, recompute="full")
+    rep = json.loads(run_cli("compare", str(a), str(b), "--format", "json").stdout)
+    by = {m["metric"]: m for m in rep["metrics"]}
+    for key in ("time_to_train_days", "usd_total"):
+        assert by[key]["best"] is None and "token budgets" in by[key]["verdict"]
+    assert by["step_time_s"]["best"] == "a"  # full recompute is slower per step
+    assert by["usd_per_million_tokens"]["best"] == "a"
+
+
+def test_compare_explains_a_win_by_what_the_loser_spends_more_on(tmp_path: Path) -> None:
+    a = _cmp_scenario(tmp_path, "a", 1e12)
+    b = _cmp_scenario(tmp_path, "b", 1e12, recompute="full")
+    rep = json.loads(run_cli("compare", str(a), str(b), "--format", "json").stdout)
+    verdict = {m["metric"]: m for m in rep["metrics"]}["step_time_s"]["verdict"]
+    why = verdict.split("why: ")[1]
+    cat, times = why.split(": ")
+    ta, tb = (float(x.split(" s")[0]) for x in times.split(" vs "))
+    assert tb > ta, verdict  # the reason is the winner's advantage, never its handicap
+
+
+def test_compare_says_when_scenarios_are_not_like_for_like(tmp_path: Path) -> None:
+    small = yaml.safe_load((REPO / "scenarios" / "llama3-8b-8xh100.yaml").read_text())
+    small["name"] = "small"
+    small["training"]["global_batch"] = 64
+    p = tmp_path / "small.yaml"
+    p.write_text(yaml.safe_dump(small))
+    rep = json.loads(
+        run_cli("compare", str(REPO / "scenarios" / "llama3-70b-64xh100.yaml"), str(p),
+                "--format", "json").stdout
+    )  # fmt: skip
+    assert any("different models" in n for n in rep["notes"])
+    assert any("tokens per step" in n for n in rep["notes"])
+
+
+def test_compare_explains_a_per_gpu_win_on_a_longer_step_by_the_peak() -> None:
+    """Two A100 nodes beat one H100 node on MFU while every part of their step is longer: the
+    reason is the lower peak, never a category where both spend 0.000 s."""
+    rep = json.loads(
+        run_cli(
+            "compare",
+            str(REPO / "scenarios" / "llama3-70b-1xh100-node.yaml"),
+            str(REPO / "scenarios" / "llama3-70b-2xa100-nodes.yaml"),
+            "--format",
+            "json",
+        ).stdout
+    )
+    mfu = {m["metric"]: m for m in rep["metrics"]}["mfu"]
+    assert mfu["best"] == "llama3-70b-2xa100-nodes"
+    assert "lower peak" in mfu["verdict"] and "0.000 s vs 0.000 s" not in mfu["verdict"]
+    for m in rep["metrics"]:  # a reason whose printed figures are equal is no reason
+        assert "99.9% vs 99.9%" not in m["verdict"], m["verdict"]
