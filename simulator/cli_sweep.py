@@ -357,13 +357,16 @@ def compare(
         raise UserError(
             "compare needs at least two scenarios", hint="clustersim compare a.yaml b.yaml"
         )
-    results = [simulate(load_scenario(find_scenario(s))).as_dict() for s in scenarios]
-    rep = compare_results(results)
-    from .catalog import load_catalog
+    from .catalog import replacement_notes
 
-    if load_catalog().replaced:  # a local profile file replaces a bundled one: said here too
-        said = [n for r in results for n in r.get("notes", []) if "which replaces" in n]
-        rep["notes"] = [*dict.fromkeys(said), *rep["notes"]]
+    loaded = [load_scenario(find_scenario(s)) for s in scenarios]
+    results = [simulate(rs).as_dict() for rs in loaded]
+    rep = compare_results(results)
+    # a local profile file that replaces a bundled one: said here too, once
+    rep["notes"] = [
+        *replacement_notes([n for rs in loaded for n in rs.profile_names()]),
+        *rep["notes"],
+    ]
     if fmt == Fmt.json:
         _json(rep)
     elif fmt == Fmt.csv:

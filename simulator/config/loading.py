@@ -353,9 +353,8 @@ def _blame_set(exc: UserError, sets: list[str]) -> UserError:
     for s in reversed(sets):  # the last --set of a path is the one that took effect
         key = s.split("=", 1)[0].strip()
         if key and (p == key or p.startswith((key + ".", key + "["))):
-            shown = s if len(s) <= 120 else s[:117] + "..."
             return UserError(
-                f"{exc.message} (the value comes from --set {shown})",
+                f"{exc.message} (the value comes from --set {_shown(s)})",
                 file=exc.file,
                 path=exc.path,
                 hint=exc.hint,
@@ -365,11 +364,18 @@ def _blame_set(exc: UserError, sets: list[str]) -> UserError:
     section = p.rsplit(".", 1)[0] if "." in p else ""
     beside = [s for s in sets if section and s.split("=", 1)[0].strip().startswith(section + ".")]
     if beside:
-        shown = beside[-1] if len(beside[-1]) <= 120 else beside[-1][:117] + "..."
         return UserError(
-            f"{exc.message} (with --set {shown})", file=exc.file, path=exc.path, hint=exc.hint
+            f"{exc.message} (with --set {_shown(beside[-1])})",
+            file=exc.file,
+            path=exc.path,
+            hint=exc.hint,
         )
     return exc
+
+
+def _shown(item: str) -> str:
+    """A --set item as a message quotes it: at most 120 characters."""
+    return item if len(item) <= 120 else item[:117] + "..."
 
 
 def resolve_dict(

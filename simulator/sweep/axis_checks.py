@@ -6,6 +6,7 @@ accepts (:func:`check_axis_values`), and fields of the base an axis drops
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from typing import Any
 
 from pydantic import ValidationError
@@ -87,36 +88,34 @@ def check_axis_values(spec: SweepSpec, base: dict[str, Any], file: str) -> None:
     from ..config.reading import apply_sets
     from ..config.scenario import Scenario
 
-    for i, axis in enumerate(spec.axes):
-        _, opts = _options(axis, i)
-        for opt in opts:
-            try:
-                data = apply_sets(base, [_set_expr(k, v) for k, v in opt.items()], file)
-                Scenario.model_validate(data)
-                resolve_dict(data)
-            except UserError as err:
-                # A profile or preset no catalogue has is a typo whatever the other axes say;
-                # anything else (a layout that does not divide) may depend on them.
-                if err.message.startswith("unknown ") and "'" in err.message:
-                    which = ", ".join(opt)
+    for i, opt, sets in _option_sets(spec):
+        try:
+            data = apply_sets(base, sets, file)
+            Scenario.model_validate(data)
+            resolve_dict(data)
+        except UserError as err:
+            # A profile or preset no catalogue has is a typo whatever the other axes say;
+            # anything else (a layout that does not divide) may depend on them.
+            if err.message.startswith("unknown ") and "'" in err.message:
+                which = ", ".join(opt)
+                raise UserError(
+                    f"axis '{which}': {err.message}",
+                    file=file,
+                    path=f"axes[{i}]",
+                    hint=err.hint or "see `clustersim profiles list`",
+                ) from None
+            continue  # a path the set machinery refuses is reported per point
+        except ValidationError as exc:
+            for e in exc.errors():
+                loc = ".".join(str(x) for x in e["loc"])
+                field = next((k for k in opt if loc == k or loc.startswith(k + ".")), None)
+                if field and any(t in e["type"] for t in _INTRINSIC):
                     raise UserError(
-                        f"axis '{which}': {err.message}",
+                        f"axis '{field}' value {json.dumps(opt[field])[:80]}: {e['msg']}",
                         file=file,
                         path=f"axes[{i}]",
-                        hint=err.hint or "see `clustersim profiles list`",
+                        hint="fix or drop the value (every point with it would be invalid)",
                     ) from None
-                continue  # a path the set machinery refuses is reported per point
-            except ValidationError as exc:
-                for e in exc.errors():
-                    loc = ".".join(str(x) for x in e["loc"])
-                    field = next((k for k in opt if loc == k or loc.startswith(k + ".")), None)
-                    if field and any(t in e["type"] for t in _INTRINSIC):
-                        raise UserError(
-                            f"axis '{field}' value {json.dumps(opt[field])[:80]}: {e['msg']}",
-                            file=file,
-                            path=f"axes[{i}]",
-                            hint="fix or drop the value (every point with it would be invalid)",
-                        ) from None
 
 
 def dropped_by_axes(spec: SweepSpec, base: dict[str, Any]) -> list[str]:
@@ -126,12 +125,18 @@ def dropped_by_axes(spec: SweepSpec, base: dict[str, Any]) -> list[str]:
     from ..config.reading import replaced_fields
 
     out: list[str] = []
+    for i, _, sets in _option_sets(spec):
+        for line in replaced_fields(base, sets):
+            if f"axes[{i}]: {line}" not in out:
+                out.append(f"axes[{i}]: {line}")
+    return out
+
+
+def _option_sets(spec: SweepSpec) -> Iterator[tuple[int, dict[str, Any], list[str]]]:
+    """Each axis option as (axis index, the option, its --set expressions)."""
     for i, axis in enumerate(spec.axes):
         for opt in _options(axis, i)[1]:
-            for line in replaced_fields(base, [_set_expr(k, v) for k, v in opt.items()]):
-                if f"axes[{i}]: {line}" not in out:
-                    out.append(f"axes[{i}]: {line}")
-    return out
+            yield i, opt, [_set_expr(k, v) for k, v in opt.items()]
 
 
 __all__ = ["check_axis_values", "dropped_by_axes", "unknown_field"]

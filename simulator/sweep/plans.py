@@ -152,9 +152,7 @@ def plan_variants(data: dict[str, Any], auto: list[str]) -> list[dict[str, Any]]
 _SIMULATED: dict[str, tuple[dict[str, Any], float]] = {}
 
 
-def _simulate_unpriced(
-    variant: dict[str, Any], rs: ResolvedScenario
-) -> tuple[dict[str, Any], float]:
+def _simulate_unpriced(rs: ResolvedScenario) -> tuple[dict[str, Any], float]:
     """``simulate`` of ``rs`` without its cost, and its idle fraction (cached by the resolved
     scenario with its pricing and token budget left out: the rest of ``run``, stragglers for
     one, changes the step; resolved, so that a profile read from another folder or edited
@@ -241,7 +239,7 @@ def evaluate_point(
             drops["memory"] += 1
             continue
         try:
-            d, idle = _simulate_unpriced(variant, rs)
+            d, idle = _simulate_unpriced(rs)
             # Interruptions with this point's price (spot adds preemptions to GPU failures).
             run = run_report(rs, d["step_time_s"])
             cost = compute_cost(
