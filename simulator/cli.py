@@ -148,9 +148,8 @@ def check(
     rs = load_scenario(find_scenario(scenario), set_ or [])
     rep = run_check(rs)
     from .catalog import replacement_notes
-    from .simulate import model_notes
 
-    for note in [*rs.override_notes, *replacement_notes(rs.profile_names()), *model_notes(rs)]:
+    for note in [*rs.override_notes, *replacement_notes(rs.profile_names()), *rs.model_notes()]:
         err.print(f"note: {safe(note)}")
     if fmt == Fmt.json:
         _json(rep.as_dict())

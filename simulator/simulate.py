@@ -156,19 +156,6 @@ def _full_or_periodic(rs: ResolvedScenario) -> EngineResult:
     return run_engine(rs, full=True)
 
 
-def model_notes(rs: ResolvedScenario) -> list[str]:
-    """What the model as given cannot do in this scenario (``check`` says it too)."""
-    m = rs.model
-    if m.position == "learned" and m.max_positions and rs.training.seq_len > m.max_positions:
-        return [
-            f"{m.name} learns {m.max_positions} positions but the sequence is "
-            f"{rs.training.seq_len} tokens: the model as given has no embedding past position "
-            f"{m.max_positions} (set model.max_positions to extend the table; its parameters "
-            "are counted from that size)"
-        ]
-    return []
-
-
 def simulate(
     rs: ResolvedScenario, full: bool = False, trace: bool = False, scaling: bool = True
 ) -> SimResult:
@@ -203,7 +190,7 @@ def simulate(
             f"(cluster.gpu.power_limit_w): compute-bound kernels run at {g.clock_scale:.3f} "
             f"of the rated clock (board power ~ clock^{a:g}); memory-bound ones are unchanged"
         )
-    notes.extend(model_notes(rs))
+    notes.extend(rs.model_notes())
     if full:
         _check_full_size(rs)
     if trace:

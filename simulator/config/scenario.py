@@ -256,6 +256,18 @@ class ResolvedScenario(BaseModel):
         profs = [self.gpu, self.fabric, self.network, self.storage, self.software, self.price]
         return [p.name for p in profs if p is not None]
 
+    def model_notes(self) -> list[str]:
+        """What the model as given cannot do in this scenario (``simulate`` and ``check``)."""
+        m = self.model
+        if m.position == "learned" and m.max_positions and self.training.seq_len > m.max_positions:
+            return [
+                f"{m.name} learns {m.max_positions} positions but the sequence is "
+                f"{self.training.seq_len} tokens: the model as given has no embedding past "
+                f"position {m.max_positions} (set model.max_positions to extend the table; its "
+                "parameters are counted from that size)"
+            ]
+        return []
+
     def sharding_notes(self) -> list[str]:
         """Where the software stack runs the sharding written as another ZeRO stage."""
         sw = self.software.display_name
