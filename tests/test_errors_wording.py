@@ -217,3 +217,19 @@ def test_an_error_about_a_field_the_set_beside_it_changed_names_that_set() -> No
         path="training.global_batch",
         says=("with --set training.micro_batch=128",),
     )
+
+
+def test_set_of_a_figures_value_alone_points_to_the_bare_form() -> None:
+    """``--set X.value=V`` on a sourced figure has no source; the message says how to give
+    one, or to set the figure itself (recorded as an inline override)."""
+    f = REPO / "scenarios" / "llama3-8b-8xh100.yaml"
+    res = run_cli("check", str(f), "--set", "cluster.gpu.memory_gb.value=100")
+    assert_user_error(
+        res,
+        file=f,
+        path="cluster.gpu.memory_gb.source",
+        says=("without a source",),
+        hint=("--set cluster.gpu.memory_gb=100",),
+    )
+    ok = run_cli("check", str(f), "--set", "cluster.gpu.memory_gb=100")
+    assert ok.returncode == 0, ok.stderr

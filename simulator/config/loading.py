@@ -350,6 +350,19 @@ def _blame_set(exc: UserError, sets: list[str]) -> UserError:
     """The error, saying so when the value at fault came from a ``--set`` rather than the file
     (whose own value the message would otherwise seem to quote)."""
     p = exc.path or ""
+    if p.endswith(".source"):
+        figure = p[: -len(".source")]
+        for s in reversed(sets):
+            if s.split("=", 1)[0].strip() == figure + ".value":
+                value = s.split("=", 1)[1].strip()
+                return UserError(
+                    f"--set {_shown(s)} gives {figure} a value without a source",
+                    file=exc.file,
+                    path=exc.path,
+                    hint=f"set the figure itself, --set {figure}={value}, which records it as "
+                    f"an inline override; or give both, --set '{figure}={{value: {value}, "
+                    f"source: ...}}'",
+                )
     for s in reversed(sets):  # the last --set of a path is the one that took effect
         key = s.split("=", 1)[0].strip()
         if key and (p == key or p.startswith((key + ".", key + "["))):
