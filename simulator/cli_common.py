@@ -93,6 +93,7 @@ COST_COLUMNS = (
     "usd_idle_per_step",
     "usd_per_million_tokens",
     "usd_total",
+    "usd_commitment",
     "goodput",
     "time_to_train_days",
 )

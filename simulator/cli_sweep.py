@@ -252,7 +252,8 @@ def sweep(
         )
     for reason, n in sorted(failed.items()):
         out.print(f"  {n} point(s): {safe(reason)}")
-    front = pareto(rows)
+    ownership = None if own is None else ("own" if own else "rent")
+    front = pareto(rows, ownership)  # type: ignore[arg-type]
     from .sweep.answers import run_basis
 
     if ok and not run_basis(ok):
@@ -260,12 +261,25 @@ def sweep(
             "note: the points do not share one token budget (run.tokens), so they are compared "
             "per million tokens: seconds and $ per million tokens, not days and $ for the run"
         )
-    t = Table(title="Pareto front: time to train against total cost")
+    t = Table(
+        title="Pareto front: time to train against total cost"
+        + ("" if own is None else (", owned clusters" if own else ", rented clusters"))
+    )
     for col in ("point", "layout", "tier", "days", "US$", "$/M tokens", "MFU"):
         t.add_column(col, justify="right" if col not in ("layout", "tier") else "left")
     for r in front:
-        t.add_row(*_cells(r))
+        t.add_row(*_cells(r)[:-1])
     out.print(t)
+    committed = [r for r in front if r.get("usd_commitment") not in (None, "")]
+    if committed:
+        out.print(
+            "note: US$ charges the run only its own hours of an owned cluster's life or of a "
+            "reserved term (as if other work uses the rest: cluster.pricing.utilisation); "
+            "committed up front: "
+            + ", ".join(
+                f"point {r['point']} ${float(r['usd_commitment']):,.0f}" for r in committed
+            )
+        )
     chosen = None
     if best in ("cost", "usd-per-token") and not any(r.get("usd_per_million_tokens") for r in ok):
         raise UserError(
@@ -283,7 +297,6 @@ def sweep(
             hint="give the base scenario a cluster.pricing (or an axis over it)",
         )
     if best:
-        ownership = None if own is None else ("own" if own else "rent")
         chosen, removed = pick(rows, best, deadline_days, budget_usd, max_gpus, ownership)  # type: ignore[arg-type]
         if chosen is None:
             why = ", ".join(f"{k}: {v}" for k, v in removed.items() if v)
@@ -292,10 +305,15 @@ def sweep(
             for label, objective in (("fastest", "time"), ("cheapest", "cost")):
                 near, _ = pick(rows, objective)  # type: ignore[arg-type]
                 if near is not None:
-                    out.print(f"  {label} without them: " + " | ".join(_cells(near)))
+                    out.print(
+                        f"  {label} without them: " + " | ".join(c for c in _cells(near, True) if c)
+                    )
         else:
             out.print(
-                "[bold]best[/bold] (" + best + "): " + " | ".join(safe(c) for c in _cells(chosen))
+                "[bold]best[/bold] ("
+                + best
+                + "): "
+                + " | ".join(safe(c) for c in _cells(chosen, True) if c)
             )
     if plot is not None:
         from .report import plots
@@ -321,11 +339,12 @@ def _schedule(r: dict[str, Any]) -> str:
     return f" ({r.get('schedule')})"
 
 
-def _cells(r: dict[str, Any]) -> list[str]:
-    days, usd, per_m = (
+def _cells(r: dict[str, Any], labelled: bool = False) -> list[str]:
+    days, usd, per_m, committed = (
         r.get("time_to_train_days"),
         r.get("usd_total"),
         r.get("usd_per_million_tokens"),
+        r.get("usd_commitment"),
     )
     return [
         str(r["point"]),
@@ -338,6 +357,9 @@ def _cells(r: dict[str, Any]) -> list[str]:
         "-" if usd in (None, "") else f"{float(usd):,.0f}",
         "-" if per_m in (None, "") else f"{float(per_m):.3f}",
         f"{100 * float(r['mfu']):.1f}%",
+        ("" if committed in (None, "") else f"committed ${float(committed):,.0f}")
+        if labelled
+        else ("-" if committed in (None, "") else f"{float(committed):,.0f}"),
     ]
 
 

@@ -84,6 +84,10 @@ class CostReport:
     lost to interruptions, and the idle hours an owned cluster or a reserved term carries
     (see the module docstring)."""
     usd_idle_per_step: float
+    usd_commitment: float | None = None
+    """$ committed whatever the run uses: an owned cluster's purchase price (capex), or a
+    reserved term's whole rent; None where the tier bills only the hours used (on-demand, spot)
+    or the profile states no term. ``usd_total`` charges the run only its own share of it."""
     goodput: float = 1.0
     """Share of wall time that makes progress (checkpoint writes, restarts and re-done work
     after GPU failures and spot preemptions are the rest)."""
@@ -137,10 +141,16 @@ def compute_cost(
     else:
         util = gpu_utilisation if gpu_utilisation is not None else 1.0 - idle_fraction
         model, usd_per_hour, breakdown, assumptions = _ownership(rs, rs.price, util)
+        if rs.price_tier != "on_demand":
+            assumptions.append(
+                f"cluster.pricing.tier ({rs.price_tier}) is a cloud price tier: an owned "
+                "cluster has none, so it is ignored"
+            )
     if run is None:
         run = run_report(rs, step_time_s)
     goodput = run.goodput
     assumptions += run.notes
+    assumptions += _outlasts(rs, run.time_to_train_days)
 
     tokens_per_step = rs.training.tokens_per_step
     usd_per_step = usd_per_hour * step_time_s / 3600.0 / goodput
@@ -150,6 +160,10 @@ def compute_cost(
     if model == "cloud:reserved":
         carried = usd_per_hour
     unused = (1.0 - kept) * carried / usd_per_hour if usd_per_hour > 0 else 0.0
+    if isinstance(rs.price, CloudPrice):
+        # GPUs of a rented instance the job leaves unused buy nothing either.
+        instances, size = rs.price.instances(rs.nodes, rs.gpus_per_node)
+        unused = 1.0 - (1.0 - unused) * rs.gpus / (instances * size)
     wasted = 1.0 - (1.0 - unused) * goodput * (1.0 - idle_fraction)
     usd_per_million_tokens = usd_per_step / tokens_per_step * 1e6
 
@@ -167,11 +181,12 @@ def compute_cost(
             if goodput < 1.0
             else ""
         )
-        + (f", and {unused:.1%} of the price pays for unused hours" if unused > 0 else "")
+        + (f", and {unused:.1%} of the price pays for unused hours or GPUs" if unused > 0 else "")
         + f", so {wasted:.1%} of the spend buys no useful computation"
     )
 
     return CostReport(
+        usd_commitment=_commitment(rs),
         model=model,
         usd_per_gpu_hour=usd_per_hour / rs.gpus,
         usd_per_hour=usd_per_hour,
@@ -188,6 +203,54 @@ def compute_cost(
     )
 
 
+def _commitment(rs: ResolvedScenario) -> float | None:
+    price = rs.price
+    if isinstance(price, OwnershipPrice):
+        return _capex(rs, price)[0]
+    if isinstance(price, CloudPrice) and rs.price_tier == "reserved":
+        term = price.reserved_term_years
+        if term is None:
+            return None
+        instances, size = price.instances(rs.nodes, rs.gpus_per_node)
+        return _tier_rate(price, "reserved") * instances * size * term * HOURS_PER_YEAR
+    return None
+
+
+def _capex(rs: ResolvedScenario, price: OwnershipPrice) -> tuple[float, int]:
+    """The cluster's purchase price and its network ports."""
+    # A single node needs no network between nodes, whatever the scenario lists.
+    ports = rs.nodes * rs.nics_per_node if rs.network is not None and rs.nodes > 1 else 0
+    capex = (
+        rs.nodes * price.capex_per_node_usd.value + ports * price.capex_per_network_port_usd.value
+    )
+    return capex, ports
+
+
+def _outlasts(rs: ResolvedScenario, days: float | None) -> list[str]:
+    """A note where the run lasts longer than what its price assumes: the owned hardware's
+    amortisation life (the capex charged then exceeds the purchase price) or the reserved
+    term (the rate then needs a second commitment)."""
+    if days is None:
+        return []
+    years = days / (HOURS_PER_YEAR / 24.0)
+    price = rs.price
+    if isinstance(price, OwnershipPrice) and years > price.amortisation_years.value > 0:
+        life = price.amortisation_years.value
+        return [
+            f"the run ({days:,.1f} days) outlasts the hardware's {life:g}-year amortisation: "
+            f"it is charged {years / (life * rs.price_utilisation):.2f}× the purchase price "
+            "(a longer "
+            "amortisation_years, or more GPUs, lowers it)"
+        ]
+    term = price.reserved_term_years if isinstance(price, CloudPrice) else None
+    if rs.price_tier == "reserved" and term is not None and years > term:
+        return [
+            f"the run ({days:,.1f} days) outlasts the {term:g}-year reserved term: it needs "
+            "a second commitment, priced here at the same rate"
+        ]
+    return []
+
+
 _Parts = tuple[str, float, dict[str, float], list[str]]
 """model name, $ per cluster-hour, breakdown, assumption lines."""
 
@@ -201,12 +264,21 @@ def _tier_rate(price: CloudPrice, tier: Tier) -> float:
 def _cloud(rs: ResolvedScenario, price: CloudPrice) -> _Parts:
     tier: Tier = rs.price_tier
     rate = _tier_rate(price, tier)
-    usd_per_hour = rate * rs.gpus
+    instances, size = price.instances(rs.nodes, rs.gpus_per_node)
+    billed = instances * size
+    usd_per_hour = rate * billed
     assumptions = [
         f"cloud rental: {price.provider} {price.instance} ({price.name}), {tier} tier at "
         f"${rate:.2f} per GPU-hour, price as of {price.as_of.isoformat()}",
-        f"all {rs.gpus} GPUs are billed for the whole wall time, busy or idle",
+        f"all {billed} GPUs are billed for the whole wall time, busy or idle",
     ]
+    if billed > rs.gpus:
+        assumptions.append(
+            f"a cloud rents whole instances: each {rs.gpus_per_node}-GPU node takes "
+            f"{instances // rs.nodes} whole {size}-GPU {price.instance}, so {billed} GPUs are "
+            f"billed for the {rs.gpus} the job uses (set cluster.gpus_per_node to a multiple "
+            f"of {size}, or price a {rs.gpus_per_node}-GPU instance)"
+        )
     kept = rs.price_utilisation  # share of the reserved term in use
     if tier == "reserved":
         term = (
@@ -241,11 +313,7 @@ def _ownership(rs: ResolvedScenario, price: OwnershipPrice, util: float) -> _Par
             path="cluster.pricing.profile.amortisation_years",
             hint="set the hardware's depreciation period in years, e.g. 4",
         )
-    # A single node needs no network between nodes, whatever the scenario lists.
-    ports = rs.nodes * rs.nics_per_node if rs.network is not None and rs.nodes > 1 else 0
-    capex_nodes = rs.nodes * price.capex_per_node_usd.value
-    capex_net = ports * price.capex_per_network_port_usd.value
-    capex = capex_nodes + capex_net
+    capex, ports = _capex(rs, price)
     kept = rs.price_utilisation  # share of the cluster's life in use (util: its GPUs' load)
     capex_h = capex / (years * HOURS_PER_YEAR * kept)
 

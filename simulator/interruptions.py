@@ -188,9 +188,8 @@ def run_goodput(rs: ResolvedScenario, step_s: float, notes: list[str]) -> float:
                 "(time and cost are a lower bound)"
             )
         else:
-            # Preemptions strike per instance: the cluster counted in the profile's instances.
-            size = rs.gpus_per_node if price.gpus_per_node is None else price.gpus_per_node.value
-            instances = max(1, math.ceil(rs.gpus / size - 1e-9))
+            # Preemptions strike per instance: the whole instances the cluster's nodes rent.
+            instances, size = price.instances(rs.nodes, rs.gpus_per_node)
             per_day = per_node.value * instances
             per_hour += per_day / 24.0
             rates.append(

@@ -267,12 +267,14 @@ def test_ownership_ignores_cloud_tier() -> None:
     a = cost(priced(OWNED))
     b = cost(priced(OWNED, tier="spot"))
     assert a.usd_per_hour == pytest.approx(b.usd_per_hour) and b.model == "ownership"
+    assert any("tier (spot)" in x and "ignored" in x for x in b.assumptions)
+    assert not any("tier (" in x for x in a.assumptions)
 
 
 def test_ownership_zero_amortisation_is_a_user_error() -> None:
     with pytest.raises(UserError) as exc:
         priced(OWNED, amortisation_years=fig(0))
-    assert exc.value.path == "cluster.pricing.profile"
+    assert exc.value.path == "cluster.pricing.profile.amortisation_years"
     assert "amortisation_years must be within" in exc.value.message
 
 
@@ -324,3 +326,23 @@ def test_as_dict_is_json_and_complete(price: dict[str, Any]) -> None:
 def test_bad_simulation_figures_are_rejected(step: float, idle: float, util: float | None) -> None:
     with pytest.raises(ValueError):
         compute_cost(priced(OWNED), step, idle, util)
+
+
+def test_a_run_longer_than_the_hardware_life_or_the_reserved_term_says_so() -> None:
+    """Owned hardware amortised over less time than the run charges more than its purchase
+    price; a run longer than a reserved term needs another. Both are named, with the ratio."""
+    rs = priced(OWNED, amortisation_years=fig(0.1))
+    data = copy.deepcopy(rs.raw)
+    data["run"] = {"tokens": 1e12}
+    long = resolve_dict(data)
+    r = cost(long, step=10.0)
+    days = r.time_to_train_days
+    assert days is not None and days / 365.25 > 0.1
+    note = [a for a in r.assumptions if "outlasts" in a]
+    assert len(note) == 1 and f"{days / 365.25 / 0.1:.2f}×" in note[0]
+    short = cost(priced(OWNED), step=10.0)
+    assert not any("outlasts" in a for a in short.assumptions)
+    data = copy.deepcopy(priced(CLOUD, tier="reserved").raw)
+    data["run"] = {"tokens": 1e13}  # ~3 years at this step time, past the 1-year term
+    r = cost(resolve_dict(data), step=10.0)
+    assert any("outlasts the 1-year reserved term" in a for a in r.assumptions)

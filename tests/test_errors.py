@@ -320,7 +320,10 @@ def test_fp8_curve_and_ll128_overrides(tmp_path: Path) -> None:
 
     f = _write(tmp_path, _mutated(fp8_max))
     assert_user_error(
-        run_cli("check", str(f)), file=f, path="cluster.gpu", says=("matmul_fp8_max", "1.7")
+        run_cli("check", str(f)),
+        file=f,
+        path="cluster.gpu.efficiency.matmul_fp8_max",
+        says=("matmul_fp8_max", "1.7"),
     )
     data = _mutated(lambda d: d["cluster"]["fabric"].update(ll128=False))
     assert resolve_dict(data).fabric.ll128.value is False  # type: ignore[union-attr]

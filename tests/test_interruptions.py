@@ -124,16 +124,21 @@ def test_checkpoint_holds_weights_and_optimizer_state() -> None:
     assert ck.read_s == pytest.approx(14 * psi / 10e9)
 
 
-def test_spot_preemptions_count_the_profiles_instances_not_the_clusters_nodes() -> None:
-    """The same 8 GPUs as one 8-GPU node or eight 1-GPU nodes rent one 8-GPU instance's worth:
-    8 preemptions a day either way, not 64."""
+def test_a_node_smaller_than_the_instance_rents_a_whole_instance() -> None:
+    """A cloud rents whole instances: 8 GPUs as eight 1-GPU nodes on an 8-GPU instance type
+    are eight instances, each preempted on its own and each billed for its 8 GPUs, against one
+    instance for one 8-GPU node; the unused GPUs count as spend that buys nothing."""
     one = priced(CLOUD, tier="spot", spot_preemptions_per_day=fig(8), gpus_per_node=fig(8))
     data = copy.deepcopy(one.raw)
     data["cluster"].update(gpus_per_node=1, nodes=8)
     data["cluster"]["network"] = {"profile": "ib-ndr-400", "nics_per_node": 1}
     eight = resolve_dict(data)
-    for rs in (one, eight):
-        assert any("8 a day" in a for a in cost(rs).assumptions)
+    a, b = cost(one), cost(eight)
+    assert any("8 a day" in x for x in a.assumptions)
+    assert any("64 a day" in x for x in b.assumptions)
+    assert b.usd_per_hour == pytest.approx(8 * a.usd_per_hour)
+    assert any("whole instances" in x for x in b.assumptions)
+    assert b.usd_idle_per_step > 7 / 8 * b.usd_per_step
 
 
 def _failing(mtbf: float, **kw: Any) -> ResolvedScenario:
@@ -229,3 +234,15 @@ def test_the_llama3_interruption_rate_is_reproduced() -> None:
     gpu = load_catalog().get("h100-sxm-80gb", "gpu")
     per_hour = 16384 / gpu.mtbf_hours.value + 16384 / gpu.mtbf_other_hours.value  # type: ignore[attr-defined]
     assert per_hour * 54 * 24 == pytest.approx(419, rel=0.02)
+
+
+def test_a_node_of_several_instances_rents_exactly_its_gpus() -> None:
+    """Eight GPUs per node on a 1-GPU instance type (the bundled PCIe scenario) are eight whole
+    instances: billed for eight GPUs, nothing unused, no whole-instance note."""
+    from conftest import REPO
+
+    from simulator.config.loading import load_scenario
+
+    r = cost(load_scenario(REPO / "scenarios" / "dp-over-pcie.yaml"))
+    assert r.usd_per_hour == pytest.approx(8 * 2.86)
+    assert not any("whole instances" in a for a in r.assumptions)

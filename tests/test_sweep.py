@@ -90,6 +90,13 @@ def test_pareto_front_is_complete_and_non_dominated() -> None:
             )
 
 
+def test_pareto_front_of_owned_or_rented_clusters_only() -> None:
+    rows = [_row(0, 10, 100), _row(1, 20, 50, tier="ownership"), _row(2, 30, 80, tier="spot")]
+    assert [r["point"] for r in pareto(rows)] == [0, 1]
+    assert [r["point"] for r in pareto(rows, "rent")] == [0, 2]
+    assert [r["point"] for r in pareto(rows, "own")] == [1]
+
+
 def test_best_respects_every_constraint() -> None:
     rows = [_row(0, 10, 100), _row(1, 5, 200, gpus=64), _row(2, 20, 50, tier="ownership")]
     assert best(rows, "time")[0]["point"] == 1

@@ -66,6 +66,12 @@ def _resolve_profile(
         return cls.model_validate(data)
     except ValidationError as exc:
         problem = validation_error(exc, file, path, cls)
+        first = problem.message.split(" ", 1)[0]
+        if problem.path == path and _has_path(data, first):
+            # A figure out of its range (checked on the whole profile): name the figure.
+            problem = UserError(
+                problem.message, file=problem.file, path=f"{path}.{first}", hint=problem.hint
+            )
         if ref.profile is None and any(e["type"] == "missing" for e in exc.errors()):
             # a mapping of a few fields meant as changes to a catalogue profile
             few = "".join(f", {k}: ..." for k in list(overrides)[:2] if k != "kind")
@@ -75,6 +81,14 @@ def _resolve_profile(
             )
             problem = UserError(problem.message, file=problem.file, path=problem.path, hint=hint)
         raise problem from None
+
+
+def _has_path(data: Any, dotted: str) -> bool:
+    for key in dotted.split("."):
+        if not isinstance(data, dict) or key not in data:
+            return False
+        data = data[key]
+    return True
 
 
 def _scale_usable_memory(

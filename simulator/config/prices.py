@@ -28,10 +28,18 @@ class CloudPrice(_Profile):
     )
     gpus_per_node: Num | None = Field(
         default=None,
-        description="GPUs in the instance the prices are quoted for: preemptions strike per "
-        "instance, so a cluster of other node sizes is counted in these instances (none: the "
-        "cluster's nodes)",
+        description="GPUs in the instance the prices are quoted for: each node rents whole "
+        "instances (a node smaller than one pays for all its GPUs) and preemptions strike per "
+        "instance (none: an instance is one of the cluster's nodes)",
     )
+
+    def instances(self, nodes: int, gpus_per_node: int) -> tuple[int, int]:
+        """(instances rented, GPUs in each) for ``nodes`` nodes of ``gpus_per_node``: a cloud
+        rents whole instances, so a node smaller than the instance still takes (and pays for)
+        a whole one, and a larger node is as many instances as it needs."""
+        size = gpus_per_node if self.gpus_per_node is None else round(self.gpus_per_node.value)
+        size = max(1, size)
+        return nodes * -(-gpus_per_node // size), size
 
     def tier_rates(self) -> dict[str, Num | None]:
         """$ per GPU-hour by tier (None: the profile has no such tier)."""

@@ -223,4 +223,7 @@ def print_simulation(d: dict[str, Any], console: Console) -> None:
         if c.get("usd_total") is not None:
             ct.add_row("$ for the token budget", usd(c["usd_total"]))
             ct.add_row("$ on idle or lost GPU time", usd(c["usd_idle"]))
+        if c.get("usd_commitment") is not None:
+            what = "purchase price" if c["model"] == "ownership" else "reserved term's rent"
+            ct.add_row(f"$ committed ({what})", usd(c["usd_commitment"]))
         console.print(ct)

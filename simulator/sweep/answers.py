@@ -55,9 +55,19 @@ def ok_rows(rows: Rows) -> Rows:
     return [r for r in rows if r.get("status") == "ok"]
 
 
-def pareto(rows: Rows) -> Rows:
-    """The rows no other row beats on both time and cost (ties kept once), fastest first."""
-    ok = ok_rows(rows)
+def owned_or_rented(row: dict[str, Any], ownership: Literal["rent", "own"] | None) -> bool:
+    """Whether ``row`` is the kind of cluster asked for (None: any); unpriced rows are
+    neither owned nor rented."""
+    if ownership is None:
+        return True
+    tier = row.get("tier") or ""
+    return bool(tier) and (tier == "ownership") == (ownership == "own")
+
+
+def pareto(rows: Rows, ownership: Literal["rent", "own"] | None = None) -> Rows:
+    """The rows no other row beats on both time and cost (ties kept once), fastest first;
+    only owned or only rented clusters where ``ownership`` says so."""
+    ok = [r for r in ok_rows(rows) if owned_or_rented(r, ownership)]
     run = run_basis(ok)
     pts = [r for r in ok if time_of(r, run) is not None and cost_of(r, run) is not None]
     pts.sort(key=lambda r: (time_of(r, run), cost_of(r, run)))
@@ -94,9 +104,7 @@ def best(
         if max_gpus is not None and int(r["gpus"]) > max_gpus:
             removed["max_gpus"] += 1
             continue
-        tier = r.get("tier") or ""
-        # Unpriced rows are neither owned nor rented.
-        if ownership is not None and (not tier or (tier == "ownership") != (ownership == "own")):
+        if not owned_or_rented(r, ownership):
             removed["ownership"] += 1
             continue
         keep.append(r)

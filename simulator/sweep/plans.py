@@ -66,6 +66,7 @@ COLUMNS = [
     "time_to_train_days",
     "usd_total",
     "usd_idle",
+    "usd_commitment",
     *[f"idle_{c}_s" if c not in ("compute", "optimizer") else f"{c}_s" for c in CATEGORIES],
     "plans_valid",
     "plans_dropped_memory",
@@ -266,6 +267,7 @@ def evaluate_point(
             time_to_train_days=run.time_to_train_days,
             usd_total=c.get("usd_total"),
             usd_idle=c.get("usd_idle"),
+            usd_commitment=c.get("usd_commitment"),
         )
         for cat in CATEGORIES:
             col = f"{cat}_s" if cat in ("compute", "optimizer") else f"idle_{cat}_s"
