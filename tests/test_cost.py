@@ -310,6 +310,7 @@ def test_as_dict_is_json_and_complete(price: dict[str, Any]) -> None:
         "usd_total",
         "usd_idle",
         "usd_idle_per_step",
+        "usd_commitment",
         "goodput",
         "breakdown",
         "assumptions",
