@@ -276,9 +276,7 @@ def sweep(
             "note: US$ charges the run only its own hours of an owned cluster's life or of a "
             "reserved term (as if other work uses the rest: cluster.pricing.utilisation); "
             "committed up front: "
-            + ", ".join(
-                f"point {r['point']} ${float(r['usd_commitment']):,.0f}" for r in committed
-            )
+            + ", ".join(f"point {r['point']} ${float(r['usd_commitment']):,.0f}" for r in committed)
         )
     chosen = None
     if best in ("cost", "usd-per-token") and not any(r.get("usd_per_million_tokens") for r in ok):

@@ -139,30 +139,52 @@ def _ray(
         yield ray.get(done[0])
 
 
-def _profiles_digest() -> str:
-    """A digest of every profile file on the search path and of the simulator's own code: a
-    profile edited (or written by `calibrate`), or another version of the model, between two
-    runs changes what a point's rows would be."""
-    from ..catalog import profile_dirs
+def _strings(data: Any) -> set[str]:
+    """Every string inside ``data`` (mappings' keys and values, lists), stripped."""
+    if isinstance(data, str):
+        return {data.strip()}
+    if isinstance(data, dict):
+        return set().union(*(_strings(k) | _strings(v) for k, v in data.items()))
+    if isinstance(data, list | tuple):
+        return set().union(*(_strings(v) for v in data))
+    return set()
 
+
+def _profiles_digest(names: set[str]) -> str:
+    """A digest of the profiles named in ``names`` (the sweep's base scenario and spec, and
+    the default software stack) as the search path finds them, and of the simulator's own
+    code: such a profile edited or replaced (by `calibrate`, say), or another version of the
+    model, between two runs changes what a point's rows would be. A profile no point names
+    (another calibrated fabric, say) does not."""
+    from ..catalog import profile_dirs
+    from ..config.reading import _default_software
+
+    named = names | {_default_software()}
     h = hashlib.sha1()
+    # Read from disk each time (a profile file's name is its stem): the catalogue is cached
+    # for the life of the process, and a file may have changed since.
+    for d in profile_dirs():
+        for f in sorted(d.rglob("*.yaml")):
+            if f.stem in named:
+                h.update(str(f.relative_to(d)).encode())
+                h.update(f.read_bytes())
     code = Path(__file__).resolve().parents[1]
-    for d, pattern in [*((d, "*.yaml") for d in profile_dirs()), (code, "*.py")]:
-        for f in sorted(d.rglob(pattern)):
-            h.update(str(f.relative_to(d)).encode())
-            h.update(f.read_bytes())
+    for f in sorted(code.rglob("*.py")):
+        h.update(str(f.relative_to(code)).encode())
+        h.update(f.read_bytes())
     return h.hexdigest()
 
 
 def run_fingerprint(spec: SweepSpec, base: dict[str, Any]) -> str:
     """What, besides a point's own axis values, decides its rows: the base scenario, the
-    sweep's name and plan settings, and the hardware and software profiles (a digest, carried
-    by every point)."""
+    sweep's name and plan settings, and the hardware and software profiles it names (a
+    digest, carried by every point)."""
+    dumped = spec.model_dump(mode="json")
     text = json.dumps(
         {
             "base": base,
-            "sweep": spec.model_dump(mode="json", exclude={"axes", "base", "description"}),
-            "profiles": _profiles_digest(),
+            "sweep": {k: v for k, v in dumped.items() if k not in ("axes", "base", "description")},
+            "profiles": _profiles_digest(_strings(base) | _strings(dumped.get("axes"))),
         },
         sort_keys=True,
         default=str,
@@ -198,8 +220,8 @@ def run_sweep(
     if stale and not replace:
         raise UserError(
             f"{stale} of the {len(old)} row(s) in '{out}' match no point of this run (another "
-            "spec or base scenario, other sweep settings, other profiles or another clustersim "
-            "version): the run would drop them",
+            "spec or base scenario, other sweep settings, a profile it names changed, or "
+            "clustersim's code changed): the run would drop them",
             path="--out",
             hint="give another --out to keep them, or --replace to drop them",
         )
