@@ -59,7 +59,7 @@ def profiles_list(
     kind: Annotated[str | None, typer.Option(help="only this kind (gpu, fabric, ...)")] = None,
     fmt: Annotated[Fmt, typer.Option("--format")] = Fmt.table,
 ) -> None:
-    """Every GPU, fabric, network, storage and price profile."""
+    """Every GPU, fabric, network, storage, price and software-stack profile."""
     from .catalog import load_catalog
     from .report.tables import profiles_table
 

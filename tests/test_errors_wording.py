@@ -233,3 +233,20 @@ def test_set_of_a_figures_value_alone_points_to_the_bare_form() -> None:
     )
     ok = run_cli("check", str(f), "--set", "cluster.gpu.memory_gb=100")
     assert ok.returncode == 0, ok.stderr
+
+
+def test_another_gpu_under_a_price_for_the_old_one_names_a_price_for_the_new() -> None:
+    f = REPO / "scenarios" / "llama3-70b-64xh100.yaml"
+    res = run_cli("check", str(f), "--set", "cluster.gpu=h200-sxm-141gb")
+    assert_user_error(
+        res,
+        file=f,
+        path="cluster.pricing.profile",
+        says=("is for GPU 'h100-sxm-80gb'",),
+        hint=("--set cluster.pricing.profile=aws-p5e-h200", "cluster.pricing=null"),
+    )
+    ok = run_cli(
+        "check", str(f), "--set", "cluster.gpu=h200-sxm-141gb",
+        "--set", "cluster.pricing.profile=aws-p5e-h200",
+    )  # fmt: skip
+    assert ok.returncode == 0, ok.stderr

@@ -202,12 +202,26 @@ def check_pricing(
             f"(a copy of {price.name} with that node's capex_per_node_usd and gpus_per_node)",
         )
     if price is not None and price.gpu != gpu.name:
+        from ..catalog import load_catalog
+
+        for_gpu = sorted(
+            n
+            for n, p in load_catalog().by_kind("cloud_price", "ownership_price").items()
+            if getattr(p, "gpu", None) == gpu.name
+        )
         raise UserError(
             f"pricing profile '{price.name}' is for GPU '{price.gpu}' but the cluster uses "
             f"'{gpu.name}'",
             file=file,
             path="cluster.pricing.profile",
-            hint=f"pick a price profile for {gpu.name} (`clustersim profiles list`)",
+            hint=(
+                f"price it with {' or '.join(for_gpu[:4])} (e.g. --set "
+                f"cluster.pricing.profile={for_gpu[0]}), or leave it unpriced (--set "
+                "cluster.pricing=null)"
+                if for_gpu
+                else f"no price profile is for {gpu.name}: add one (`clustersim profiles "
+                "list` shows the others), or leave it unpriced (--set cluster.pricing=null)"
+            ),
         )
 
 
