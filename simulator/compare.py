@@ -231,7 +231,7 @@ def compare_results(results: list[dict[str, Any]]) -> dict[str, Any]:
             word = "lower" if better == "low" else "higher"
             verdict = (
                 f"{label}: {names[bi]} is best, {_show(fmt, bx)} against {_show(fmt, wx)} "
-                f"for {names[wi]} ({ratio:.2f}× {word} is better)"
+                f"for {names[wi]} ({ratio:.2f}× {word}; {word} is better)"
             )
             if key != "memory_gb_per_gpu":
                 verdict += f"; why: {_why(results[bi], results[wi], key)}"
