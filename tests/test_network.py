@@ -340,3 +340,36 @@ def test_fat_tree_up_links_and_oversubscribed_tier() -> None:
     flat4, spans4 = topo4.network_tier(), topo4.network_tier(0, "dp")
     assert flat4 is not None and spans4 is not None
     assert spans4.bandwidth == pytest.approx(flat4.bandwidth / 4.0)
+
+
+def test_oversubscribed_tier_counts_every_nic_of_the_node() -> None:
+    """With more NICs than GPUs a rank drives one NIC, but its share of the leaf's up-links is
+    its node's NICs over its GPUs (the flow network's up-link carries all of them): the
+    contention-free tier agrees, so oversubscription never turns into a speed-up by hiding a
+    slower fabric behind a network the flows never slow down."""
+    kw = {"nodes": 2, "gpn": 2, "nics": 4, "fabric": "pcie4-switch"}
+    tiers = []
+    for x in (1.0, 2.0, 4.0, 8.0):
+        topo = _scenario(
+            topo={"kind": "fat_tree", "oversubscription": x, "nodes_per_leaf": 1}, **kw
+        )
+        t = topo.network_tier(0, "dp")
+        assert t is not None
+        # the up-link share per rank: 4 NICs over 2 GPUs over the oversubscription
+        assert t.bandwidth == pytest.approx(min(topo.nic_bw, 2 * topo.nic_bw * 2 / (2 * x)))
+        tiers.append(t.bandwidth)
+    assert tiers == sorted(tiers, reverse=True)
+
+
+def test_more_oversubscription_is_never_faster() -> None:
+    from simulator.simulate import simulate
+
+    steps = []
+    for x in (1.0, 2.0, 4.0, 8.0, 16.0):
+        topo = _scenario(
+            nodes=2, gpn=2, nics=4, fabric="pcie4-switch",
+            topo={"kind": "fat_tree", "oversubscription": x, "nodes_per_leaf": 1},
+        )  # fmt: skip
+        steps.append(simulate(topo.rs, scaling=False).engine.step_time)
+    assert all(b >= a * (1 - 1e-9) for a, b in zip(steps, steps[1:], strict=False)), steps
+    assert steps[-1] > steps[0]

@@ -274,8 +274,12 @@ class Topology:
         if tier is None:
             spanned = self.leaves_spanned(rank, kind)
             if spanned > 1:
+                # The leaf's up-links carry its nodes' NICs' worth over the oversubscription
+                # (``uplink_bw``), shared by every rank of those nodes: per rank, its node's
+                # NICs over its GPUs, whether a rank drives one NIC, several or a share of one.
                 nodes = self.shape(rank, kind).nodes
-                bw = min(bw, bw * nodes / (spanned * self.oversubscription))
+                per_rank = self.nic_bw * self.nics / self.rs.gpus_per_node
+                bw = min(bw, per_rank * nodes / (spanned * self.oversubscription))
             tier = self._tiers[key] = TierLink(bw, self.net_alpha, fitted=fitted, fits=fits)
         return tier
 
