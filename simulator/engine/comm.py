@@ -196,6 +196,7 @@ class Comm:
         self._plans: dict[tuple, list[Phase]] = {}
         self._endpoints: dict[tuple[int, str], Endpoint] = {}
         self._open: dict[tuple[str, int], dict[int, _Group]] = {}
+        self._exchanges: dict[tuple[int, int], Job] = {}
 
     # -- links and plans ----------------------------------------------------------------------
     def endpoint(self, rank: int, kind: str) -> Endpoint:
@@ -307,6 +308,34 @@ class Comm:
                 Timeout(env, alpha).callbacks.append(go)  # type: ignore[union-attr]
             else:
                 go()
+
+        return Job(start, label)
+
+    def exchange(self, rank: int, peer: int, size: float, label: Label = "") -> Job:
+        """``rank``'s half of a two-rank all-reduce of ``size`` bytes with ``peer`` (the tied
+        embedding's gradient between the pipeline's ends): as NCCL, nothing moves until both
+        have launched it; then each sends its buffer to the other, and both are done when
+        both transfers have landed."""
+        key = (min(rank, peer), max(rank, peer))
+
+        def start(job: Job) -> None:
+            waiting = self._exchanges.pop(key, None)
+            if waiting is None:
+                self._exchanges[key] = job
+                return
+            jobs = (waiting, job)
+            left = [2]
+            for j in jobs:
+                j.args = (self.env.now,)  # when both ends had arrived: the transfer's start
+
+            def landed() -> None:
+                left[0] -= 1
+                if left[0] == 0:
+                    for j in jobs:
+                        j.complete()
+
+            for src, dst in ((rank, peer), (peer, rank)):
+                self.send(src, dst, size, lambda: None, landed).begin(self.env.now)
 
         return Job(start, label)
 

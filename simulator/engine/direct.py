@@ -279,6 +279,7 @@ class _Walk:
         if times is None:
             return None  # not settled (a deadlock never does): the event engine decides
         results = {r: RankResult(r, sim.lay.coords(r)[3]) for r in sim.ranks}
+        ready = [0.0] * p  # when each stage's gradient reduction ends
         for s, ((_passes, sid, shapes), got) in enumerate(zip(built, times, strict=True)):
             self.ops += len(sid)
             rank = sim.ranks[s]
@@ -294,7 +295,10 @@ class _Walk:
                     self._routes[route][3].append(got.ends[sid == j] - d)
             acc["pp_bubble"] += got.bubble
             acc["comm_pp"] += got.comm
-            self._tail(s, rank, results[rank], float(got.ends[-1]) if len(got.ends) else 0.0)
+            ready[s] = self._reduce(s, rank, results[rank], got.ends[-1] if len(got.ends) else 0.0)
+        for s in range(p):
+            rank = sim.ranks[s]
+            self._tail(s, rank, results[rank], ready[s], ready[p - 1 - s])
         for links, _alpha, d, route_starts in self._routes:
             if route_starts:
                 self.busy.add(links, list(np.concatenate(route_starts)), d)
@@ -302,25 +306,34 @@ class _Walk:
             return None
         return self._finish(results)
 
-    def _tail(self, s: int, rank: int, res: RankResult, t: float) -> None:
-        """After the last pass (at ``t``): gradient reduction, optimizer, ZeRO-1/2 parameter
-        gather."""
+    def _reduce(self, s: int, rank: int, res: RankResult, t: float) -> float:
+        """After the last pass (at ``t``): the gradient reduction; when it ends."""
         sim, rs = self.sim, self.sim.rs
-        acc = res.acc
-        params = sim._stage_params(s)
-        gather_kind = "dp_shard" if sim.shard_n < rs.dp_cp else "dp"
         if rs.dp_cp > 1:
+            gather_kind = "dp_shard" if sim.shard_n < rs.dp_cp else "dp"
             total, n = sim._grad_buckets(s)
             coll = "all_reduce" if rs.grads_all_reduced else "reduce_scatter"
             t0 = t
             reps = n * (sim.m if sim.z >= 2 else 1)  # ZeRO-2: every micro-batch's gradients
             t = self._collective(rank, gather_kind, coll, total / n, t, repeat=reps)
-            acc["comm_dp"] += t - t0
+            res.acc["comm_dp"] += t - t0
+        return float(t)
+
+    def _tail(self, s: int, rank: int, res: RankResult, t: float, t_peer: float) -> None:
+        """After the gradient reduction (at ``t``; the other end of the pipeline's at
+        ``t_peer``): the tied embedding's exchange, optimizer, ZeRO-1/2 parameter gather."""
+        sim, rs = self.sim, self.sim.rs
+        acc = res.acc
+        params = sim._stage_params(s)
+        gather_kind = "dp_shard" if sim.shard_n < rs.dp_cp else "dp"
         peer = sim._tied_peer(rank, s)
         if peer is not None:
-            # As Simulation.run_rank: the shared embedding's gradient, sent to the other end.
+            # As Simulation.run_rank: the shared embedding's gradient, exchanged with the
+            # other end once both have reached it.
             alpha, links = self.comm.p2p_links(rank, peer)
-            t0 = t
+            # waiting for the other end is the pipeline's drain (as the event engine books it)
+            acc["pp_bubble"] += max(0.0, t_peer - t)
+            t = t0 = max(t, t_peer)
             t += alpha
             dur = _solo(links, sim.tied_bytes)
             self.busy.add(links, [t], dur)

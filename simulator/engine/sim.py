@@ -259,13 +259,22 @@ class Simulation(PassRunner):
             # optimizer): between two ranks, each sends the whole shard to the other.
             size = self.tied_bytes
             label = lambda: f"embedding all_reduce {size / 1e6:.0f} MB"  # noqa: E731
-            job = self.comm.send(rank, peer, size, lambda: None, lambda: None, label)
-            dp_jobs.append(self._submit(rank, "dp", job))
+            tied = self._submit(rank, "dp", self.comm.exchange(rank, peer, size, label))
+        else:
+            tied = None
         if dp_jobs:
             t0 = env.now
             for job in dp_jobs:
                 yield from self._wait(job)
             mark("comm_dp", t0)
+        if tied is not None:
+            # Waiting for the other end of the pipeline to reach the exchange is the
+            # pipeline's drain; the transfer itself is gradient communication.
+            t0 = env.now
+            yield from self._wait(tied)
+            begun = tied.args[0] if tied.args else t0
+            acc["pp_bubble"] += max(0.0, begun - t0)
+            acc["comm_dp"] += env.now - max(begun, t0)
 
         def paced(name: str, t: float, cat: str) -> Generator:
             """A compute-stream span of ``t``, stretched to the expected slowest GPU's pace."""
