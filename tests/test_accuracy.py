@@ -350,3 +350,35 @@ def test_short_kernels_run_at_the_hosts_pace() -> None:
     assert build_program(big, OpTimer(gpu, "bf16", 50.0), {}).duration == pytest.approx(
         build_program(big, OpTimer(gpu, "bf16", 0.0), {}).duration
     )
+
+
+def test_a_kernel_after_host_bound_ones_starts_when_issued() -> None:
+    """The host issues kernels one per host_us_per_kernel; each runs when issued and the GPU
+    is free: a long kernel after ten short ones starts at the tenth issue, not at zero."""
+    from simulator.engine.compute import build_program
+
+    timer = OpTimer(_gpu(), "bf16", 50.0)
+    tiny = [Op(f"k{i}", "memory", bytes=1e3) for i in range(10)]
+    big = Op("big", "memory", bytes=1e10)
+    g = timer.time(big)
+    assert g > 100e-6
+    assert build_program([*tiny, big], timer, {}).duration == pytest.approx(10 * 50e-6 + g)
+
+
+def test_tp_overlap_never_gets_slower_with_a_faster_gemm() -> None:
+    """An overlapped TP collective hides behind the GEMM before it from the GEMM's start to
+    the span's end: a faster GEMM in a host-bound span (the GPU waiting on the host) leaves
+    the span as long and the collective as hidden, never more exposed."""
+    from simulator.engine.compute import build_program
+
+    tiny = [Op(f"k{i}", "memory", bytes=1e3) for i in range(20)]
+    coll = Op("rs", "collective", collective="reduce_scatter", group="tp", msg_bytes=1e6)
+    totals = []
+    for m in (4096, 2048, 1024, 512, 256):
+        ops = [*tiny, Op("g", "gemm", flops=2.0 * m * 4096 * 4096, dims=(1, m, 4096, 4096)), coll]
+        prog = build_program(
+            ops, OpTimer(_gpu(), "bf16", 30.0), {"tp:reduce_scatter:1000000.0": 400e-6},
+            overlap_tp=True,
+        )  # fmt: skip
+        totals.append(prog.duration)
+    assert totals == sorted(totals, reverse=True), totals

@@ -293,35 +293,41 @@ def build_program(
     runs through the flow network starts that long before the span that ends with the GEMM
     does (its ``hide``)."""
     prog = Program()
-    pending = 0.0
+    # The span being built, in seconds from its start: ``end``, when the GPU finishes its
+    # last kernel so far; ``issued``, when the host has issued them all (one kernel per
+    # host_us_per_kernel: eager frameworks); ``gemm_at``, when the latest GEMM began.
+    end = issued = 0.0
+    gemm_at: float | None = None
     pending_name: list[str] = []
-    kernels = 0
-    last_gemm = 0.0
+
+    def hide() -> float:
+        """How long the span's latest GEMM runs before the span ends: what an overlapped TP
+        collective right after it can hide behind (it starts with the GEMM)."""
+        return (end - gemm_at) * pace if gemm_at is not None else 0.0
 
     def flush() -> None:
-        nonlocal pending, pending_name, kernels, last_gemm
-        # The host issues the span's kernels one after another: a span of short kernels runs
-        # at the host's pace, not the GPU's (eager frameworks; the stack's host_us_per_kernel).
-        pending = max(pending, kernels * timer.host_s)
-        if pending > 0:
+        nonlocal end, issued, gemm_at, pending_name
+        if end > 0:
             prog.items.append(
                 Item(
                     "span",
                     "+".join(pending_name[:3]) + ("…" if len(pending_name) > 3 else ""),
-                    pending * pace,
+                    end * pace,
                     cat,
-                    wait=pending * (pace - 1.0),
+                    wait=end * (pace - 1.0),
                 )
             )
         # A GEMM hides only the collective right after its span.
-        pending, pending_name, kernels, last_gemm = 0.0, [], 0, 0.0
+        end = issued = 0.0
+        gemm_at = None
+        pending_name = []
 
     for op in ops:
         if op.kind == "collective":
             assert op.group is not None and op.collective is not None
             t = coll_time.get(f"{op.group}:{op.collective}:{op.msg_bytes}")
+            covered = hide() if overlap_tp and op.group == "tp" else 0.0
             if t is None:
-                hide = last_gemm * pace if overlap_tp and op.group == "tp" else 0.0
                 flush()
                 prog.items.append(
                     Item(
@@ -330,12 +336,11 @@ def build_program(
                         group=op.group,
                         coll=op.collective,
                         size=op.msg_bytes,
-                        hide=hide,
+                        hide=covered,
                     )
                 )
                 continue
-            if overlap_tp and op.group == "tp":
-                t = max(0.0, t - last_gemm * pace)
+            t = max(0.0, t - covered)
             # The collective ends the span even when the GEMM hides all of it: the host issues
             # the spans on either side of it separately (as when it runs through the flows).
             flush()
@@ -343,10 +348,14 @@ def build_program(
                 prog.items.append(Item("span", op.name, t, f"comm_{op.group}"))
             continue
         dt = timer.time(op)
+        # An op starts when the GPU is free and the host has issued it, and ends no sooner
+        # than the host has issued all its kernels: a span of short kernels runs at the
+        # host's pace, not the GPU's (the stack's host_us_per_kernel).
+        start = max(end, issued)
+        issued += (2 if op.kind == "gemm" and op.backward else 1) * timer.host_s
+        end = max(start + dt, issued)
         if op.kind == "gemm":
-            last_gemm = dt
-        pending += dt
+            gemm_at = start
         pending_name.append(op.name)
-        kernels += 2 if op.kind == "gemm" and op.backward else 1
     flush()
     return prog
