@@ -287,11 +287,14 @@ def build_program(
     ``pace`` (≥ 1) stretches every compute span to the expected slowest GPU's; the stretch is the
     span's ``wait``.
 
+    Inside a span each op starts when the GPU is free and the host has issued it (one kernel
+    per ``host_us_per_kernel``), so a span of short kernels runs at the host's pace.
+
     With ``overlap_tp`` a TP collective hides behind the GEMM right before it, in the same span
-    (as in Megatron's TP communication overlap; each GEMM hides one collective); only what the
-    GEMM cannot cover stays exposed. An analytic one is shortened by the GEMM's time; one that
-    runs through the flow network starts that long before the span that ends with the GEMM
-    does (its ``hide``)."""
+    (as in Megatron's TP communication overlap; each GEMM hides one collective), from the
+    GEMM's start to the span's end; only what that cannot cover stays exposed. An analytic one
+    is shortened by that time; one that runs through the flow network starts that long before
+    the span ends (its ``hide``)."""
     prog = Program()
     # The span being built, in seconds from its start: ``end``, when the GPU finishes its
     # last kernel so far; ``issued``, when the host has issued them all (one kernel per
