@@ -273,3 +273,14 @@ def test_context_parallel_splits_the_sequence() -> None:
     assert activation_bytes_per_layer(two) == pytest.approx(
         activation_bytes_per_layer(one) / 2, rel=1e-12
     )
+
+
+def test_full_recompute_of_a_single_layer_holds_no_more_than_none() -> None:
+    """One layer and one micro-batch in flight: full recomputation keeps the layer's input and,
+    while its backward runs, the rest of its activations, which is what no recomputation
+    keeps; the input is not counted twice."""
+    kw: dict[str, Any] = dict(seq_len=2048, micro_batch=2, global_batch=2)
+    model = {"preset": "megatron-1.7b", "layers": 1}
+    full = _act_gb(model, recompute="full", **kw)
+    none = _act_gb(model, recompute="none", **kw)
+    assert full == pytest.approx(none, rel=1e-9)

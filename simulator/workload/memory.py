@@ -335,9 +335,10 @@ def stage_memory(rs: ResolvedScenario, stage: int) -> StageMemory:
     held = held_layer_microbatches(rs, stage)
     inflight = held / layers if layers else inflight_microbatches(rs, stage)
     if rc == "full":
-        # Layer inputs of every in-flight micro-batch, plus one layer's full activations while
-        # its backward pass runs.
-        act = _full_recompute_bytes_per_layer(rs) * held + per_layer_act
+        # Layer inputs of every in-flight micro-batch, plus the rest of one layer's full
+        # activations while its backward pass runs (its input is one of those held).
+        kept = _full_recompute_bytes_per_layer(rs)
+        act = kept * held + (per_layer_act - kept if held else 0.0)
     else:
         full_layer = per_layer_act
         if rc == "selective" and rs.selective_policy == "alternate_matmuls":
