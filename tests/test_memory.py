@@ -279,7 +279,7 @@ def test_full_recompute_of_a_single_layer_holds_no_more_than_none() -> None:
     """One layer and one micro-batch in flight: full recomputation keeps the layer's input and,
     while its backward runs, the rest of its activations, which is what no recomputation
     keeps; the input is not counted twice."""
-    kw: dict[str, Any] = dict(seq_len=2048, micro_batch=2, global_batch=2)
+    kw: dict[str, Any] = dict(seq_len=2048, micro_batch=2, global_batch=16)
     model = {"preset": "megatron-1.7b", "layers": 1}
     full = _act_gb(model, recompute="full", **kw)
     none = _act_gb(model, recompute="none", **kw)
