@@ -45,7 +45,8 @@ class Metrics:
 
 def _split_stage_waits(rs: ResolvedScenario, per_class: dict[str, dict[str, float]]) -> None:
     """Split each stage's pipeline wait into the pipeline's own bubble and waiting on slower
-    stages. A stage of per-micro-batch time t in a balanced pipeline idles (p-1)/v · t while
+    stages. A stage of per-micro-batch time t (its compute and the communication on its
+    critical path, pipeline sends included) in a balanced pipeline idles (p-1)/v · t while
     the pipeline fills and drains ((p-1)/(m+p-1) of a 1F1B step; v virtual stages divide it);
     what a lighter stage waits beyond that is the heavier stages' extra work, each micro-batch
     (``imbalance``, "waiting on other stages"). Balanced stages keep their whole wait as
@@ -56,7 +57,11 @@ def _split_stage_waits(rs: ResolvedScenario, per_class: dict[str, dict[str, floa
     fill = (rs.pp - 1) / rs.parallelism.virtual_stages
     for acc in per_class.values():
         wait = acc.get("pp_bubble", 0.0)
-        per_mb = sum(acc.get(k, 0.0) for k in ("compute", "comm_tp", "comm_cp")) / m
+        # A micro-batch's time on the stage: its compute (at a straggler's pace, slowed by
+        # DP collectives beside it, waiting on offloaded activations) and the communication
+        # on its critical path, the pipeline's own sends included.
+        own = ("compute", "comm_tp", "comm_cp", "comm_pp", "straggler", "overlap", "offload")
+        per_mb = sum(acc.get(k, 0.0) for k in own) / m
         extra = wait - fill * per_mb
         if extra > 1e-12 * max(wait, 1.0):
             acc["pp_bubble"] = wait - extra

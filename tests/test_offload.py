@@ -60,8 +60,13 @@ def test_a_slow_host_link_stalls_in_proportion_to_the_layers_offloaded() -> None
     _, none = _run(slow, "parallelism.offload_activation_layers=0")
     assert a.breakdown_s["offload"] > 0
     assert b.breakdown_s["offload"] == pytest.approx(2 * a.breakdown_s["offload"], rel=1e-9)
-    # with one micro-batch in flight the stall is on the step's critical path
-    assert b.step_time_s - none.step_time_s == pytest.approx(b.breakdown_s["offload"], rel=1e-6)
+    # with one micro-batch in flight the stall is on the step's critical path; DP collectives
+    # that run beside the stall rather than beside compute slow nothing down
+    less_overlap = none.breakdown_s["overlap"] - b.breakdown_s["overlap"]
+    assert less_overlap >= -1e-9
+    assert b.step_time_s - none.step_time_s == pytest.approx(
+        b.breakdown_s["offload"] - less_overlap, rel=1e-6
+    )
     _, at2 = _run(slow)
     _, at1 = _run("cluster.gpu={profile: gb200, host_link_gbps: 1}")
     assert at1.step_time_s > at2.step_time_s > none.step_time_s  # a slower link never helps

@@ -19,7 +19,8 @@ ONE_F_ONE_B = [
 
 
 def _per_mb(acc: dict[str, float], m: int) -> float:
-    return sum(acc.get(k, 0.0) for k in ("compute", "comm_tp", "comm_cp")) / m
+    own = ("compute", "comm_tp", "comm_cp", "comm_pp", "straggler", "overlap", "offload")
+    return sum(acc.get(k, 0.0) for k in own) / m
 
 
 def test_unbalanced_stages_wait_on_the_heavy_one() -> None:

@@ -70,9 +70,16 @@ class Program:
                 i.book(out)
         return out
 
+    @cached_property
+    def compute_share(self) -> float:
+        """The share of its time the program computes (its compute spans, stretched to a
+        straggler's pace): what DP collectives running beside it slow down."""
+        busy = sum(i.dur for i in self.items if i.kind == "span" and i.cat == "compute")
+        return busy / self.duration if self.duration > 0 else 0.0
+
     def extend(self, other: Program) -> None:
         self.items.extend(other.items)
-        for name in ("analytic", "duration", "categories"):
+        for name in ("analytic", "duration", "categories", "compute_share"):
             self.__dict__.pop(name, None)
 
 

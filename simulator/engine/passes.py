@@ -26,13 +26,15 @@ from .setup import SimulationBase
 
 
 class PassRunner(SimulationBase):
-    def _slowdown(self, rank: int, since: float) -> float:
+    def _slowdown(self, rank: int, since: float, share: float = 1.0) -> float:
         """Extra seconds the compute that ran from ``since`` (the DP stream's busy time then)
-        to now owes to the DP collectives it overlapped (0 when it overlapped none)."""
+        to now owes to the DP collectives it overlapped (0 when it overlapped none); ``share``:
+        the part of that time that was compute (exposed TP or CP communication is not slowed:
+        its own kernels are what run then)."""
         st = self.dp_streams.get(rank)
         if st is None:
             return 0.0
-        extra = (st.busy_time() - since) * self.contention
+        extra = (st.busy_time() - since) * self.contention * share
         return extra if extra > 1e-12 else 0.0
 
     def _pay(self, rank: int, extra: float) -> Generator:
@@ -74,7 +76,7 @@ class PassRunner(SimulationBase):
             if total > 0:
                 yield Timeout(env, total)
             self._charge(rank, prog, reps, t0)
-            extra = self._slowdown(rank, busy0)
+            extra = self._slowdown(rank, busy0, prog.compute_share)
             if extra:
                 yield from self._pay(rank, extra)
             return
@@ -111,7 +113,7 @@ class PassRunner(SimulationBase):
                         t0,
                         it.dur,
                     )
-                    extra = self._slowdown(rank, busy0)
+                    extra = self._slowdown(rank, busy0) if it.cat == "compute" else 0.0
                     if extra:
                         yield from self._pay(rank, extra)
                 else:
@@ -136,7 +138,8 @@ class PassRunner(SimulationBase):
         self._charge(rank, tail, 1, t0)
         if more:
             self._charge(rank, twin, more, t0 + tail.duration)
-        extra = self._slowdown(rank, busy0)
+        busy = tail.duration * tail.compute_share + twin.duration * twin.compute_share * more
+        extra = self._slowdown(rank, busy0, busy / total if total > 0 else 0.0)
         if extra:
             yield from self._pay(rank, extra)
 
@@ -180,7 +183,7 @@ class PassRunner(SimulationBase):
                 if dur > 0:
                     yield Timeout(env, dur)
                 self._charge(rank, prog, 1, t0)
-                extra = self._slowdown(rank, busy0)
+                extra = self._slowdown(rank, busy0, prog.compute_share)
                 if extra:
                     yield from self._pay(rank, extra)
             else:
