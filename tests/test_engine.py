@@ -344,3 +344,30 @@ def test_the_tied_embedding_exchange_waits_for_both_ends() -> None:
         assert full == pytest.approx(sym, rel=1e-9)
         steps.append(sym)
     assert steps == sorted(steps, reverse=True), steps
+
+
+def test_full_mode_books_waiting_for_late_collective_peers_as_imbalance() -> None:
+    """Six GPUs a node under TP4: one TP group straddles the two nodes and runs slower, so its
+    DP peers wait at every gradient reduction. That wait is on another rank (``imbalance``),
+    not communication; the straddling ranks, last to arrive, wait on no one."""
+    from conftest import REPO
+
+    from simulator.config.loading import load_scenario
+    from simulator.simulate import simulate
+
+    rs = load_scenario(
+        REPO / "scenarios" / "llama3-70b-64xh100.yaml",
+        [
+            "model=llama3-8b", "cluster.nodes=2", "cluster.gpus_per_node=6",
+            "parallelism.tp=4", "parallelism.pp=1", "parallelism.pp_schedule=1f1b",
+            "training.global_batch=12", "cluster.pricing=null",
+        ],
+    )  # fmt: skip
+    res = simulate(rs, full=True, scaling=False)
+    ranks = res.engine.ranks
+    inside = [r.acc for k, r in ranks.items() if k in (0, 1, 2, 3)]
+    across = [r.acc for k, r in ranks.items() if k in (4, 5, 6, 7)]
+    assert all(a["imbalance"] > 0.1 for a in inside)
+    assert all(a["imbalance"] == 0.0 for a in across)
+    for r in ranks.values():
+        assert sum(r.acc.values()) == pytest.approx(res.engine.step_time, rel=1e-9)

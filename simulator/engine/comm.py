@@ -36,7 +36,7 @@ Emit = Callable[[int, str, str, float, float], None]
 class Job:
     """One unit of work on a stream; ``complete()`` marks it done."""
 
-    __slots__ = ("stream", "start", "done", "waiter", "t0", "label", "args")
+    __slots__ = ("stream", "start", "done", "waiter", "t0", "label", "args", "began")
 
     def __init__(
         self, start: Callable[[Job], None] | None, label: Label = "", args: tuple = ()
@@ -48,6 +48,9 @@ class Job:
         self.t0 = 0.0
         self.label = label
         self.args = args  # for ``start``
+        # When its transfers began: a collective's once every member had arrived, an
+        # exchange's once both ends had; until then the job waits on its peers.
+        self.began: float | None = None
 
     def begin(self, now: float) -> None:
         """Start the job's work (its stream, if any, has reached it)."""
@@ -274,6 +277,8 @@ class Comm:
         else:
             group = _Group(self, self._plan(ep.rank, ep.kind, coll, size))
             group.members.append((ep, job))
+        for _ep, member in group.members:
+            member.began = self.env.now
         if not any(ph.latency > 0 or ph.wire_bytes > 0 for ph in group.phases):
             # Nothing to time: finish through the event queue, never inside the caller.
             Timeout(self.env, 0.0).callbacks.append(group.next_phase)  # type: ignore[union-attr]
@@ -326,7 +331,7 @@ class Comm:
             jobs = (waiting, job)
             left = [2]
             for j in jobs:
-                j.args = (self.env.now,)  # when both ends had arrived: the transfer's start
+                j.began = self.env.now
 
             def landed() -> None:
                 left[0] -= 1

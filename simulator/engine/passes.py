@@ -125,7 +125,7 @@ class PassRunner(SimulationBase):
                         if not job.done:
                             job.begin(env.now)  # on the compute stream: runs now
                     yield from self._wait(job)
-                    acc[f"comm_{it.group}"] += env.now - t0
+                    self._book_wait(rank, [job], t0, f"comm_{it.group}")
                     self._emit(rank, it.group or "tp", it.name, t0, env.now - t0)
 
     def _run_rest(self, rank: int, tail: Program, twin: Program, more: int) -> Generator:
@@ -198,7 +198,7 @@ class PassRunner(SimulationBase):
         if job is not None and not job.done:
             t0 = self.env.now
             yield from self._wait(job)
-            self.results[rank].acc["comm_dp"] += self.env.now - t0
+            self._book_wait(rank, [job], t0, "comm_dp")
 
     def _recv_key(self, kind: str, mb: int, chunk: int, rank: int) -> tuple:
         if self.full:

@@ -319,6 +319,19 @@ class SimulationBase(Tracing, LinkSharing):
             return job
         return self._stream(rank, stream).submit(job)
 
+    def _book_wait(self, rank: int, jobs: list[Job], t0: float, cat: str) -> None:
+        """Book the wait from ``t0`` to now for ``jobs`` (run one after another on a stream):
+        the part in which a job waited for its peers to arrive (full mode: a member whose
+        group straddles nodes, or runs behind) as ``imbalance``, the rest as ``cat``."""
+        now = self.env.now
+        peers = 0.0
+        for job in jobs:
+            if job.began is not None:
+                peers += max(0.0, min(job.began, now) - max(job.t0, t0))
+        acc = self.results[rank].acc
+        acc["imbalance"] += peers
+        acc[cat] += now - t0 - peers
+
     def _wait(self, job: Job) -> Generator:
         """Wait (in a rank's process) until ``job`` is done."""
         ev = job.event(self.env)

@@ -197,7 +197,7 @@ class Simulation(PassRunner):
                     for _ in range(n):
                         launch_dp(nbytes / n)
                     yield from self._wait(dp_jobs[-1])
-                    mark("comm_dp", t0)
+                    self._book_wait(rank, dp_jobs[-n:], t0, "comm_dp")
                 if dp_on and self.ov.dp_grad and grads_every_mb:
                     # The embedding's gradients are reduce-scattered every micro-batch too,
                     # like the layers' and the output layer's (ZeRO-2/3 keep only their shard),
@@ -266,13 +266,14 @@ class Simulation(PassRunner):
             t0 = env.now
             for job in dp_jobs:
                 yield from self._wait(job)
-            mark("comm_dp", t0)
+            self._book_wait(rank, dp_jobs, t0, "comm_dp")
         if tied is not None:
-            # Waiting for the other end of the pipeline to reach the exchange is the
-            # pipeline's drain; the transfer itself is gradient communication.
+            # Waiting for the other end of the pipeline to reach the exchange is waiting on
+            # another stage (bubble, or imbalance beyond the drain: metrics); the transfer
+            # itself is gradient communication.
             t0 = env.now
             yield from self._wait(tied)
-            begun = tied.args[0] if tied.args else t0
+            begun = tied.began if tied.began is not None else t0
             acc["pp_bubble"] += max(0.0, begun - t0)
             acc["comm_dp"] += env.now - max(begun, t0)
 
@@ -295,8 +296,9 @@ class Simulation(PassRunner):
         yield from paced("optimizer", t_opt, "optimizer")
         if dp_on and self.z in (1, 2) and not self.ov.param_gather:
             t0 = env.now
-            yield from self._wait(self._gather_exposed(stage, params, gather))
-            mark("comm_dp", t0)
+            job = self._gather_exposed(stage, params, gather)
+            yield from self._wait(job)
+            self._book_wait(rank, [job], t0, "comm_dp")
         res.finish = env.now
 
     def _optimizer_time(self, shard_params: float, params: float, tensors: int = 0) -> float:

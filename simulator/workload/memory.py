@@ -337,8 +337,8 @@ def stage_memory(rs: ResolvedScenario, stage: int) -> StageMemory:
     if rc == "full":
         # Layer inputs of every in-flight micro-batch, plus the rest of one layer's full
         # activations while its backward pass runs (its input is one of those held).
-        kept = _full_recompute_bytes_per_layer(rs)
-        act = kept * held + (per_layer_act - kept if held else 0.0)
+        inputs = _full_recompute_bytes_per_layer(rs)
+        act = inputs * held + (per_layer_act - inputs if held else 0.0)
     else:
         full_layer = per_layer_act
         if rc == "selective" and rs.selective_policy == "alternate_matmuls":
