@@ -74,7 +74,11 @@ class Tracing:
             tids = sorted({e["tid"] for e in self.trace if e["pid"] == pid})
             for tid in tids:
                 local, stream = divmod(tid - 1, 10) if self.full else (0, tid - 1)
-                name = STREAMS[stream] + (f" (gpu {local})" if self.full else "")
+                name = STREAMS[stream]
+                if self.full:
+                    rank = (pid - 1) * self.rs.gpus_per_node + local
+                    t, c, d, stage = self.lay.coords(rank)
+                    name += f" (gpu {local}: rank {rank}, stage {stage}, tp {t}, dp {d})"
                 meta.append(
                     {
                         "name": "thread_name",
