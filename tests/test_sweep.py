@@ -190,6 +190,33 @@ def test_replace_keeps_the_old_file_until_the_new_run_finishes(tmp_path: Path) -
     assert out.read_text() != before
 
 
+def test_replace_never_overwrites_or_strands_an_existing_replaced_copy(tmp_path: Path) -> None:
+    """``OUT.replaced`` already there (a file of the user's, a folder, or the copy a second
+    --replace run would leave stranded beside rows it drops): refused before anything runs,
+    every file as it was."""
+    from simulator.errors import UserError
+    from simulator.sweep.run import replaced_copy
+
+    out = tmp_path / "out.csv"
+    _run(_spec(tmp_path), out)
+    before = out.read_text()
+    other = tmp_path / "other"
+    other.mkdir()
+    spec, base, _ = load_spec(_spec(other, keep="all"))
+    for make in (lambda p: p.write_text("user data\n"), lambda p: p.mkdir()):
+        kept = replaced_copy(out)
+        make(kept)
+        with pytest.raises(UserError) as exc:
+            run_sweep(spec, base, points(spec), out, executor="serial", replace=True)
+        assert "already exists" in exc.value.message and exc.value.path == "--out"
+        assert out.read_text() == before
+        if kept.is_dir():
+            kept.rmdir()
+        else:
+            assert kept.read_text() == "user data\n"
+            kept.unlink()
+
+
 def test_resume_reuses_no_row_of_another_base_or_settings(tmp_path: Path) -> None:
     base = tmp_path / "base.yaml"
     base.write_text(BASE.read_text())

@@ -219,8 +219,8 @@ def keep_until_finished(out: Path) -> list[Path]:
 
     copies = []
     for f in dict.fromkeys((out, journal(out))):
-        # An earlier interrupted --replace run's copy is the older file: it stays.
-        if f.is_file() and not replaced_copy(f).exists():
+        # (run_sweep refuses to start where such a copy exists already)
+        if f.is_file():
             shutil.copy2(f, replaced_copy(f))
         copies.append(replaced_copy(f))
     return copies

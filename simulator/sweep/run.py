@@ -225,6 +225,21 @@ def run_sweep(
             path="--out",
             hint="give another --out to keep them, or --replace to drop them",
         )
+    if stale:
+        for f in dict.fromkeys((out, journal(out))):
+            kept = replaced_copy(f)
+            if kept.exists() or kept.is_symlink():
+                # An earlier --replace run that did not finish (or a file of the user's)
+                # already holds that name: copying over it, or dropping these rows beside
+                # it, would lose one of the two.
+                raise UserError(
+                    f"'{kept}' already exists (the file an earlier --replace run kept and did "
+                    f"not finish with, or another file), and this run would drop {stale} "
+                    f"row(s) of '{out}' too",
+                    path="--out",
+                    hint=f"move '{kept}' away (or delete it) and run again, or give another "
+                    "--out",
+                )
     if stale and on_stale:
         on_stale(stale)
     # --replace drops those rows only once this run has finished: until then the file as it
