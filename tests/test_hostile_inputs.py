@@ -282,3 +282,31 @@ def test_a_path_that_is_not_utf8_is_named_as_it_is() -> None:
     assert plain("a\x1b[31mb") == "a[31mb"  # control characters still go
     code, _, err = run_cli("simulate", name)
     assert code == 2 and "ba\\xffse.yaml" in err
+
+
+def test_a_key_in_two_merged_mappings_is_refused_not_guessed(tmp_path: Path) -> None:
+    """``<<: [*long, *batch]`` with micro_batch in both: YAML says the first wins, PyYAML 6
+    took the last; refused with both lines, as a key given twice is. A merge without
+    overlap, or of one mapping twice, loads as written."""
+    from simulator.config.yamlio import YamlDuplicateKey, load_text
+
+    f = tmp_path / "merge.yaml"
+    f.write_text(
+        "name: merged\n"
+        "_long: &long {seq_len: 8192, micro_batch: 4}\n"
+        "_batch: &batch {global_batch: 64, micro_batch: 1}\n"
+        "cluster: {gpu: h100-sxm-80gb, gpus_per_node: 8, nodes: 1, fabric: nvlink4-nvswitch}\n"
+        "model: llama3-8b\n"
+        "training: {<<: [*long, *batch]}\n"
+    )
+    code, _out, err = run_cli("check", str(f))
+    assert code == 2 and "Traceback" not in err
+    assert "'micro_batch' is given by two of the mappings merged" in err
+    assert "lines 2 and 3" in err
+    assert load_text("a: &a {x: 1}\nb: &b {y: 2}\nc: {<<: [*a, *b], x: 3}")["c"] == {
+        "x": 3,
+        "y": 2,
+    }
+    assert load_text("a: &a {x: 1}\nc: {<<: [*a, *a]}")["c"] == {"x": 1}
+    with pytest.raises(YamlDuplicateKey):
+        load_text("a: &a {x: 1}\nb: &b {x: 2}\nc: {<<: [*a, *b]}")

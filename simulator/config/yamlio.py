@@ -87,6 +87,26 @@ BoundedLoader.add_implicit_resolver("tag:yaml.org,2002:int", _INT_12, list("-+01
 BoundedLoader.add_constructor("tag:yaml.org,2002:int", _construct_int)
 
 
+def _merged_keys_once(merged: SequenceNode) -> None:
+    """``<<: [*a, *b]`` with a key in both: YAML's merge says the first mapping's value wins,
+    and PyYAML (6.0) can take the last one's; refused rather than guessed."""
+    first: dict[tuple[str, str], int] = {}
+    for m in merged.value:
+        if not isinstance(m, MappingNode):
+            continue
+        for k, _v in m.value:
+            if not isinstance(k, ScalarNode) or k.tag == "tag:yaml.org,2002:merge":
+                continue
+            name = (k.tag, k.value)
+            line = k.start_mark.line + 1
+            if name in first and first[name] != line:
+                raise YamlDuplicateKey(
+                    f"the key '{k.value}' is given by two of the mappings merged with '<<' "
+                    f"(lines {first[name]} and {line})"
+                )
+            first.setdefault(name, line)
+
+
 def _expanded_size(root: Node) -> int:
     """Nodes the document expands to when every alias is copied out (memoised per node, so an
     alias bomb is measured without being expanded)."""
@@ -114,6 +134,8 @@ def _expanded_size(root: Node) -> int:
                             f"{seen[name]} and {line})"
                         )
                     seen[name] = line
+                elif isinstance(k, ScalarNode) and isinstance(v, SequenceNode):
+                    _merged_keys_once(v)
                 total += size(k, depth + 1) + size(v, depth + 1)
         total = min(total, MAX_NODES + 1)
         memo[key] = total

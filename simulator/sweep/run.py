@@ -237,8 +237,7 @@ def run_sweep(
                     f"not finish with, or another file), and this run would drop {stale} "
                     f"row(s) of '{out}' too",
                     path="--out",
-                    hint=f"move '{kept}' away (or delete it) and run again, or give another "
-                    "--out",
+                    hint=f"move '{kept}' away (or delete it) and run again, or give another --out",
                 )
     if stale and on_stale:
         on_stale(stale)
