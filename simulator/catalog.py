@@ -91,6 +91,8 @@ class Catalog:
     files: dict[str, Path] = field(default_factory=dict)
     replaced: dict[str, Path] = field(default_factory=dict)
     """Profiles a later folder replaced, by name: the file that lost (see replacement_notes)."""
+    clashes: dict[str, UserError] = field(default_factory=dict)
+    """Later files that name a profile of another kind (the earlier one is kept), by stem."""
     broken: dict[str, UserError] = field(default_factory=dict)
     """Profile files that failed to load, by file stem: reported when that name is asked for,
     so one bad local file does not break every command."""
@@ -102,6 +104,8 @@ class Catalog:
         pool = self.by_kind(*kinds) if kinds else self.profiles
         if name in pool:
             return pool[name]
+        if name in self.clashes:
+            raise self.clashes[name]
         if name in self.broken:
             err = self.broken[name]
             where = f"{err.file}: {err.path}" if err.path else str(err.file)
@@ -169,6 +173,19 @@ def _load(dirs: tuple[Path, ...]) -> Catalog:
             except UserError as err:
                 cat.broken[path.stem] = err
                 cat.profiles.pop(path.stem, None)
+                continue
+            had = cat.profiles.get(prof.name)
+            if had is not None and had.kind != prof.kind:  # type: ignore[attr-defined]
+                # One name, two kinds: a scenario names profiles without their kind, so the
+                # later file would hide the earlier one wherever it is asked for. The earlier
+                # stays; `profiles list` reports the clash.
+                cat.clashes[prof.name] = UserError(
+                    f"profile name '{prof.name}' is already the {had.kind} profile in "  # type: ignore[attr-defined]
+                    f"{cat.files[prof.name]}; this {prof.kind} profile is ignored",  # type: ignore[attr-defined]
+                    file=str(path),
+                    path="name",
+                    hint="give it another name (the file's and its name: field)",
+                )
                 continue
             cat.broken.pop(prof.name, None)
             if prof.name in cat.profiles and cat.profiles[prof.name] != prof:

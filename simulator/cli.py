@@ -64,8 +64,6 @@ def profiles_list(
     from .report.tables import profiles_table
 
     cat = load_catalog()
-    if cat.broken:  # listing the catalogue is the command that reports a broken profile file
-        raise next(iter(cat.broken.values()))
     order = ["gpu", "fabric", "network", "storage", "cloud_price", "ownership_price", "software"]
     items = sorted(cat.profiles.values(), key=lambda p: (order.index(p.kind), p.name))  # type: ignore[attr-defined]
     if kind:
@@ -84,6 +82,7 @@ def profiles_list(
                 for p in items
             ]
         )
+        _bad_profiles(cat)
         return
     rows = [(p.kind, p.name, p.display_name, _key_figures(p)) for p in items]  # type: ignore[attr-defined]
     if fmt == Fmt.csv:
@@ -100,8 +99,20 @@ def profiles_list(
                 for k, n, d, f in rows
             ],
         )
+        _bad_profiles(cat)
         return
     out.print(profiles_table(rows))
+    _bad_profiles(cat)
+
+
+def _bad_profiles(cat: Any) -> None:
+    """After the list: a profile file that could not be loaded, or that reuses another kind's
+    name, is an error (listing the catalogue is the command that reports them)."""
+    bad = [*cat.broken.values(), *cat.clashes.values()]
+    if bad:
+        if len(bad) > 1:
+            print(f"{len(bad)} profile files were left out; the first:", file=sys.stderr)
+        raise bad[0]
 
 
 @profiles_app.command("show")

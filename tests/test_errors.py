@@ -3,6 +3,7 @@ no traceback. Runs the real command line on scenario files written to tmp_path."
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -304,11 +305,31 @@ def test_broken_profile_file_in_profile_path(tmp_path: Path) -> None:
         "kind: gpu\nname: x-gpu\ndisplay_name: X\nvendor: nvidia\n"
         "memory_gbb: {value: 80, source: datasheet}\n"
     )
-    res = run_cli_process("profiles", "list", env={"CLUSTERSIM_PROFILE_PATH": str(d)})
+    res = run_cli_process(
+        "profiles", "list", "--format", "json", env={"CLUSTERSIM_PROFILE_PATH": str(d)}
+    )
     f = d / "x-gpu.yaml"
-    assert_user_error(res, file=f, path=None)
+    # The list of every other profile, then the broken file named: exit 2.
+    assert res.returncode == 2 and "Traceback" not in res.stderr
+    assert "h100-sxm-80gb" in {p["name"] for p in json.loads(res.stdout)}
+    assert res.stderr.startswith(f"error: {f}")
     # The path is the profile's own field, not prefixed by the union tag ('gpu.').
     assert ": gpu." not in res.stderr
+
+
+def test_a_profile_reusing_another_kinds_name_is_left_out_and_named(tmp_path: Path) -> None:
+    """A GPU profile called 'lustre' beside the bundled storage 'lustre': the bundled one
+    stays (scenarios naming the storage run as before), the GPU one is reported."""
+    d = tmp_path / "profiles"
+    d.mkdir()
+    src = (REPO / "hardware_profiles" / "gpus" / "h100-sxm-80gb.yaml").read_text()
+    (d / "lustre.yaml").write_text(src.replace("name: h100-sxm-80gb", "name: lustre", 1))
+    env = {"CLUSTERSIM_PROFILE_PATH": str(d)}
+    ok = run_cli_process("check", "llama3-70b-64xh100", env=env)
+    assert ok.returncode == 0, ok.stderr
+    res = run_cli_process("profiles", "list", "--kind", "storage", env=env)
+    assert res.returncode == 2 and "lustre" in res.stdout
+    assert "is already the storage profile" in res.stderr
 
 
 def test_fp8_curve_and_ll128_overrides(tmp_path: Path) -> None:
