@@ -317,21 +317,6 @@ def test_broken_profile_file_in_profile_path(tmp_path: Path) -> None:
     assert ": gpu." not in res.stderr
 
 
-def test_a_profile_reusing_another_kinds_name_is_left_out_and_named(tmp_path: Path) -> None:
-    """A GPU profile called 'lustre' beside the bundled storage 'lustre': the bundled one
-    stays (scenarios naming the storage run as before), the GPU one is reported."""
-    d = tmp_path / "profiles"
-    d.mkdir()
-    src = (REPO / "hardware_profiles" / "gpus" / "h100-sxm-80gb.yaml").read_text()
-    (d / "lustre.yaml").write_text(src.replace("name: h100-sxm-80gb", "name: lustre", 1))
-    env = {"CLUSTERSIM_PROFILE_PATH": str(d)}
-    ok = run_cli_process("check", "llama3-70b-64xh100", env=env)
-    assert ok.returncode == 0, ok.stderr
-    res = run_cli_process("profiles", "list", "--kind", "storage", env=env)
-    assert res.returncode == 2 and "lustre" in res.stdout
-    assert "is already the storage profile" in res.stderr
-
-
 def test_fp8_curve_and_ll128_overrides(tmp_path: Path) -> None:
     """The fp8 GEMM curve is a fraction like matmul_max; a fabric's LL128 switch takes a bare
     true/false as an inline override, and anything else is refused with its path."""

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import REPO, run_cli
+from conftest import REPO, run_cli, run_cli_process
 from test_errors import assert_user_error
 
 from simulator.config.loading import load_scenario
@@ -113,3 +113,18 @@ def test_a_profile_replacing_a_bundled_one_is_announced(
     (note,) = [n for n in out["notes"] if "replaces" in n]
     assert "'h100-sxm-80gb'" in note and str(gpus / "h100-sxm-80gb.yaml") in note
     assert out["step_time_s"] > plain["step_time_s"]
+
+
+def test_a_profile_reusing_another_kinds_name_is_left_out_and_named(tmp_path: Path) -> None:
+    """A GPU profile called 'lustre' beside the bundled storage 'lustre': the bundled one
+    stays (scenarios naming the storage run as before), the GPU one is reported."""
+    d = tmp_path / "profiles"
+    d.mkdir()
+    src = (REPO / "hardware_profiles" / "gpus" / "h100-sxm-80gb.yaml").read_text()
+    (d / "lustre.yaml").write_text(src.replace("name: h100-sxm-80gb", "name: lustre", 1))
+    env = {"CLUSTERSIM_PROFILE_PATH": str(d)}
+    ok = run_cli_process("check", "llama3-70b-64xh100", env=env)
+    assert ok.returncode == 0, ok.stderr
+    res = run_cli_process("profiles", "list", "--kind", "storage", env=env)
+    assert res.returncode == 2 and "lustre" in res.stdout
+    assert "is already the storage profile" in res.stderr
