@@ -146,10 +146,13 @@ def validate_profile(data: Any, file: str) -> _Profile:
     # 'did you mean' hints are the profile's fields (not prefixed by the union's tag).
     kind = data.get("kind") if isinstance(data, dict) else None
     cls = PROFILE_KINDS.get(kind) if isinstance(kind, str) else None
+    from .config.sourced import PROFILE_FILE
+
+    context = {PROFILE_FILE: True}
     try:
         if cls is not None:
-            return cls.model_validate(data)
-        return _ADAPTER.validate_python(data)  # type: ignore[return-value]
+            return cls.model_validate(data, context=context)
+        return _ADAPTER.validate_python(data, context=context)  # type: ignore[return-value]
     except ValidationError as exc:
         from .config.loading import validation_error
 

@@ -128,3 +128,22 @@ def test_a_profile_reusing_another_kinds_name_is_left_out_and_named(tmp_path: Pa
     res = run_cli_process("profiles", "list", "--kind", "storage", env=env)
     assert res.returncode == 2 and "lustre" in res.stdout
     assert "is already the storage profile" in res.stderr
+
+
+def test_a_bare_figure_in_a_profile_file_needs_its_source(tmp_path: Path) -> None:
+    """In a scenario a bare number is an inline override; in a profile file every figure says
+    where it comes from, so a bare one is refused there (it was shown as an 'inline override in
+    scenario')."""
+    d = tmp_path / "profiles"
+    d.mkdir()
+    src = (REPO / "hardware_profiles" / "gpus" / "h100-sxm-80gb.yaml").read_text()
+    lines = [
+        "memory_bandwidth_gbps: 3350" if ln.startswith("memory_bandwidth_gbps:") else ln
+        for ln in src.replace("name: h100-sxm-80gb", "name: my-gpu", 1).splitlines()
+    ]
+    (d / "my-gpu.yaml").write_text("\n".join(lines) + "\n")
+    res = run_cli_process("profiles", "show", "my-gpu", env={"CLUSTERSIM_PROFILE_PATH": str(d)})
+    assert res.returncode == 2 and "Traceback" not in res.stderr
+    assert "memory_bandwidth_gbps: a figure in a profile file needs its source" in res.stderr
+    ok = run_cli("check", "llama3-8b-8xh100", "--set", "cluster.gpu.memory_bandwidth_gbps=3000")
+    assert ok.returncode == 0, ok.stderr

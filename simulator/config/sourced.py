@@ -9,7 +9,7 @@ from __future__ import annotations
 import sys
 from typing import Annotated, Any
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationInfo, model_validator
 
 from .bounds import check_figures, document_ranges
 
@@ -31,13 +31,25 @@ class Sourced(BaseModel):
         return float(self.value)
 
 
-def _coerce_sourced(v: Any) -> Any:
+PROFILE_FILE = "profile_file"
+"""Validation context key: set while a profile file is read, where every figure must say
+where it comes from (a bare number is an inline override only in a scenario)."""
+
+NEEDS_SOURCE = (
+    "a figure in a profile file needs its source: {value: ..., source: '...'} (a datasheet, "
+    "a paper table or a probe run)"
+)
+
+
+def _coerce_sourced(v: Any, info: ValidationInfo) -> Any:
     if isinstance(v, bool):
         return v
     raw = v.get("value") if isinstance(v, dict) else v
     if isinstance(raw, int) and not isinstance(raw, bool) and abs(raw) > sys.float_info.max:
         raise ValueError("the number is too large for a figure")
     if isinstance(v, int | float):
+        if info.context and info.context.get(PROFILE_FILE):
+            raise ValueError(NEEDS_SOURCE)
         return {"value": float(v), "source": INLINE_SOURCE}
     return v
 
@@ -56,8 +68,10 @@ class Flag(BaseModel):
     source: str = Field(min_length=3)
 
 
-def _coerce_flag(v: Any) -> Any:
+def _coerce_flag(v: Any, info: ValidationInfo) -> Any:
     if isinstance(v, bool):
+        if info.context and info.context.get(PROFILE_FILE):
+            raise ValueError(NEEDS_SOURCE.replace("a figure", "a yes/no"))
         return {"value": v, "source": INLINE_SOURCE}
     return v
 
