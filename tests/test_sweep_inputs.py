@@ -103,3 +103,40 @@ def test_an_option_the_executor_ignores_is_refused(
     res = run_cli("sweep", "llama3-70b-strong-scaling", "--out", str(out), *args)
     assert res.returncode == 2 and f"error: {path}:" in res.stderr, res.stderr
     assert not out.exists()
+
+
+def test_a_typo_in_the_base_is_named_in_the_base_before_anything_runs(tmp_path: Path) -> None:
+    base = tmp_path / "base.yaml"
+    base.write_text(BASE.read_text().replace("  nodes: 1", "  nodez: 1", 1))
+    spec = tmp_path / "s.yaml"
+    spec.write_text(
+        yaml.safe_dump(
+            {"name": "t", "base": "base.yaml", "axes": [{"training.global_batch": [64]}]}
+        )
+    )
+    out = tmp_path / "o.csv"
+    res = run_cli("sweep", str(spec), "--out", str(out), "--executor", "serial")
+    assert res.returncode == 2 and "Traceback" not in res.stderr
+    assert res.stderr.startswith(f"error: {base}: cluster.nodez: unknown field")
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    ("axis", "says"),
+    [
+        ("cluster.nodes.", "empty part"),
+        ("cluster.nodes.value", "has no field 'value'"),
+        ("parallelism.stage_layers.0", "a list item cannot be set"),
+    ],
+)
+def test_an_axis_path_that_cannot_be_set_is_refused_up_front(
+    tmp_path: Path, axis: str, says: str
+) -> None:
+    spec = tmp_path / "s.yaml"
+    spec.write_text(yaml.safe_dump({"name": "t", "base": str(BASE), "axes": [{axis: [1, 2]}]}))
+    out = tmp_path / "o.csv"
+    res = run_cli("sweep", str(spec), "--out", str(out), "--executor", "serial")
+    assert res.returncode == 2 and "Traceback" not in res.stderr
+    assert f"axes[0]: axis '{axis}'" in res.stderr and says in res.stderr
+    assert "--set" not in res.stderr
+    assert not out.exists()

@@ -89,15 +89,25 @@ def check_axis_values(spec: SweepSpec, base: dict[str, Any], file: str) -> None:
     from ..config.scenario import Scenario
 
     for i, opt, sets in _option_sets(spec):
+        which = ", ".join(opt)
         try:
             data = apply_sets(base, sets, file)
+        except UserError as err:
+            # A path that cannot be set (an empty part, a list item, a field inside a number)
+            # is refused whatever the other axes choose.
+            raise UserError(
+                f"axis '{which}': {err.message.replace('--set ', '')}",
+                file=file,
+                path=f"axes[{i}]",
+                hint=(err.hint or "").replace("--set ", "") or "give a scenario field path",
+            ) from None
+        try:
             Scenario.model_validate(data)
             resolve_dict(data)
         except UserError as err:
             # A profile or preset no catalogue has is a typo whatever the other axes say;
             # anything else (a layout that does not divide) may depend on them.
             if err.message.startswith("unknown ") and "'" in err.message:
-                which = ", ".join(opt)
                 raise UserError(
                     f"axis '{which}': {err.message}",
                     file=file,

@@ -261,6 +261,8 @@ def load_spec(path: str | Path) -> tuple[SweepSpec, dict[str, Any], Path]:
         raise UserError(
             f"base scenario '{spec.base}' is a folder (looked at {base_path})"
             if base_path.is_dir()
+            else f"base scenario '{spec.base}' is not a regular file (looked at {base_path})"
+            if base_path.exists()
             else f"base scenario '{spec.base}' not found (looked for {base_path})",
             file=str(p),
             path="base",
@@ -281,7 +283,28 @@ def load_spec(path: str | Path) -> tuple[SweepSpec, dict[str, Any], Path]:
             path="base",
             hint=f"name the scenario that sweep varies (its base: {base['base']!s:.200})",
         )
+    _check_base(base, base_path)
     return spec, base, base_path
+
+
+def _check_base(base: Any, base_path: Path) -> None:
+    """Faults of the base scenario no axis can mend, named in the base file before anything
+    runs (they would otherwise fail every point and read as the axes' fault): not a mapping,
+    or a field the scenario format does not have (a typo)."""
+    from ..config.loading import parse_scenario
+
+    if not isinstance(base, dict):
+        raise UserError(
+            "the base scenario is not a mapping of sections (name, cluster, model, ...)",
+            file=str(base_path),
+            hint="give the sweep a scenario file as its base",
+        )
+    try:
+        parse_scenario(base, str(base_path))
+    except UserError as err:
+        if "unknown field" in err.message:
+            raise
+
 
 
 def points(spec: SweepSpec) -> list[Point]:
