@@ -113,8 +113,15 @@ class Catalog:
                 f"profile '{name}' could not be loaded: {where}: {err.message}",
                 hint=err.hint or "fix or remove that profile file",
             )
-        near = closest(name, pool)
         what = " or ".join(k.replace("_", " ") for k in kinds) if kinds else "hardware"
+        other = self.profiles.get(name)
+        if other is not None:
+            kind = str(getattr(other, "kind", "")).replace("_", " ")
+            raise UserError(
+                f"'{name}' is a {kind} profile, not a {what} profile",
+                hint=f"name a {what} profile here (`clustersim profiles list`)",
+            )
+        near = closest(name, pool)
         hint = f"did you mean {', '.join(near)}?" if near else "see `clustersim profiles list`"
         if not near:
             hint += (

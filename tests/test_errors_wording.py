@@ -250,3 +250,17 @@ def test_another_gpu_under_a_price_for_the_old_one_names_a_price_for_the_new() -
         "--set", "cluster.pricing.profile=aws-p5e-h200",
     )  # fmt: skip
     assert ok.returncode == 0, ok.stderr
+
+
+@pytest.mark.parametrize(
+    ("value", "says", "hint"),
+    [
+        ("parallelism.sharding={kind:zero,stage:1}", "gives no known kind", "space after each"),
+        ("parallelism.sharding=null", "expected a mapping", "{kind: zero, stage: 0}"),
+        ("cluster.gpu=nvlink4-nvswitch", "is a fabric profile, not a gpu profile", "gpu profile"),
+    ],
+)
+def test_common_slips_get_a_message_in_the_users_terms(value: str, says: str, hint: str) -> None:
+    res = run_cli("check", "llama3-8b-8xh100", "--set", value)
+    assert_user_error(res, file=None, path=None, says=(says,), hint=(hint,))
+    assert "discriminator" not in res.stderr and "Input should be" not in res.stderr

@@ -121,6 +121,22 @@ def validation_error(
         got = repr(err["input"])
         msg = f"{msg} (got {got if len(got) <= 80 else got[:77] + '...'})"
     hint = _HINTS.get(err["type"], "fix the value")
+    if err["type"] in ("union_tag_not_found", "union_tag_invalid"):
+        given = err.get("input")
+        tags = (err.get("ctx") or {}).get("expected_tags")
+        msg = "gives no known kind" + (f" (kinds: {tags})" if tags else "")
+        if isinstance(given, dict) and any(":" in str(k) for k in given):
+            hint = (
+                "put a space after each colon, {kind: zero, stage: 1}: YAML reads "
+                "{kind:zero} as one key"
+            )
+        else:
+            hint = "give its kind with its fields, e.g. {kind: ...} (clustersim schema)"
+    elif err["type"] == "model_attributes_type":
+        got = repr(err.get("input"))
+        msg = f"expected a mapping of fields here (got {got[:80]})"
+    if path.endswith("sharding") and err["type"] in ("model_attributes_type", "dict_type"):
+        hint = "to shard nothing: {kind: zero, stage: 0}"
     if err["type"] == "missing" and path in _PROFILE_EXAMPLES:
         hint = (
             f"add {path}: NAME, a profile name such as {_PROFILE_EXAMPLES[path]} "

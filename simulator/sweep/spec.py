@@ -306,7 +306,6 @@ def _check_base(base: Any, base_path: Path) -> None:
             raise
 
 
-
 def points(spec: SweepSpec) -> list[Point]:
     axes = [_options(a, i) for i, a in enumerate(spec.axes)]
     n = 1
