@@ -264,3 +264,9 @@ def test_common_slips_get_a_message_in_the_users_terms(value: str, says: str, hi
     res = run_cli("check", "llama3-8b-8xh100", "--set", value)
     assert_user_error(res, file=None, path=None, says=(says,), hint=(hint,))
     assert "discriminator" not in res.stderr and "Input should be" not in res.stderr
+
+
+def test_a_tab_in_the_yaml_says_to_indent_with_spaces(tmp_path: Path) -> None:
+    f = tmp_path / "tab.yaml"
+    f.write_text("name: x\ncluster:\n\tgpu: h100-sxm-80gb\n")
+    assert_user_error(run_cli("check", str(f)), file=f, path=None, hint=("spaces",))

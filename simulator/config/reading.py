@@ -63,9 +63,12 @@ def parse_yaml(text: str, file: str | None) -> Any:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         problem = getattr(exc, "problem", None) or str(exc)
-        raise UserError(
-            f"not valid YAML{where}: {problem}", file=file, hint="fix the YAML syntax"
-        ) from None
+        hint = (
+            "YAML indents with spaces: replace the tab characters"
+            if "'\\t'" in problem or "\t" in problem
+            else "fix the YAML syntax"
+        )
+        raise UserError(f"not valid YAML{where}: {problem}", file=file, hint=hint) from None
     except YamlDuplicateKey as exc:
         raise UserError(f"not valid YAML: {exc}", file=file, hint="keep one of the two") from None
     except YamlLimit as exc:
