@@ -207,7 +207,10 @@ def sweep(
     from .sweep.run import check_output, replaced_copy
 
     check_output(path)
-    _kept[0] = f"finished points are kept in {out_file}; run the same command again to resume"
+    from .sweep.rows import journal
+
+    kept_in = journal(path) if journal(path) != path else path  # Parquet: its journal
+    _kept[0] = f"finished points are kept in {kept_in}; run the same command again to resume"
     with progress_bar(err, f"sweep {safe(spec.name)}", len(pts)) as update:
         rows = run_sweep(
             spec,
