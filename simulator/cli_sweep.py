@@ -126,6 +126,15 @@ def sweep(
         )
     output_path(out_file, "--out")
     if plot is not None:
+        if (
+            Path(plot).suffix.lower() in (".png", ".pdf", ".svg", ".jpg")
+            and not Path(plot).is_dir()
+        ):
+            raise UserError(
+                f"--plot takes a folder for its three PNGs; '{plot}' reads as a file name",
+                path="--plot",
+                hint="give a folder, e.g. --plot plots/",
+            )
         output_path(plot, "--plot", folder=True)
     from .catalog import find_sweep
 

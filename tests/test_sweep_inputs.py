@@ -140,3 +140,14 @@ def test_an_axis_path_that_cannot_be_set_is_refused_up_front(
     assert f"axes[0]: axis '{axis}'" in res.stderr and says in res.stderr
     assert "--set" not in res.stderr
     assert not out.exists()
+
+
+def test_plot_given_a_file_name_is_refused_before_anything_runs(tmp_path: Path) -> None:
+    spec = tmp_path / "s.yaml"
+    spec.write_text(
+        yaml.safe_dump({"name": "t", "base": str(BASE), "axes": [{"training.global_batch": [64]}]})
+    )
+    png = tmp_path / "plot.png"
+    res = run_cli("sweep", str(spec), "--out", str(tmp_path / "o.csv"), "--plot", str(png))
+    assert res.returncode == 2 and "reads as a file name" in res.stderr
+    assert not png.exists() and not (tmp_path / "o.csv").exists()
