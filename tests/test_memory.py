@@ -10,6 +10,7 @@ from conftest import resolve_inline
 
 from simulator.workload.memory import (
     activation_bytes_per_layer,
+    layer_params_per_rank,
     memory_report,
     stage_params,
     zero_model_state_bytes,
@@ -153,7 +154,9 @@ def test_zero3_holds_gathered_layers() -> None:
     rs = _dp64(sharding={"kind": "zero", "stage": 3})
     pb = param_breakdown(rs.model, rs.training.seq_len)
     st = memory_report(rs).peak
-    assert st.gathered_params_gb == pytest.approx(2 * pb.per_layer * 2 / GB)
+    # two layers, and the root unit (embedding, output layer, final norm: one stage holds all)
+    root = pb.embedding + pb.positions + pb.lm_head + pb.final_norm
+    assert st.gathered_params_gb == pytest.approx((2 * pb.per_layer + root) * 2 / GB)
     assert memory_report(_dp64(sharding={"kind": "zero", "stage": 2})).peak.gathered_params_gb == 0
 
 
@@ -284,3 +287,33 @@ def test_full_recompute_of_a_single_layer_holds_no_more_than_none() -> None:
     full = _act_gb(model, recompute="full", **kw)
     none = _act_gb(model, recompute="none", **kw)
     assert full == pytest.approx(none, rel=1e-9)
+
+
+def test_without_dropout_attention_keeps_only_the_softmax_output() -> None:
+    """Unfused attention keeps the softmax output (2·a·s²·b at 16 bits); the dropout output
+    and its 1-byte mask only where the model has dropout (Korthikanti's 5as/h term)."""
+    kw: dict[str, Any] = dict(
+        seq_len=2048, micro_batch=1, global_batch=8, flash_attention=False, recompute="none"
+    )
+    model = {"preset": "megatron-1.7b", "layers": 1}
+    rs = resolve_inline(model, **kw)
+    a, s, b = rs.model.heads, 2048, 1
+    with_dropout = _act_gb({**model, "dropout": True}, **kw)
+    without = _act_gb({**model, "dropout": False}, **kw)
+    # dropout adds its output (2 bytes), its mask (1 byte) over the scores, and 2sbh of masks
+    h = rs.model.hidden
+    extra = 3 * a * s * s * b + 2 * s * b * h
+    assert (with_dropout - without) * GB == pytest.approx(extra, rel=1e-6)
+
+
+def test_fsdp_keeps_its_root_unit_gathered() -> None:
+    """FULL_SHARD gathers the root unit (embedding, output layer, final norm) once a
+    micro-batch and keeps it through the backward: it is counted beside the two layers."""
+    from simulator.workload.memory import end_params, gather_bytes_per_param
+
+    rs = resolve_inline("llama3-8b", sharding={"kind": "fsdp", "strategy": "full_shard"})
+    st = memory_report(rs).stages[0]
+    emb, head = end_params(rs)
+    per_layer = layer_params_per_rank(rs)
+    want = (2 * per_layer + emb + head) * gather_bytes_per_param(rs) / GB
+    assert st.gathered_params_gb == pytest.approx(want, rel=1e-9)

@@ -20,8 +20,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from ..config.scenario import ResolvedScenario
-from .memory import layer_params_per_rank
-from .model import param_breakdown
+from .memory import end_params, layer_params_per_rank
 
 # A bucket closes at its size to within rounding: a layer's tensors, scaled to sum to the
 # layer, must fill a bucket of exactly one layer (FSDP's unit) however the floats fall.
@@ -37,16 +36,6 @@ def layer_tensors(rs: ResolvedScenario) -> tuple[float, ...]:
     raw = (f * h, n_in * h * f, h * h, h * (h + 2 * kv))
     scale = layer_params_per_rank(rs) / sum(raw)
     return tuple(r * scale for r in raw)
-
-
-def end_params(rs: ResolvedScenario) -> tuple[float, float]:
-    """Parameters on one TP rank outside the layers: the embedding (with learned positions) on
-    the first stage, and the output layer (the tied embedding's copy under a pipeline) with the
-    final norm on the last."""
-    pb = param_breakdown(rs.model, rs.training.seq_len)
-    emb = pb.embedding / rs.tp + pb.positions
-    head = (pb.lm_head or (pb.embedding if rs.pp > 1 else 0)) / rs.tp + pb.final_norm
-    return emb, head
 
 
 def _closes(tensors: list[float], cap: float) -> list[tuple[float, int]]:

@@ -78,6 +78,16 @@ def layer_params_per_rank(rs: ResolvedScenario) -> float:
     return sharded / rs.tp + kv_rank + pb.norms_per_layer
 
 
+def end_params(rs: ResolvedScenario) -> tuple[float, float]:
+    """Parameters on one TP rank outside the layers: the embedding (with learned positions) on
+    the first stage, and the output layer (the tied embedding's copy under a pipeline) with the
+    final norm on the last."""
+    pb = param_breakdown(rs.model, rs.training.seq_len)
+    emb = pb.embedding / rs.tp + pb.positions
+    head = (pb.lm_head or (pb.embedding if rs.pp > 1 else 0)) / rs.tp + pb.final_norm
+    return emb, head
+
+
 def stage_params(rs: ResolvedScenario, stage: int) -> float:
     """Parameters held by one rank of a pipeline stage: its layers' TP shard, plus the
     vocabulary-parallel embedding on the first stage and the output layer on the last (a tied
@@ -207,7 +217,9 @@ def activation_bytes_per_layer(rs: ResolvedScenario) -> float:
         inside += 4 * b * m.heads * s  # fp32 log-sum-exp per head and query
     else:
         scores = b * m.heads * s * rs.training.seq_len
-        inside += scores * (a + a + (1 if m.dropout else 0))  # softmax out, dropout out, mask
+        # the softmax output (what the product with V and the softmax's backward read), and
+        # with dropout its output and its 1-byte mask
+        inside += scores * (a + (a + 1 if m.dropout else 0))
     # Inside the MLP region: the activation's inputs (a) and the down-projection input (mm).
     inside += s * b * f * (a * (2 if m.mlp == "swiglu" else 1) + mm)
     return outside + inside / t + kv_held
@@ -261,8 +273,8 @@ def _selective_saving_per_layer(rs: ResolvedScenario) -> float:
     m = rs.model
     s = rs.training.seq_len // rs.cp
     scores = rs.training.micro_batch * m.heads * s * rs.training.seq_len
-    a = act_bytes(rs)  # the softmax and dropout outputs at the activations' width
-    return scores * (a + a + (1 if m.dropout else 0)) / rs.tp
+    a = act_bytes(rs)  # the softmax (and dropout) outputs at the activations' width
+    return scores * (a + (a + 1 if m.dropout else 0)) / rs.tp
 
 
 def inflight_microbatches(rs: ResolvedScenario, stage: int) -> float:
@@ -330,6 +342,13 @@ def stage_memory(rs: ResolvedScenario, stage: int) -> StageMemory:
         # (with one rank in the shard group nothing is sharded, so nothing is gathered).
         per_layer = layer_params_per_rank(rs)
         gathered = min(2, layers) * per_layer * gather_bytes_per_param(rs)
+    if z >= 3 and n > 1:
+        # The root unit (the embedding on the first stage, the output layer and final norm
+        # on the last) is gathered as each micro-batch's forward begins and kept through its
+        # backward (FSDP does not reshard the root after forward).
+        emb, head = end_params(rs)
+        root = (emb if stage == 0 else 0.0) + (head if stage == rs.pp - 1 else 0.0)
+        gathered += root * gather_bytes_per_param(rs)
     rc = rs.parallelism.recompute
     per_layer_act = activation_bytes_per_layer(rs)
     held = held_layer_microbatches(rs, stage)
