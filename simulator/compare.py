@@ -190,20 +190,35 @@ def compare_results(results: list[dict[str, Any]]) -> dict[str, Any]:
             )
             continue
         if len(present) < 2:
-            if key != "memory_gb_per_gpu" and len([x for x in column if x is not None]) >= 2:
+            given = [i for i, x in enumerate(column) if x is not None]
+            if key != "memory_gb_per_gpu" and given:
+                lacking = "a price" if key.startswith("usd") else "this figure"
+                if present and sum(fits) > 1:
+                    # others fit but give no figure (an unpriced scenario): nothing to rank
+                    verdict = (
+                        f"{label}: no verdict, only {names[present[0][0]]} gives it of those "
+                        f"that fit (the others have no {lacking.removeprefix('a ')})"
+                    )
+                    best = None
+                elif present:
+                    verdict = (
+                        f"{label}: {names[present[0][0]]} is the only one that fits in GPU memory"
+                    )
+                    best = names[present[0][0]]
+                elif len(given) >= 2:
+                    verdict = f"{label}: no verdict, none of the scenarios fits in GPU memory"
+                    best = None
+                else:
+                    verdict = f"{label}: no verdict, only {names[given[0]]} has {lacking}"
+                    best = None
                 rows.append(
                     {
                         "metric": key,
                         "label": label,
                         "values": column,
                         "formatted": [None if x is None else _show(fmt, x) for x in column],
-                        "best": names[present[0][0]] if present else None,
-                        "verdict": (
-                            f"{label}: {names[present[0][0]]} is the only one that fits in GPU "
-                            "memory"
-                            if present
-                            else f"{label}: no verdict, none of the scenarios fits in GPU memory"
-                        ),
+                        "best": best,
+                        "verdict": verdict,
                     }
                 )
             continue
@@ -215,7 +230,7 @@ def compare_results(results: list[dict[str, Any]]) -> dict[str, Any]:
         # others level with the best: no single best
         level = [i for i, x in present if abs(x - bx) <= 1e-9 * max(abs(bx), 1e-30)]
         if tie:
-            verdict = f"{label}: the same for all"
+            verdict = f"{label}: the same for all" + (" that fit" if not_fitting else "")
         elif len(level) > 1:
             verdict = (
                 f"{label}: {' and '.join(names[i] for i in level)} tie for best at "

@@ -135,3 +135,24 @@ def test_compare_explains_a_per_gpu_win_on_a_longer_step_by_the_peak() -> None:
     assert "lower peak" in mfu["verdict"] and "0.000 s vs 0.000 s" not in mfu["verdict"]
     for m in rep["metrics"]:  # a reason whose printed figures are equal is no reason
         assert "99.9% vs 99.9%" not in m["verdict"], m["verdict"]
+
+
+def test_compare_with_an_unpriced_scenario_shows_the_price_without_a_verdict(
+    tmp_path: Path,
+) -> None:
+    """One scenario priced, one not: the $ rows are still shown, with no verdict (the other
+    fits but has no price, it is not 'the only one that fits'); alike plans are 'the same'."""
+    priced = _cmp_scenario(tmp_path, "priced", 1e12)
+    data = yaml.safe_load(priced.read_text())
+    data["name"] = "unpriced"
+    del data["cluster"]["pricing"]
+    unpriced = tmp_path / "unpriced.yaml"
+    unpriced.write_text(yaml.safe_dump(data))
+    for order in ((priced, unpriced), (unpriced, priced)):
+        res = run_cli("compare", *map(str, order), "--format", "json")
+        assert res.returncode == 0, res.stderr
+        rows = {r["metric"]: r for r in json.loads(res.stdout)["metrics"]}
+        usd = rows["usd_per_million_tokens"]
+        assert usd["best"] is None and "no price" in usd["verdict"]
+        assert "only one that fits" not in usd["verdict"]
+        assert rows["step_time_s"]["verdict"].endswith("the same for all")
