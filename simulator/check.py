@@ -108,8 +108,33 @@ def _candidate_changes(rs: ResolvedScenario) -> list[str]:
     return out
 
 
+# What a change usually costs in step time, lowest first (a rule of thumb, not a simulation):
+# sequence parallelism and ZeRO-1/2 move no more data than before; selective recomputation
+# redoes the attention core; a smaller micro-batch runs smaller GEMMs; more pipeline stages add
+# bubble and more tensor parallelism exposed communication; ZeRO-3 regathers the weights every
+# pass and offloading copies activations; full recomputation redoes a whole forward pass.
+_USUAL_COST = (
+    ("parallelism.sequence_parallel", 0),
+    ("parallelism.dp_bucket_copy", 0),
+    ("parallelism.sharding={kind: zero, stage: 1}", 1),
+    ("parallelism.sharding={kind: zero, stage: 2}", 1),
+    ("parallelism.recompute=selective", 2),
+    ("training.micro_batch", 3),
+    ("parallelism.pp", 4),
+    ("parallelism.tp", 5),
+    ("parallelism.sharding={kind: zero, stage: 3}", 6),
+    ("parallelism.offload_activation_layers", 6),
+    ("parallelism.recompute=full", 7),
+)
+
+
+def _usual_cost(change: str) -> int:
+    return next((c for prefix, c in _USUAL_COST if change.startswith(prefix)), 5)
+
+
 def find_levers(rs: ResolvedScenario, limit: int = 5) -> list[Lever]:
-    """Single changes (then pairs) to the plan that make it fit, cheapest first."""
+    """Single changes (then pairs) to the plan that make it fit, in the order of what they
+    usually cost in step time (``_USUAL_COST``; simulate them to compare for this plan)."""
     base = dict(rs.raw)
     if not base:
         return []
@@ -136,6 +161,7 @@ def find_levers(rs: ResolvedScenario, limit: int = 5) -> list[Lever]:
                 found.append(Lever(list(combo) + needs, rep.peak.total_gb))
         if found:
             break
+    found.sort(key=lambda lv: max(_usual_cost(c) for c in lv.change))
     return found[:limit]
 
 

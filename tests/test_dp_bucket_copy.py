@@ -221,3 +221,22 @@ def test_probe_job_uses_ddp_defaults() -> None:
     assert job_scenario("x", cfg, 2)["parallelism"]["dp_bucket_copy"] is True
     rs = resolve_dict(inline_job_scenario(cfg))  # one rank: allowed, and acts on nothing
     assert rs.dp == 1 and rs.parallelism.dp_bucket_copy
+
+
+def test_check_lists_cheap_levers_before_full_recomputation() -> None:
+    """The levers come in the order of what they usually cost: sharding and pipeline depth
+    before more tensor parallelism, ZeRO-3 and full recomputation last (it redoes a forward)."""
+    from conftest import REPO
+
+    from simulator.check import _usual_cost, find_levers
+    from simulator.config.loading import load_scenario
+
+    rs = load_scenario(
+        REPO / "scenarios" / "llama3-70b-64xh100.yaml",
+        ["parallelism.tp=4", "cluster.nodes=16"],
+    )
+    levers = find_levers(rs)
+    assert len(levers) >= 3
+    costs = [max(_usual_cost(c) for c in lv.change) for lv in levers]
+    assert costs == sorted(costs)
+    assert "recompute=full" not in str(levers[0].change)

@@ -123,7 +123,10 @@ def print_check(rep: CheckReport, console: Console) -> None:
             f"of {rep.memory.capacity_gb:.2f} GB"
         )
         if rep.levers:
-            console.print("changes that make it fit:")
+            console.print(
+                "changes that make it fit, in the order of what they usually cost (simulate "
+                "them to compare):"
+            )
             for lv in rep.levers:
                 sets = " ".join(f"--set {shlex.quote(c)}" for c in lv.change)
                 console.print(f"  {safe(sets)}   (peak {lv.peak_gb:.1f} GB)")
