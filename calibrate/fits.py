@@ -308,9 +308,17 @@ def fitted_block(fits: list[AlphaBeta], group: str, src: Callable[[str], str]) -
     fitted on this tier (with a usable bandwidth term) as measured, each with its source, so
     that the simulator times a reduce-scatter by its own fit and adds no NCCL protocol model
     to times that already hold the transport's."""
+    from simulator.config.bounds import check_figure
+
     out: dict[str, Any] = {}
     for f in fits:
         if f.group != group or f.op not in FITTED_COLLECTIVES or f.beta_s_per_byte <= 0:
+            continue
+        if check_figure("bandwidth_gbps", f.bandwidth_gbps) or check_figure(
+            "latency_us", max(f.alpha_s * 1e6, 1e-3)
+        ):
+            # A fit no link could have (a few noisy sizes on a busy machine can leave the
+            # slope all but flat): left out, so the tier's own fit times that collective.
             continue
         what = (
             f"fit of ring {f.op} over {f.points} sizes, n={f.n} "

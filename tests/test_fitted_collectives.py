@@ -88,3 +88,15 @@ def test_an_nccl_fabric_keeps_its_protocol_model() -> None:
     algo, _, t = choose("all_reduce", GroupShape(8, 1), 1 << 20, tier)
     ring = 14 * tier.alpha + 2 * 7 / 8 * (1 << 20) / tier.bandwidth
     assert t > ring or algo != "ring"
+
+
+def test_a_fit_no_link_could_have_is_left_out_of_the_fitted_block() -> None:
+    """On a busy machine a few noisy sizes can leave a collective's slope all but flat (0.8 MB/s
+    for a gloo reduce-scatter): that fit is left out, the tier's own fit times the collective,
+    and calibrate still writes a profile that loads."""
+    from calibrate.fits import AlphaBeta, fitted_block
+
+    good = AlphaBeta("all_gather", "fabric", 2, 50e-6, 1 / 2e9, 0.99, 0.02, 8)
+    flat = AlphaBeta("reduce_scatter", "fabric", 2, 1e-3, 1 / 0.79e6, 0.2, 0.5, 8)
+    block = fitted_block([good, flat], "fabric", lambda s: s)
+    assert set(block["collectives"]) == {"all_gather"}
