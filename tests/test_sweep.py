@@ -168,15 +168,21 @@ def test_a_damaged_row_is_evaluated_again_on_resume(tmp_path: Path) -> None:
     assert lines.read_text() == good
 
 
-def test_replace_keeps_the_old_file_until_the_new_run_finishes(tmp_path: Path) -> None:
-    from simulator.sweep.run import replaced_copy
-
+def _finished_then_another(tmp_path: Path) -> tuple[Path, str, Any, dict[str, Any]]:
+    """A finished sweep's file, its text, and another sweep (spec, base) none of whose points
+    its rows match."""
     out = tmp_path / "out.csv"
     _run(_spec(tmp_path), out)
-    before = out.read_text()
     other = tmp_path / "other"
     other.mkdir()
     spec, base, _ = load_spec(_spec(other, keep="all"))
+    return out, out.read_text(), spec, base
+
+
+def test_replace_keeps_the_old_file_until_the_new_run_finishes(tmp_path: Path) -> None:
+    from simulator.sweep.run import replaced_copy
+
+    out, before, spec, base = _finished_then_another(tmp_path)
 
     def stop(done: int, total: int) -> None:
         if done >= 1:
@@ -197,12 +203,7 @@ def test_replace_never_overwrites_or_strands_an_existing_replaced_copy(tmp_path:
     from simulator.errors import UserError
     from simulator.sweep.run import replaced_copy
 
-    out = tmp_path / "out.csv"
-    _run(_spec(tmp_path), out)
-    before = out.read_text()
-    other = tmp_path / "other"
-    other.mkdir()
-    spec, base, _ = load_spec(_spec(other, keep="all"))
+    out, before, spec, base = _finished_then_another(tmp_path)
     for make in (lambda p: p.write_text("user data\n"), lambda p: p.mkdir()):
         kept = replaced_copy(out)
         make(kept)
