@@ -1,0 +1,54 @@
+"""Errors in a scenario loaded with ``--set`` overrides, said in the user's terms: which
+override a faulty value came from (the file's own value would otherwise seem to be quoted)."""
+
+from __future__ import annotations
+
+from ..errors import UserError
+
+
+def blame_set(exc: UserError, sets: list[str]) -> UserError:
+    """The error, saying so when the value at fault came from a ``--set`` rather than the file
+    (whose own value the message would otherwise seem to quote)."""
+    p = exc.path or ""
+    if p.endswith(".source"):
+        figure = p[: -len(".source")]
+        for s in reversed(sets):
+            if s.split("=", 1)[0].strip() == figure + ".value":
+                value = s.split("=", 1)[1].strip()
+                return UserError(
+                    f"--set {_shown(s)} gives {figure} a value without a source",
+                    file=exc.file,
+                    path=exc.path,
+                    hint=f"set the figure itself, --set {figure}={value}, which records it as "
+                    f"an inline override; or give both, --set '{figure}={{value: {value}, "
+                    f"source: ...}}'",
+                )
+    for s in reversed(sets):  # the last --set of a path is the one that took effect
+        key = s.split("=", 1)[0].strip()
+        if key and (p == key or p.startswith((key + ".", key + "["))):
+            return UserError(
+                f"{exc.message} (the value comes from --set {_shown(s)})",
+                file=exc.file,
+                path=exc.path,
+                hint=exc.hint,
+            )
+    # A field judged against another of its section (global_batch by micro_batch): the
+    # override beside it is what changed.
+    section = p.rsplit(".", 1)[0] if "." in p else ""
+    beside = [s for s in sets if section and s.split("=", 1)[0].strip().startswith(section + ".")]
+    if beside:
+        return UserError(
+            f"{exc.message} (with --set {_shown(beside[-1])})",
+            file=exc.file,
+            path=exc.path,
+            hint=exc.hint,
+        )
+    return exc
+
+
+def _shown(item: str) -> str:
+    """A --set item as a message quotes it: at most 120 characters."""
+    return item if len(item) <= 120 else item[:117] + "..."
+
+
+__all__ = ["blame_set"]
