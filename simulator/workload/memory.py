@@ -16,8 +16,9 @@ from dataclasses import asdict, dataclass
 
 from ..config.parallelism import FSDPSharding
 from ..config.scenario import ResolvedScenario
-from .model import alternate_recomputed, layer_matmuls, param_breakdown
+from .model import alternate_recomputed, layer_matmuls
 from .ops import act_bytes, kv_per_rank, matmul_out_widths
+from .params import end_params, layer_params_per_rank, stage_params
 
 GB = 1e9
 
@@ -65,48 +66,6 @@ class MemoryReport:
     @property
     def fits(self) -> bool:
         return self.peak.total_gb <= self.capacity_gb
-
-
-def layer_params_per_rank(rs: ResolvedScenario) -> float:
-    """One layer's parameters on one TP rank: its TP shard, K and V at this rank's share of the
-    KV heads (one whole head where TP exceeds them), and the replicated norm weights."""
-    m = rs.model
-    pb = param_breakdown(m, rs.training.seq_len)
-    kv_w = 2 * m.kv_dim * (m.hidden + (1 if m.linear_bias else 0))
-    kv_rank = kv_w * kv_per_rank(rs) / m.kv_dim
-    sharded = pb.attention_per_layer - kv_w + pb.mlp_per_layer
-    return sharded / rs.tp + kv_rank + pb.norms_per_layer
-
-
-def end_params(rs: ResolvedScenario) -> tuple[float, float]:
-    """Parameters on one TP rank outside the layers: the embedding (with learned positions) on
-    the first stage, and the output layer (the tied embedding's copy under a pipeline) with the
-    final norm on the last."""
-    pb = param_breakdown(rs.model, rs.training.seq_len)
-    emb = pb.embedding / rs.tp + pb.positions
-    head = (pb.lm_head or (pb.embedding if rs.pp > 1 else 0)) / rs.tp + pb.final_norm
-    return emb, head
-
-
-def stage_params(rs: ResolvedScenario, stage: int) -> float:
-    """Parameters held by one rank of a pipeline stage: its layers' TP shard, plus the
-    vocabulary-parallel embedding on the first stage and the output layer on the last (a tied
-    embedding is held by both when PP > 1, as in Megatron)."""
-    m = rs.model
-    pb = param_breakdown(m, rs.training.seq_len)
-    t = rs.tp
-    layers = rs.stage_layers()[stage]
-    # Norm weights (and row-parallel biases) are replicated across TP ranks.
-    p = layers * layer_params_per_rank(rs)
-    if stage == 0:
-        p += pb.embedding / t + pb.positions
-    if stage == rs.pp - 1:
-        p += pb.final_norm
-        if pb.lm_head:
-            p += pb.lm_head / t
-        elif rs.pp > 1:
-            p += pb.embedding / t
-    return p
 
 
 def has_master_copy(rs: ResolvedScenario) -> bool:
