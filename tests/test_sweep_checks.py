@@ -5,7 +5,6 @@ per-token basis when there is no token budget."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +15,7 @@ from conftest import REPO, run_cli
 from simulator.errors import UserError
 from simulator.sweep.answers import best
 from simulator.sweep.plans import evaluate_point
-from simulator.sweep.run import run_fingerprint, run_sweep
+from simulator.sweep.run import run_sweep
 from simulator.sweep.spec import load_spec, points
 
 BASE = REPO / "scenarios" / "llama3-8b-8xh100.yaml"
@@ -99,28 +98,6 @@ def test_a_finished_parquet_sweep_is_reused(tmp_path: Path) -> None:
     )
     assert seen == [2]  # both points kept, none evaluated
     assert [r["step_time_s"] for r in again] == [r["step_time_s"] for r in first]
-
-
-def test_an_edited_profile_changes_every_points_key_and_an_unnamed_one_none(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A profile the sweep names, replaced or edited, makes every finished row stale; a
-    profile file no point names (another calibrated fabric, say) leaves them reusable."""
-    spec, base, _ = load_spec(_write(tmp_path, axes=[{"training.global_batch": [32]}]))
-    assert "aws-p5-h100" in json.dumps(base)
-    prof = tmp_path / "profiles"
-    prof.mkdir()
-    monkeypatch.setenv("CLUSTERSIM_PROFILE_PATH", str(prof))
-    bundled = run_fingerprint(spec, base)
-    src = (REPO / "hardware_profiles" / "prices" / "lambda-b200.yaml").read_text()
-    (prof / "my-price.yaml").write_text(src.replace("name: lambda-b200", "name: my-price"))
-    assert run_fingerprint(spec, base) == bundled
-    mine = (REPO / "hardware_profiles" / "prices" / "aws-p5-h100.yaml").read_text()
-    (prof / "aws-p5-h100.yaml").write_text(mine.replace("1 ", "1  ", 1) + "\n")
-    replaced = run_fingerprint(spec, base)
-    assert replaced != bundled
-    (prof / "aws-p5-h100.yaml").write_text(mine + "\n\n")
-    assert run_fingerprint(spec, base) != replaced
 
 
 def test_a_base_without_sequence_parallelism_keeps_it_off(tmp_path: Path) -> None:

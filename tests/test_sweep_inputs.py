@@ -3,6 +3,7 @@ never accepts, and a base that is itself a sweep spec."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +13,7 @@ from conftest import REPO, run_cli
 
 from simulator.errors import UserError
 from simulator.sweep.axis_checks import check_axis_values
+from simulator.sweep.run import run_fingerprint
 from simulator.sweep.spec import load_spec
 
 BASE = REPO / "scenarios" / "llama3-8b-8xh100.yaml"
@@ -151,3 +153,33 @@ def test_plot_given_a_file_name_is_refused_before_anything_runs(tmp_path: Path) 
     res = run_cli("sweep", str(spec), "--out", str(tmp_path / "o.csv"), "--plot", str(png))
     assert res.returncode == 2 and "reads as a file name" in res.stderr
     assert not png.exists() and not (tmp_path / "o.csv").exists()
+
+
+def _spec_file(tmp_path: Path) -> Path:
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(
+        yaml.safe_dump({"name": "t", "base": str(BASE), "axes": [{"training.global_batch": [32]}]})
+    )
+    return spec
+
+
+def test_an_edited_profile_changes_every_points_key_and_an_unnamed_one_none(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A profile the sweep names, replaced or edited, makes every finished row stale; a
+    profile file no point names (another calibrated fabric, say) leaves them reusable."""
+    spec, base, _ = load_spec(_spec_file(tmp_path))
+    assert "aws-p5-h100" in json.dumps(base)
+    prof = tmp_path / "profiles"
+    prof.mkdir()
+    monkeypatch.setenv("CLUSTERSIM_PROFILE_PATH", str(prof))
+    bundled = run_fingerprint(spec, base)
+    src = (REPO / "hardware_profiles" / "prices" / "lambda-b200.yaml").read_text()
+    (prof / "my-price.yaml").write_text(src.replace("name: lambda-b200", "name: my-price"))
+    assert run_fingerprint(spec, base) == bundled
+    mine = (REPO / "hardware_profiles" / "prices" / "aws-p5-h100.yaml").read_text()
+    (prof / "aws-p5-h100.yaml").write_text(mine.replace("1 ", "1  ", 1) + "\n")
+    replaced = run_fingerprint(spec, base)
+    assert replaced != bundled
+    (prof / "aws-p5-h100.yaml").write_text(mine + "\n\n")
+    assert run_fingerprint(spec, base) != replaced
