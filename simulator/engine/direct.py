@@ -19,7 +19,6 @@ the event engine runs; it stays the reference.
 
 from __future__ import annotations
 
-from collections import defaultdict
 from typing import TYPE_CHECKING, Any
 
 from ..config.scenario import ResolvedScenario
@@ -27,6 +26,7 @@ from ..network.flows import Link
 from ..workload.comm import gather_buckets, grad_bytes_per_param, pp_message_bytes
 from ..workload.memory import shard_group
 from .compute import Program
+from .linkbusy import LinkBusy, solo_time
 from .results import EngineResult, RankResult
 from .schedule import schedule_arrays
 from .setup import PROGRAMS, loader_bytes_per_node, loader_latency_s
@@ -36,53 +36,6 @@ if TYPE_CHECKING:  # numpy loads with the walk, not with the simulate path
     import numpy as np
 
     from .maxplus import StagePasses
-
-
-class _Busy:
-    """When each link carries a transfer; a conflict is two transfers on a link at once.
-
-    Transfers come in sources whose own transfers follow one another (one rank's blocking
-    sends on one route, one rank's gradient buckets): only a link that several sources cross
-    needs its transfers merged and checked."""
-
-    def __init__(self) -> None:
-        # per link: (starts, ends or one duration for all)
-        self.sources: dict[int, list[tuple[list[float], list[float] | float]]] = defaultdict(list)
-
-    def add(self, links: list[tuple[Link, float]], starts: list[float], ends: Any) -> None:
-        """Transfers on ``links`` from ``starts``, ending at ``ends`` (a list, or one duration
-        for every transfer)."""
-        if starts:
-            for ln, _w in links:
-                self.sources[id(ln)].append((starts, ends))
-
-    def clear(self) -> bool:
-        import numpy as np
-
-        for sources in self.sources.values():
-            if len(sources) < 2:
-                continue
-            t0 = np.concatenate([np.asarray(a, dtype=float) for a, _e in sources])
-            t1 = np.concatenate(
-                [
-                    np.asarray(a, dtype=float) + e if isinstance(e, float) else np.asarray(e)
-                    for a, e in sources
-                ]
-            )
-            order = np.argsort(t0, kind="stable")
-            t0, t1 = t0[order], t1[order]
-            ends = np.maximum.accumulate(t1[:-1])
-            if np.any(t0[1:] < ends - 1e-12 * np.maximum(1.0, np.abs(ends))):
-                return False
-        return True
-
-
-def _solo(links: list[tuple[Link, float]], nbytes: float) -> float:
-    """Seconds ``nbytes`` take on ``links`` with nothing else on them (FlowNetwork's rate)."""
-    if nbytes <= 0 or not links:
-        return 0.0
-    rate = min(ln.capacity / w for ln, w in links)
-    return nbytes / rate
 
 
 def _effective(sim: Simulation, prog: Program) -> Program | None:
@@ -135,7 +88,7 @@ class _Walk:
 
     def __init__(self, sim: Simulation) -> None:
         self.sim = sim
-        self.busy = _Busy()
+        self.busy = LinkBusy()
         self.comm = sim.comm
         self.ops = 0
 
@@ -151,7 +104,8 @@ class _Walk:
             for ph in self.comm._plan(rank, kind, coll, size)
         ]
         timed = [
-            (lat, links, _solo(links, ph.wire_bytes) if links else 0.0) for lat, links, ph in phases
+            (lat, links, solo_time(links, ph.wire_bytes) if links else 0.0)
+            for lat, links, ph in phases
         ]
         starts: dict[int, list[float]] = {}
         for _ in range(repeat):
@@ -231,7 +185,7 @@ class _Walk:
         if got is None:
             alpha, links = self.comm.p2p_links(src, dst)
             got = self._route_index[(src, dst)] = len(self._routes)
-            self._routes.append((links, alpha, _solo(links, self._msg), []))  # send starts
+            self._routes.append((links, alpha, solo_time(links, self._msg), []))  # send starts
         return got
 
     def _passes(self, s: int) -> tuple[StagePasses, np.ndarray, list[tuple]]:
@@ -335,7 +289,7 @@ class _Walk:
             acc["pp_bubble"] += max(0.0, t_peer - t)
             t = t0 = max(t, t_peer)
             t += alpha
-            dur = _solo(links, sim.tied_bytes)
+            dur = solo_time(links, sim.tied_bytes)
             self.busy.add(links, [t], dur)
             t += dur
             acc["comm_dp"] += t - t0
@@ -367,7 +321,7 @@ class _Walk:
         links: list[tuple[Any, float]] = [(("storage_client", busiest), 1.0)]
         if st.aggregate_read_gbps is not None:
             links.append((("storage_agg",), sum(per_node) / per_node[busiest]))
-        return t + _solo(sim.net.resolve(links), per_node[busiest])
+        return t + solo_time(sim.net.resolve(links), per_node[busiest])
 
     def _finish(self, results: dict[int, RankResult]) -> EngineResult:
         sim = self.sim
