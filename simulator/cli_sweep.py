@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
 from .cli_common import Fmt, _json, _kept, app, err, out
 from .errors import UserError
+from .report.sweep_cells import sweep_cells
 from .report.text import safe
 
 
@@ -280,7 +281,7 @@ def sweep(
     for col in ("point", "layout", "tier", "days", "US$", "$/M tokens", "MFU"):
         t.add_column(col, justify="right" if col not in ("layout", "tier") else "left")
     for r in front:
-        t.add_row(*_cells(r)[:-1])
+        t.add_row(*sweep_cells(r)[:-1])
     out.print(t)
     committed = [r for r in front if r.get("usd_commitment") not in (None, "")]
     if committed:
@@ -316,14 +317,15 @@ def sweep(
                 near, _ = pick(rows, objective)  # type: ignore[arg-type]
                 if near is not None:
                     out.print(
-                        f"  {label} without them: " + " | ".join(c for c in _cells(near, True) if c)
+                        f"  {label} without them: "
+                        + " | ".join(c for c in sweep_cells(near, True) if c)
                     )
         else:
             out.print(
                 "[bold]best[/bold] ("
                 + best
                 + "): "
-                + " | ".join(safe(c) for c in _cells(chosen, True) if c)
+                + " | ".join(safe(c) for c in sweep_cells(chosen, True) if c)
             )
     if plot is not None:
         from .report import plots
@@ -338,39 +340,6 @@ def sweep(
         ]
         for p in made:
             out.print(f"wrote {safe(p)}")
-
-
-def _schedule(r: dict[str, Any]) -> str:
-    """The pipeline schedule where there is a pipeline: '' for 1F1B, else its name."""
-    if int(r.get("pp") or 1) == 1 or r.get("schedule") in (None, "", "1f1b"):
-        return ""
-    if r.get("schedule") == "interleaved":
-        return f" (interleaved ×{r.get('virtual_stages')})"
-    return f" ({r.get('schedule')})"
-
-
-def _cells(r: dict[str, Any], labelled: bool = False) -> list[str]:
-    days, usd, per_m, committed = (
-        r.get("time_to_train_days"),
-        r.get("usd_total"),
-        r.get("usd_per_million_tokens"),
-        r.get("usd_commitment"),
-    )
-    return [
-        str(r["point"]),
-        safe(
-            f"{r['gpus']}×{r['gpu']} TP{r['tp']} PP{r['pp']}{_schedule(r)} DP{r['dp']} "
-            f"mb{r['micro_batch']} {r['sharding']} {r['recompute']}"
-        ),
-        safe(r.get("tier") or "-"),
-        "-" if days in (None, "") else f"{float(days):.1f}",
-        "-" if usd in (None, "") else f"{float(usd):,.0f}",
-        "-" if per_m in (None, "") else f"{float(per_m):.3f}",
-        f"{100 * float(r['mfu']):.1f}%",
-        ("" if committed in (None, "") else f"committed ${float(committed):,.0f}")
-        if labelled
-        else ("-" if committed in (None, "") else f"{float(committed):,.0f}"),
-    ]
 
 
 @app.command()

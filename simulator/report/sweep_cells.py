@@ -1,0 +1,43 @@
+"""A sweep's rows as its command prints them: one line of cells per layout."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .text import safe
+
+
+def _schedule(r: dict[str, Any]) -> str:
+    """The pipeline schedule where there is a pipeline: '' for 1F1B, else its name."""
+    if int(r.get("pp") or 1) == 1 or r.get("schedule") in (None, "", "1f1b"):
+        return ""
+    if r.get("schedule") == "interleaved":
+        return f" (interleaved ×{r.get('virtual_stages')})"
+    return f" ({r.get('schedule')})"
+
+
+def sweep_cells(r: dict[str, Any], labelled: bool = False) -> list[str]:
+    days, usd, per_m, committed = (
+        r.get("time_to_train_days"),
+        r.get("usd_total"),
+        r.get("usd_per_million_tokens"),
+        r.get("usd_commitment"),
+    )
+    return [
+        str(r["point"]),
+        safe(
+            f"{r['gpus']}×{r['gpu']} TP{r['tp']} PP{r['pp']}{_schedule(r)} DP{r['dp']} "
+            f"mb{r['micro_batch']} {r['sharding']} {r['recompute']}"
+        ),
+        safe(r.get("tier") or "-"),
+        "-" if days in (None, "") else f"{float(days):.1f}",
+        "-" if usd in (None, "") else f"{float(usd):,.0f}",
+        "-" if per_m in (None, "") else f"{float(per_m):.3f}",
+        f"{100 * float(r['mfu']):.1f}%",
+        ("" if committed in (None, "") else f"committed ${float(committed):,.0f}")
+        if labelled
+        else ("-" if committed in (None, "") else f"{float(committed):,.0f}"),
+    ]
+
+
+__all__ = ["sweep_cells"]
