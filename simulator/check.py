@@ -179,7 +179,7 @@ def check(rs: ResolvedScenario) -> CheckReport:
         params=param_count(rs.model, s),
         model_flops_per_step=model_flops_per_token(rs.model, s) * tokens,
         hardware_flops_per_step=hardware_flops_per_token(
-            rs.model, s, rs.parallelism.recompute, rs.selective_policy
+            rs.model, s, rs.parallelism.recompute, rs.selective_policy, rs.recompute_early_stop
         )
         * tokens,
         comm_bytes=comm_summary(rs),

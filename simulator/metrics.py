@@ -75,7 +75,9 @@ def compute_metrics(rs: ResolvedScenario, res: EngineResult) -> Metrics:
     gpus = rs.gpus
     mflops = model_flops_per_token(rs.model, s) * tokens
     hflops = (
-        hardware_flops_per_token(rs.model, s, rs.parallelism.recompute, rs.selective_policy)
+        hardware_flops_per_token(
+            rs.model, s, rs.parallelism.recompute, rs.selective_policy, rs.recompute_early_stop
+        )
         * tokens
     )
     peak = rs.gpu.peak_flops(rs.training.precision)

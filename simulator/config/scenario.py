@@ -25,7 +25,7 @@ from .hardware import (
 )
 from .parallelism import ParallelismSpec
 from .prices import CloudPrice, OwnershipPrice
-from .software import SoftwareProfile
+from .software import SoftwareProfile, on
 from .workload import ModelSpec, TrainingSpec
 
 
@@ -291,6 +291,12 @@ class ResolvedScenario(BaseModel):
         ``SoftwareProfile.selective_recompute``)."""
         pol = self.software.selective_recompute
         return "attention_core" if pol is None else pol.value
+
+    @property
+    def recompute_early_stop(self) -> bool:
+        """Full recomputation stops before the layer's last matmul (see
+        ``SoftwareProfile.recompute_early_stop``)."""
+        return on(self.software.recompute_early_stop)
 
     @property
     def grads_all_reduced(self) -> bool:

@@ -238,6 +238,14 @@ class SoftwareProfile(_Profile):
         "attention, the fused kernel) or alternate_matmuls (every second matmul of the layer "
         "and every elementwise op, the attention kernel's output kept; unset: attention_core)",
     )
+    recompute_early_stop: SourcedFlag | None = Field(
+        default=None,
+        description="full recomputation runs through PyTorch's non-reentrant checkpoint with "
+        "early stop (torch >= 2.1): the re-run forward of a layer stops once every tensor its "
+        "backward needs is back, so the layer's last matmul and what follows it (its "
+        "collective, the residual add) are not run again (unset: the whole forward again, as "
+        "Megatron's and DeepSpeed's checkpoints do)",
+    )
     pp_tied_embeddings: SourcedFlag | None = Field(
         default=None,
         description="whether the stack can tie the input and output embeddings under pipeline "

@@ -32,7 +32,7 @@ from ..workload.ops import (
     layer_ops,
     pp_recv_ops,
 )
-from ..workload.recompute import recomputed_ops
+from ..workload.recompute import full_recomputed_ops, recomputed_ops
 from .clock import BucketEnvironment
 from .comm import Comm, Job, Stream
 from .compute import OpTimer, Program, build_program, offload_wait, twin_suffixes
@@ -210,7 +210,7 @@ class SimulationBase(Tracing, LinkSharing):
         rc = rs.parallelism.recompute
         p_bwd = Program()
         if rc == "full":
-            p_bwd.extend(prog(fwd))
+            p_bwd.extend(prog(full_recomputed_ops(rs, fwd)))
         elif rc == "selective":
             p_bwd.extend(prog(recomputed_ops(rs, fwd)))
         p_bwd.extend(prog(bwd))

@@ -135,13 +135,19 @@ def model_flops_per_token(m: ModelSpec, seq_len: int) -> float:
 
 
 def recompute_flops_per_token(
-    m: ModelSpec, seq_len: int, recompute: str, selective: str = "attention_core"
+    m: ModelSpec,
+    seq_len: int,
+    recompute: str,
+    selective: str = "attention_core",
+    early_stop: bool = False,
 ) -> float:
     """Extra forward FLOPs per token spent re-computing activations in the backward pass.
     ``selective`` is what selective recomputation runs again: the attention core
-    (Korthikanti et al.) or every second matmul (torchtitan's op-level policy)."""
+    (Korthikanti et al.) or every second matmul (torchtitan's op-level policy).
+    ``early_stop``: full recomputation stops before the layer's last matmul (``w2``)."""
     if recompute == "full":
-        return m.layers * layer_forward_flops_per_token(m, seq_len)
+        last = 2.0 * layer_matmuls(m)[-1][1] if early_stop else 0.0
+        return m.layers * (layer_forward_flops_per_token(m, seq_len) - last)
     if recompute == "selective":
         if selective == "alternate_matmuls":
             redo = alternate_recomputed(m)
@@ -152,10 +158,14 @@ def recompute_flops_per_token(
 
 
 def hardware_flops_per_token(
-    m: ModelSpec, seq_len: int, recompute: str, selective: str = "attention_core"
+    m: ModelSpec,
+    seq_len: int,
+    recompute: str,
+    selective: str = "attention_core",
+    early_stop: bool = False,
 ) -> float:
     return model_flops_per_token(m, seq_len) + recompute_flops_per_token(
-        m, seq_len, recompute, selective
+        m, seq_len, recompute, selective, early_stop
     )
 
 

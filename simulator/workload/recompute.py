@@ -9,7 +9,7 @@ from dataclasses import replace
 
 from ..config.scenario import ResolvedScenario
 from .model import alternate_recomputed, layer_matmuls
-from .ops import Op, matmul_out_widths
+from .ops import Op, layer_ops, matmul_out_widths
 
 
 def attention_core(forward: list[Op]) -> list[Op]:
@@ -24,6 +24,31 @@ def attention_core(forward: list[Op]) -> list[Op]:
     if "attn_scores" not in names:
         return []
     return forward[names.index("attn_scores") : names.index("attn_values") + 1]
+
+
+# Forward ops that save no tensor for their backward (a collective's output and a sum's inputs
+# are not kept), so an early-stopping recomputation need not reach them.
+_SAVES_NOTHING = ("residual_add",)
+
+
+def full_recomputed_ops(rs: ResolvedScenario, forward: list[Op]) -> list[Op]:
+    """The forward ops full recomputation runs again before a layer's backward: all of them,
+    or, under PyTorch's early-stopping non-reentrant checkpoint (the stack's
+    ``recompute_early_stop``), those up to the last one that saves a tensor. Recomputation
+    stops when the last saved tensor is packed again; a matmul packs its inputs before its
+    kernel runs, so the layer's last matmul and the collectives and residual add after it are
+    not run again (traced on torch 2.13: the second ``addmm`` of the MLP and the final ``add``
+    are absent from the recomputation). A dropout after it saves its mask, so stops there."""
+    if not rs.recompute_early_stop:
+        return forward
+    end = len(forward)
+    while end > 0 and (
+        forward[end - 1].kind == "collective" or forward[end - 1].name in _SAVES_NOTHING
+    ):
+        end -= 1
+    if end > 0 and forward[end - 1].kind == "gemm":
+        end -= 1
+    return forward[:end]
 
 
 def recomputed_ops(rs: ResolvedScenario, forward: list[Op]) -> list[Op]:
@@ -71,6 +96,9 @@ def recomputes_collective(rs: ResolvedScenario, op: Op) -> bool:
     SP)."""
     rc = rs.parallelism.recompute
     if rc == "full":
+        if rs.recompute_early_stop:
+            again = full_recomputed_ops(rs, layer_ops(rs))
+            return any(o.name == op.name for o in again if o.kind == "collective")
         return op.name.startswith(("tp_", "cp_"))
     if rc == "selective" and rs.selective_policy == "alternate_matmuls":
         return op.group == "tp" and op.collective != "reduce_scatter"
