@@ -83,6 +83,15 @@ class GPUEfficiency(BaseModel):
             "unset: its efficiency is the same at every length"
         ),
     )
+    attention_forward_share: Num | None = Field(
+        default=None,
+        description=(
+            "part of a fused attention kernel's forward+backward time its forward takes (the "
+            "efficiency figures above time the pair): the backward recomputes the scores, five "
+            "products to the forward's two, at lower efficiency; matters where a forward runs "
+            "alone (recomputation); unset: 2/7, the products' share at equal efficiency"
+        ),
+    )
     memory_bandwidth: Num = Field(description="fraction of HBM bandwidth reached by copies")
     kernel_launch_us: Num = Field(description="fixed overhead per kernel, microseconds")
     optimizer_bandwidth: Num | None = Field(

@@ -168,6 +168,10 @@ class OpTimer:
         # the portable kernel, which an architecture-specific one never runs slower than
         self.attn2_eff = e.attention_max.value if flash3 else 0.0
         self.attn2_half = e.attention_half_seq.value if flash3 and e.attention_half_seq else 0.0
+        # The attention efficiencies time forward+backward together (3× the forward's
+        # products in the engine's convention); this is the forward's part of that time.
+        share = e.attention_forward_share
+        self.attn_fwd_share = share.value if share else 2.0 / 7.0
         self.mem_bw = gpu.memory_bandwidth_gbps.value * 1e9 * e.memory_bandwidth.value
         cache, cache_bw = gpu.cache_mb, gpu.cache_bandwidth_gbps
         self.cache_bytes = cache.value * 1e6 if cache else 0.0
@@ -246,7 +250,10 @@ class OpTimer:
                 _on_curve(self.attn_eff, self.attn_half, op.kv_len),
                 _on_curve(self.attn2_eff, self.attn2_half, op.kv_len),
             )
-            t = max(op.flops / (self.attn_peak * eff), op.bytes / self.mem_bw)
+            # forward+backward at ``eff``, split by the measured forward share
+            pair = 3.0 * (op.flops / 2.0 if op.backward else op.flops) / (self.attn_peak * eff)
+            part = 1.0 - self.attn_fwd_share if op.backward else self.attn_fwd_share
+            t = max(pair * part, op.bytes / self.mem_bw)
         elif op.kind == "memory":
             t = tiered_seconds(op.bytes, self.mem_bw, self.cache_bytes, self.cache_bw, op.footprint)
         else:

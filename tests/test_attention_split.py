@@ -1,0 +1,62 @@
+"""A fused attention kernel's forward and backward: the profile's efficiency times the pair,
+and its forward takes ``attention_forward_share`` of that time (the backward recomputes the
+scores: five products to the forward's two). What a lone forward costs (recomputation) follows
+from the share; a step that recomputes nothing does not depend on it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from conftest import fig, inline_scenario
+
+from simulator.config.loading import resolve_dict
+from simulator.engine.compute import OpTimer
+from simulator.simulate import simulate
+from simulator.workload.ops import Op, backward_op
+
+
+def _gpu(**eff: float) -> Any:
+    data = inline_scenario()
+    for k, v in eff.items():
+        data["cluster"]["gpu"]["efficiency"][k] = fig(v)
+    return resolve_dict(data).gpu
+
+
+def _pair(t: OpTimer, op: Op) -> tuple[float, float]:
+    return t.time(op) - t.launch, t.time(backward_op(op)) - t.launch
+
+
+def test_the_pair_runs_at_the_profile_efficiency_whatever_the_share() -> None:
+    op = Op("attention", "attention", flops=1e13, bytes=0.0, kv_len=4096)
+    for share in (0.15, 0.22, 0.4):
+        t = OpTimer(_gpu(attention_max=0.5, attention_forward_share=share), "bf16")
+        fwd, bwd = _pair(t, op)
+        assert fwd + bwd == pytest.approx(3e13 / (t.attn_peak * 0.5))
+        assert fwd / (fwd + bwd) == pytest.approx(share)
+
+
+def test_unset_share_is_the_products_share() -> None:
+    t = OpTimer(_gpu(attention_max=0.5), "bf16")
+    fwd, bwd = _pair(t, Op("attention", "attention", flops=1e13, bytes=0.0))
+    assert fwd / (fwd + bwd) == pytest.approx(2 / 7)  # 2 products forward, 5 backward
+
+
+def test_a_memory_bound_attention_still_takes_its_bytes_over_bandwidth() -> None:
+    t = OpTimer(_gpu(attention_max=0.5, attention_forward_share=0.2), "bf16")
+    op = Op("attention", "attention", flops=1.0, bytes=1e10)
+    assert t.time(op) - t.launch == pytest.approx(1e10 / t.mem_bw)
+
+
+def _step(share: float, recompute: str) -> float:
+    data = inline_scenario(gpus_per_node=1, global_batch=4)
+    data["cluster"]["gpu"]["efficiency"]["attention_forward_share"] = fig(share)
+    data["training"]["flash_attention"] = True
+    data["parallelism"] = {"recompute": recompute}
+    return simulate(resolve_dict(data), scaling=False).metrics.step_time_s
+
+
+def test_only_recomputation_sees_the_share() -> None:
+    assert _step(0.2, "none") == pytest.approx(_step(0.4, "none"), rel=1e-9)
+    assert _step(0.2, "full") < _step(0.4, "full")
+    assert _step(0.2, "selective") < _step(0.4, "selective")
