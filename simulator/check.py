@@ -16,6 +16,7 @@ from .workload.model import (
     model_flops_per_token,
     param_count,
 )
+from .workload.recompute import skips_last_matmul
 
 
 @dataclass
@@ -179,7 +180,7 @@ def check(rs: ResolvedScenario) -> CheckReport:
         params=param_count(rs.model, s),
         model_flops_per_step=model_flops_per_token(rs.model, s) * tokens,
         hardware_flops_per_step=hardware_flops_per_token(
-            rs.model, s, rs.parallelism.recompute, rs.selective_policy, rs.recompute_early_stop
+            rs.model, s, rs.parallelism.recompute, rs.selective_policy, skips_last_matmul(rs)
         )
         * tokens,
         comm_bytes=comm_summary(rs),

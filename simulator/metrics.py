@@ -13,6 +13,7 @@ from .config.scenario import ResolvedScenario
 from .engine.sim import BUSY, CATEGORIES, EngineResult
 from .workload.memory import memory_report
 from .workload.model import hardware_flops_per_token, model_flops_per_token, param_count
+from .workload.recompute import skips_last_matmul
 
 
 @dataclass
@@ -76,7 +77,7 @@ def compute_metrics(rs: ResolvedScenario, res: EngineResult) -> Metrics:
     mflops = model_flops_per_token(rs.model, s) * tokens
     hflops = (
         hardware_flops_per_token(
-            rs.model, s, rs.parallelism.recompute, rs.selective_policy, rs.recompute_early_stop
+            rs.model, s, rs.parallelism.recompute, rs.selective_policy, skips_last_matmul(rs)
         )
         * tokens
     )

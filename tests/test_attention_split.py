@@ -1,7 +1,8 @@
 """A fused attention kernel's forward and backward: the profile's efficiency times the pair,
 and its forward takes ``attention_forward_share`` of that time (the backward recomputes the
 scores: five products to the forward's two). What a lone forward costs (recomputation) follows
-from the share; a step that recomputes nothing does not depend on it."""
+from the share; a device-bound step that recomputes nothing does not depend on it (where the
+host paces the forward, a shorter forward kernel can hide behind the host's issue time)."""
 
 from __future__ import annotations
 
@@ -29,7 +30,7 @@ def _pair(t: OpTimer, op: Op) -> tuple[float, float]:
 
 def test_the_pair_runs_at_the_profile_efficiency_whatever_the_share() -> None:
     op = Op("attention", "attention", flops=1e13, bytes=0.0, kv_len=4096)
-    for share in (0.15, 0.22, 0.4):
+    for share in (0.1, 0.22, 0.4):
         t = OpTimer(_gpu(attention_max=0.5, attention_forward_share=share), "bf16")
         fwd, bwd = _pair(t, op)
         assert fwd + bwd == pytest.approx(3e13 / (t.attn_peak * 0.5))
@@ -42,10 +43,11 @@ def test_unset_share_is_the_products_share() -> None:
     assert fwd / (fwd + bwd) == pytest.approx(2 / 7)  # 2 products forward, 5 backward
 
 
-def test_a_memory_bound_attention_still_takes_its_bytes_over_bandwidth() -> None:
+def test_a_memory_bound_attention_pair_takes_its_bytes_over_bandwidth() -> None:
     t = OpTimer(_gpu(attention_max=0.5, attention_forward_share=0.2), "bf16")
-    op = Op("attention", "attention", flops=1.0, bytes=1e10)
-    assert t.time(op) - t.launch == pytest.approx(1e10 / t.mem_bw)
+    fwd, bwd = _pair(t, Op("attention", "attention", flops=1.0, bytes=1e10))
+    assert fwd + bwd == pytest.approx(3e10 / t.mem_bw)  # the backward moves twice the bytes
+    assert fwd / (fwd + bwd) == pytest.approx(0.2)
 
 
 def _step(share: float, recompute: str) -> float:

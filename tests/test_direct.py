@@ -43,7 +43,10 @@ def _pipeline(rnd: random.Random) -> Any:
             par["cp"] = 1
         if rnd.random() < 0.7:
             par["sharding"] = {"kind": "zero", "stage": rnd.choice([0, 1])}
-        data["software"] = BLOCKING
+        data["software"] = dict(BLOCKING)
+        if rnd.random() < 0.3:  # PyTorch's early-stopping checkpoint under full recomputation
+            par["recompute"] = "full"
+            data["software"]["recompute_early_stop"] = {"value": True, "source": "test"}
         gpus = data["cluster"]["nodes"] * data["cluster"]["gpus_per_node"]
         dp = max(1, gpus // (par["tp"] * par["pp"] * par["cp"]))
         m = par["pp"] * rnd.randint(1, 6)

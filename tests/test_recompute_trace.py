@@ -12,7 +12,11 @@ import pytest
 from simulator.config.loading import resolve_dict
 from simulator.workload.model import layer_forward_flops_per_token, recompute_flops_per_token
 from simulator.workload.ops import layer_ops
-from simulator.workload.recompute import full_recomputed_ops, recomputes_collective
+from simulator.workload.recompute import (
+    full_recomputed_ops,
+    recomputes_collective,
+    skips_last_matmul,
+)
 
 torch = pytest.importorskip("torch")
 
@@ -64,7 +68,7 @@ def _recomputed_forward_ops(dropout: float, early_stop: bool) -> list[str]:
     return [op for op in log.ops[:first_backward] if op in forward_kinds]
 
 
-def _scenario(dropout: bool, early_stop: bool | None, tp: int = 1) -> Any:
+def _scenario(dropout: bool, early_stop: bool | None, tp: int = 1, precision: str = "bf16") -> Any:
     software: Any = "pytorch-fsdp" if tp == 1 else "megatron-core"
     if early_stop is not None:
         flag = {"value": early_stop, "source": "test"}
@@ -85,7 +89,12 @@ def _scenario(dropout: bool, early_stop: bool | None, tp: int = 1) -> Any:
                 "linear_bias": True,
                 "dropout": dropout,
             },
-            "training": {"seq_len": 512, "global_batch": 8, "micro_batch": 1},
+            "training": {
+                "seq_len": 512,
+                "global_batch": 8,
+                "micro_batch": 1,
+                "precision": precision,
+            },
             "parallelism": {"tp": tp, "recompute": "full"},
             "software": software,
         }
@@ -115,6 +124,8 @@ def test_a_dropout_after_the_matmul_keeps_it_recomputed() -> None:
     kept = full_recomputed_ops(rs, fwd)
     assert any(o.name == "mlp_down" for o in kept)
     assert len(kept) >= len(fwd) - 1  # at most the separate residual add is skipped
+    assert not skips_last_matmul(rs)  # so the hardware FLOPs count it too
+    assert skips_last_matmul(_scenario(dropout=False, early_stop=True))
 
 
 def test_without_early_stop_the_whole_forward_runs_again() -> None:
@@ -137,7 +148,7 @@ def test_early_stop_skips_the_closing_tp_collective_and_its_flops() -> None:
     saved = m.layers * 2.0 * m.ffn * m.hidden  # mlp_down's forward FLOPs per token
     full = recompute_flops_per_token(m, s, "full")
     assert full == pytest.approx(m.layers * layer_forward_flops_per_token(m, s))
-    assert recompute_flops_per_token(m, s, "full", early_stop=True) == pytest.approx(full - saved)
+    assert recompute_flops_per_token(m, s, "full", skip_last=True) == pytest.approx(full - saved)
 
 
 def test_early_stop_makes_a_recomputing_step_faster_not_slower() -> None:
@@ -148,3 +159,57 @@ def test_early_stop_makes_a_recomputing_step_faster_not_slower() -> None:
     assert with_stop.metrics.step_time_s < without.metrics.step_time_s
     # the skipped matmul is at most a quarter of a recomputing layer's work (2 of 8 parts)
     assert with_stop.metrics.step_time_s > 0.75 * without.metrics.step_time_s
+
+
+def _custom_linear_recomputes_its_matmul() -> bool:
+    """Whether early stop re-runs a block's last matmul when it is an ``autograd.Function``
+    that saves its inputs inside ``forward`` (as TransformerEngine's and torchao's fp8 linear
+    layers do): the saved tensors are packed only after the forward has computed."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils.checkpoint import checkpoint, set_checkpoint_early_stop
+
+    class Lin(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx: Any, x: Any, w: Any) -> Any:
+            ctx.save_for_backward(x, w)
+            return x @ w.t()
+
+        @staticmethod
+        def backward(ctx: Any, g: Any) -> Any:
+            x, w = ctx.saved_tensors
+            return g @ w, g.reshape(-1, g.shape[-1]).t() @ x.reshape(-1, x.shape[-1])
+
+    class Log(TorchDispatchMode):
+        def __init__(self) -> None:
+            super().__init__()
+            self.ops: list[str] = []
+
+        def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None):
+            self.ops.append(func.overloadpacket.__name__)
+            return func(*args, **(kwargs or {}))
+
+    torch.manual_seed(0)
+    up, down = torch.randn(128, 32, requires_grad=True), torch.randn(32, 128, requires_grad=True)
+    x = torch.randn(2, 8, 32, requires_grad=True)
+
+    def block(x: Any) -> Any:
+        return x + Lin.apply(torch.nn.functional.gelu(x @ up.t()), down)
+
+    with set_checkpoint_early_stop(True):
+        y = checkpoint(block, x, use_reentrant=False)
+        log = Log()
+        with log:
+            y.sum().backward()
+    recompute = log.ops[: log.ops.index("gelu_backward")]
+    # forward has two matmuls; the backward of the last one runs two more before gelu_backward
+    return recompute.count("matmul") + recompute.count("mm") + recompute.count("bmm") >= 4
+
+
+def test_fp8_linear_layers_run_their_last_matmul_again() -> None:
+    assert _custom_linear_recomputes_its_matmul()
+    rs = _scenario(dropout=False, early_stop=True, precision="fp8")
+    fwd = layer_ops(rs)
+    kept = full_recomputed_ops(rs, fwd)
+    assert any(o.name == "mlp_down" for o in kept)
+    assert [o.name for o in fwd[len(kept) :]] == ["residual_add"]
+    assert not skips_last_matmul(rs)

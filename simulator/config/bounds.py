@@ -40,7 +40,7 @@ FIGURE_RANGES: dict[str, Range] = {
     "matmul_fp8_max": _FRACTION,
     "attention_max": _FRACTION,
     "attention_flash3_max": _FRACTION,
-    "attention_forward_share": (0.05, 0.5, False, "fraction of forward+backward time"),
+    "attention_forward_share": (0.1, 0.5, False, "fraction of forward+backward time"),
     "memory_bandwidth": _FRACTION,
     "optimizer_bandwidth": _FRACTION,
     "gemm_weight_bandwidth": _FRACTION,

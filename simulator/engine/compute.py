@@ -250,10 +250,14 @@ class OpTimer:
                 _on_curve(self.attn_eff, self.attn_half, op.kv_len),
                 _on_curve(self.attn2_eff, self.attn2_half, op.kv_len),
             )
-            # forward+backward at ``eff``, split by the measured forward share
-            pair = 3.0 * (op.flops / 2.0 if op.backward else op.flops) / (self.attn_peak * eff)
+            # forward+backward at ``eff`` (or its bytes over bandwidth, the backward moving
+            # twice the forward's), split by the measured forward share
+            fwd_flops, fwd_bytes = (
+                (op.flops / 2.0, op.bytes / 2.0) if op.backward else (op.flops, op.bytes)
+            )
+            pair = max(3.0 * fwd_flops / (self.attn_peak * eff), 3.0 * fwd_bytes / self.mem_bw)
             part = 1.0 - self.attn_fwd_share if op.backward else self.attn_fwd_share
-            t = max(pair * part, op.bytes / self.mem_bw)
+            t = pair * part
         elif op.kind == "memory":
             t = tiered_seconds(op.bytes, self.mem_bw, self.cache_bytes, self.cache_bw, op.footprint)
         else:

@@ -139,14 +139,14 @@ def recompute_flops_per_token(
     seq_len: int,
     recompute: str,
     selective: str = "attention_core",
-    early_stop: bool = False,
+    skip_last: bool = False,
 ) -> float:
     """Extra forward FLOPs per token spent re-computing activations in the backward pass.
     ``selective`` is what selective recomputation runs again: the attention core
     (Korthikanti et al.) or every second matmul (torchtitan's op-level policy).
-    ``early_stop``: full recomputation stops before the layer's last matmul (``w2``)."""
+    ``skip_last``: full recomputation stops before the layer's last matmul (``w2``)."""
     if recompute == "full":
-        last = 2.0 * layer_matmuls(m)[-1][1] if early_stop else 0.0
+        last = 2.0 * layer_matmuls(m)[-1][1] if skip_last else 0.0
         return m.layers * (layer_forward_flops_per_token(m, seq_len) - last)
     if recompute == "selective":
         if selective == "alternate_matmuls":
@@ -162,10 +162,10 @@ def hardware_flops_per_token(
     seq_len: int,
     recompute: str,
     selective: str = "attention_core",
-    early_stop: bool = False,
+    skip_last: bool = False,
 ) -> float:
     return model_flops_per_token(m, seq_len) + recompute_flops_per_token(
-        m, seq_len, recompute, selective, early_stop
+        m, seq_len, recompute, selective, skip_last
     )
 
 

@@ -35,10 +35,12 @@ def full_recomputed_ops(rs: ResolvedScenario, forward: list[Op]) -> list[Op]:
     """The forward ops full recomputation runs again before a layer's backward: all of them,
     or, under PyTorch's early-stopping non-reentrant checkpoint (the stack's
     ``recompute_early_stop``), those up to the last one that saves a tensor. Recomputation
-    stops when the last saved tensor is packed again; a matmul packs its inputs before its
+    stops when the last saved tensor is packed again. ``nn.Linear`` packs its inputs before its
     kernel runs, so the layer's last matmul and the collectives and residual add after it are
-    not run again (traced on torch 2.13: the second ``addmm`` of the MLP and the final ``add``
-    are absent from the recomputation). A dropout after it saves its mask, so stops there."""
+    not run again (traced on torch 2.13: the MLP's second ``addmm`` and the final ``add`` are
+    absent). An fp8 linear layer is an ``autograd.Function`` (TransformerEngine's ``_Linear``,
+    torchao's float8 matmul), which packs what it saves only once its forward has returned, so
+    its matmul runs again; so does one whose output a dropout masks (the mask is saved)."""
     if not rs.recompute_early_stop:
         return forward
     end = len(forward)
@@ -46,9 +48,18 @@ def full_recomputed_ops(rs: ResolvedScenario, forward: list[Op]) -> list[Op]:
         forward[end - 1].kind == "collective" or forward[end - 1].name in _SAVES_NOTHING
     ):
         end -= 1
-    if end > 0 and forward[end - 1].kind == "gemm":
+    if end > 0 and forward[end - 1].kind == "gemm" and rs.training.precision != "fp8":
         end -= 1
     return forward[:end]
+
+
+def skips_last_matmul(rs: ResolvedScenario) -> bool:
+    """Whether full recomputation leaves the layer's last matmul out (``full_recomputed_ops``):
+    what the hardware FLOPs count must agree with."""
+    if rs.parallelism.recompute != "full" or not rs.recompute_early_stop:
+        return False
+    fwd = layer_ops(rs)
+    return any(o.kind == "gemm" for o in fwd[len(full_recomputed_ops(rs, fwd)) :])
 
 
 def recomputed_ops(rs: ResolvedScenario, forward: list[Op]) -> list[Op]:
