@@ -44,6 +44,8 @@ def _pipeline(rnd: random.Random) -> Any:
         if rnd.random() < 0.7:
             par["sharding"] = {"kind": "zero", "stage": rnd.choice([0, 1])}
         data["software"] = dict(BLOCKING)
+        if rnd.random() < 0.3:  # every GPU at the expected slowest one's pace
+            data.setdefault("run", {})["stragglers"] = "expected"
         if rnd.random() < 0.3:  # PyTorch's early-stopping checkpoint under full recomputation
             par["recompute"] = "full"
             data["software"]["recompute_early_stop"] = {"value": True, "source": "test"}

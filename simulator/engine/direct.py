@@ -13,7 +13,7 @@ transfer holds each link, and the answer stands only if no two of them ever shar
 once: then every flow ran at its solo rate, and the event engine, which follows the same
 dynamics, produces the same times. Otherwise, or outside the domain (overlapped gradient
 reduction or parameter gathers, ZeRO-3/FSDP, non-blocking sends, collectives through the flow
-network inside a pass, stragglers, full mode, traces), :func:`run_direct` returns ``None`` and
+network inside a pass, full mode, traces), :func:`run_direct` returns ``None`` and
 the event engine runs; it stays the reference.
 """
 
@@ -55,7 +55,7 @@ def may_walk(rs: ResolvedScenario) -> bool:
     before a :class:`Simulation` is built: False where the walk cannot apply whatever the
     programs turn out to be."""
     par = rs.parallelism
-    if rs.pp <= 1 or par.overlap.pp_p2p or rs.run.stragglers != "off":
+    if rs.pp <= 1 or par.overlap.pp_p2p:
         return False
     if rs.dp_cp > 1:
         z = rs.zero_stage
@@ -68,7 +68,7 @@ def may_walk(rs: ResolvedScenario) -> bool:
 
 def _in_domain(sim: Simulation) -> bool:
     rs = sim.rs
-    if sim.full or sim.tracing or sim.pace != 1.0 or sim.p <= 1:
+    if sim.full or sim.tracing or sim.p <= 1:
         return False
     if rs.parallelism.overlap.pp_p2p:
         return False  # sends on their own streams run beside compute and beside each other
@@ -293,14 +293,17 @@ class _Walk:
             self.busy.add(links, [t], dur)
             t += dur
             acc["comm_dp"] += t - t0
+        # compute-stream spans at the expected slowest GPU's pace (as Simulation's ``paced``)
         if sim.bucket_copy:
             dt = sim.timer.memory_time(2.0 * params * grad_bytes_per_param(rs))
-            t += dt
+            t += dt * sim.pace
             acc["compute"] += dt
+            acc["straggler"] += dt * (sim.pace - 1.0)
         shard = params / (sim.shard_n if sim.z >= 1 else 1)
         dt = sim._optimizer_time(shard, params, sim._stage_tensors(s))
-        t += dt
+        t += dt * sim.pace
         acc["optimizer"] += dt
+        acc["straggler"] += dt * (sim.pace - 1.0)
         if rs.dp_cp > 1 and sim.z in (1, 2) and not sim.ov.param_gather:
             # in the overlapped path's buckets, one after another (Simulation._gather_exposed)
             each, n = gather_buckets(rs, params, s)
