@@ -21,16 +21,11 @@ from simulator.workload.recompute import (
 torch = pytest.importorskip("torch")
 
 
-def _recomputed_forward_ops(dropout: float, early_stop: bool) -> list[str]:
-    """The forward kernels torch runs again during the backward of one checkpointed pre-norm
-    GELU block (MPT's), in order."""
-    from torch import nn
-    from torch.nn import functional as F
+def _backward_kernels(fn: Any, x: Any, early_stop: bool) -> list[str]:
+    """Every kernel torch dispatches during the backward of ``fn(x)`` run under non-reentrant
+    checkpoint with early stop on or off, in order (the recomputation comes first)."""
     from torch.utils._python_dispatch import TorchDispatchMode
     from torch.utils.checkpoint import checkpoint, set_checkpoint_early_stop
-
-    forward_kinds = {"native_layer_norm", "addmm", "gelu", "add", "native_dropout"}
-    # (the residual adds of the block are the only ``add`` kernels before its backward)
 
     class Log(TorchDispatchMode):
         def __init__(self) -> None:
@@ -40,6 +35,23 @@ def _recomputed_forward_ops(dropout: float, early_stop: bool) -> list[str]:
         def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None):
             self.ops.append(func.overloadpacket.__name__)
             return func(*args, **(kwargs or {}))
+
+    with set_checkpoint_early_stop(early_stop):
+        y = checkpoint(fn, x, use_reentrant=False)
+        log = Log()
+        with log:
+            y.sum().backward()
+    return log.ops
+
+
+def _recomputed_forward_ops(dropout: float, early_stop: bool) -> list[str]:
+    """The forward kernels torch runs again during the backward of one checkpointed pre-norm
+    GELU block (MPT's), in order."""
+    from torch import nn
+    from torch.nn import functional as F
+
+    forward_kinds = {"native_layer_norm", "addmm", "gelu", "add", "native_dropout"}
+    # (the residual adds of the block are the only ``add`` kernels before its backward)
 
     class Block(nn.Module):
         def __init__(self, h: int = 32) -> None:
@@ -57,15 +69,10 @@ def _recomputed_forward_ops(dropout: float, early_stop: bool) -> list[str]:
     torch.manual_seed(0)
     block = Block().train()
     x = torch.randn(2, 8, 32, requires_grad=True)
-    with set_checkpoint_early_stop(early_stop):
-        y = checkpoint(block, x, use_reentrant=False)
-        log = Log()
-        with log:
-            y.sum().backward()
+    ops = _backward_kernels(block, x, early_stop)
     # The recomputation runs before the first backward kernel (the last linear layer's input
     # gradient, an ``mm``: the forward's products are ``addmm``s and the attention's ``bmm``s).
-    first_backward = log.ops.index("mm")
-    return [op for op in log.ops[:first_backward] if op in forward_kinds]
+    return [op for op in ops[: ops.index("mm")] if op in forward_kinds]
 
 
 def _scenario(dropout: bool, early_stop: bool | None, tp: int = 1, precision: str = "bf16") -> Any:
@@ -165,8 +172,6 @@ def _custom_linear_recomputes_its_matmul() -> bool:
     """Whether early stop re-runs a block's last matmul when it is an ``autograd.Function``
     that saves its inputs inside ``forward`` (as TransformerEngine's and torchao's fp8 linear
     layers do): the saved tensors are packed only after the forward has computed."""
-    from torch.utils._python_dispatch import TorchDispatchMode
-    from torch.utils.checkpoint import checkpoint, set_checkpoint_early_stop
 
     class Lin(torch.autograd.Function):
         @staticmethod
@@ -179,15 +184,6 @@ def _custom_linear_recomputes_its_matmul() -> bool:
             x, w = ctx.saved_tensors
             return g @ w, g.reshape(-1, g.shape[-1]).t() @ x.reshape(-1, x.shape[-1])
 
-    class Log(TorchDispatchMode):
-        def __init__(self) -> None:
-            super().__init__()
-            self.ops: list[str] = []
-
-        def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None):
-            self.ops.append(func.overloadpacket.__name__)
-            return func(*args, **(kwargs or {}))
-
     torch.manual_seed(0)
     up, down = torch.randn(128, 32, requires_grad=True), torch.randn(32, 128, requires_grad=True)
     x = torch.randn(2, 8, 32, requires_grad=True)
@@ -195,12 +191,8 @@ def _custom_linear_recomputes_its_matmul() -> bool:
     def block(x: Any) -> Any:
         return x + Lin.apply(torch.nn.functional.gelu(x @ up.t()), down)
 
-    with set_checkpoint_early_stop(True):
-        y = checkpoint(block, x, use_reentrant=False)
-        log = Log()
-        with log:
-            y.sum().backward()
-    recompute = log.ops[: log.ops.index("gelu_backward")]
+    ops = _backward_kernels(block, x, early_stop=True)
+    recompute = ops[: ops.index("gelu_backward")]
     # forward has two matmuls; the backward of the last one runs two more before gelu_backward
     return recompute.count("matmul") + recompute.count("mm") + recompute.count("bmm") >= 4
 
