@@ -293,17 +293,18 @@ class _Walk:
             self.busy.add(links, [t], dur)
             t += dur
             acc["comm_dp"] += t - t0
-        # compute-stream spans at the expected slowest GPU's pace (as Simulation's ``paced``)
-        if sim.bucket_copy:
-            dt = sim.timer.memory_time(2.0 * params * grad_bytes_per_param(rs))
-            t += dt * sim.pace
-            acc["compute"] += dt
+
+        def paced(dt: float, cat: str) -> float:
+            """A compute-stream span at the expected slowest GPU's pace, booked as
+            Simulation's ``paced`` books it; its length."""
+            acc[cat] += dt
             acc["straggler"] += dt * (sim.pace - 1.0)
+            return dt * sim.pace
+
+        if sim.bucket_copy:
+            t += paced(sim.timer.memory_time(2.0 * params * grad_bytes_per_param(rs)), "compute")
         shard = params / (sim.shard_n if sim.z >= 1 else 1)
-        dt = sim._optimizer_time(shard, params, sim._stage_tensors(s))
-        t += dt * sim.pace
-        acc["optimizer"] += dt
-        acc["straggler"] += dt * (sim.pace - 1.0)
+        t += paced(sim._optimizer_time(shard, params, sim._stage_tensors(s)), "optimizer")
         if rs.dp_cp > 1 and sim.z in (1, 2) and not sim.ov.param_gather:
             # in the overlapped path's buckets, one after another (Simulation._gather_exposed)
             each, n = gather_buckets(rs, params, s)
