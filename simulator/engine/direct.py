@@ -264,12 +264,11 @@ class _Walk:
         """After the last pass (at ``t``): the gradient reduction; when it ends."""
         sim, rs = self.sim, self.sim.rs
         if rs.dp_cp > 1:
-            gather_kind = "dp_shard" if sim.shard_n < rs.dp_cp else "dp"
             total, n = sim._grad_buckets(s)
             coll = "all_reduce" if rs.grads_all_reduced else "reduce_scatter"
             t0 = t
             reps = n * (sim.m if sim.z >= 2 else 1)  # ZeRO-2: every micro-batch's gradients
-            t = self._collective(rank, gather_kind, coll, total / n, t, repeat=reps)
+            t = self._collective(rank, sim.gather_kind, coll, total / n, t, repeat=reps)
             res.acc["comm_dp"] += t - t0
         return float(t)
 
@@ -279,7 +278,6 @@ class _Walk:
         sim, rs = self.sim, self.sim.rs
         acc = res.acc
         params = sim._stage_params(s)
-        gather_kind = "dp_shard" if sim.shard_n < rs.dp_cp else "dp"
         peer = sim._tied_peer(rank, s)
         if peer is not None:
             # As Simulation.run_rank: the shared embedding's gradient, exchanged with the
@@ -310,7 +308,7 @@ class _Walk:
             each, n = gather_buckets(rs, params, s)
             t0 = t
             for _ in range(n):
-                t = self._collective(rank, gather_kind, "all_gather", each, t)
+                t = self._collective(rank, sim.gather_kind, "all_gather", each, t)
             acc["comm_dp"] += t - t0
         res.finish = t
 

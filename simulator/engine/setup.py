@@ -179,6 +179,8 @@ class SimulationBase(Tracing, LinkSharing):
             }
         self._chunk_layers = self._split_chunks()
         self.shard_n = shard_group(rs)
+        # ZeRO/FSDP collectives run over the shard group (hybrid sharding: part of DP).
+        self.gather_kind = "dp_shard" if self.shard_n < rs.dp_cp else "dp"
 
     # -- programs -----------------------------------------------------------------------------
     def _coll_times(self, ops: list, groups: set[str]) -> dict[str, float | None]:

@@ -64,13 +64,11 @@ class Simulation(PassRunner):
         # reduce-scattered (DeepSpeed stage 2 reduces at every micro-step); ZeRO-1 and plain DP
         # accumulate whole gradients and reduce once.
         grads_every_mb = self.z >= 2
-        # ZeRO/FSDP collectives run over the shard group (hybrid sharding: part of DP).
-        gather_kind = "dp_shard" if self.shard_n < rs.dp_cp else "dp"
 
         def mark(cat: str, t0: float) -> None:
             acc[cat] += env.now - t0
 
-        dp_ep = self.comm.endpoint(rank, gather_kind)
+        dp_ep = self.comm.endpoint(rank, self.gather_kind)
         collective = self.comm.collective
         grad_coll = "all_reduce" if rs.grads_all_reduced else "reduce_scatter"
 
