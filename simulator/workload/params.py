@@ -34,20 +34,13 @@ def stage_params(rs: ResolvedScenario, stage: int) -> float:
     """Parameters held by one rank of a pipeline stage: its layers' TP shard, plus the
     vocabulary-parallel embedding on the first stage and the output layer on the last (a tied
     embedding is held by both when PP > 1, as in Megatron)."""
-    m = rs.model
-    pb = param_breakdown(m, rs.training.seq_len)
-    t = rs.tp
-    layers = rs.stage_layers()[stage]
     # Norm weights (and row-parallel biases) are replicated across TP ranks.
-    p = layers * layer_params_per_rank(rs)
+    p = rs.stage_layers()[stage] * layer_params_per_rank(rs)
+    emb, head = end_params(rs)
     if stage == 0:
-        p += pb.embedding / t + pb.positions
+        p += emb
     if stage == rs.pp - 1:
-        p += pb.final_norm
-        if pb.lm_head:
-            p += pb.lm_head / t
-        elif rs.pp > 1:
-            p += pb.embedding / t
+        p += head
     return p
 
 
