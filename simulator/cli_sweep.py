@@ -219,7 +219,7 @@ def sweep(
     check_output(path)
     from .sweep.rows import journal
 
-    kept_in = journal(path) if journal(path) != path else path  # Parquet: its journal
+    kept_in = journal(path)  # the file itself, or a Parquet file's journal
     _kept[0] = f"finished points are kept in {kept_in}; run the same command again to resume"
     with progress_bar(err, f"sweep {safe(spec.name)}", len(pts)) as update:
         rows = run_sweep(
