@@ -15,6 +15,7 @@ from simulator.network.collectives import (
     bus_factor,
     choose,
     collective_time,
+    phase_time,
     phases,
 )
 from simulator.network.nccl import Phase, TierLink, with_protocol
@@ -154,9 +155,31 @@ def test_flat_ring_across_nodes_shares_the_nodes_nics_at_the_slower_latency() ->
     assert ph.tier == "network"
     assert ph.latency == pytest.approx(2 * (n - 1) * 9e-6)
     # rail-aligned rings: each of a node's 8 members carries 1/8 of the node-crossing traffic
-    # through its own NIC, unless its fabric port is the tighter bound
-    share = max(1 / 8, NETWORK.bandwidth / FABRIC.bandwidth)
-    assert ph.wire_bytes == pytest.approx(2 * (n - 1) / n * size * min(1.0, share))
+    # through its own NIC and the 7/8 that go to the next member through its fabric port
+    moved = 2 * (n - 1) / n * size
+    assert ph.wire_bytes == pytest.approx(moved / 8)
+    assert ph.port == 7
+    # the pipelined ring runs at its slower link's pace
+    solo = max(moved / 8 / NETWORK.bandwidth, moved * 7 / 8 / FABRIC.bandwidth)
+    assert phase_time(ph, slow_fabric, NETWORK) == pytest.approx(ph.latency + solo)
+
+
+def test_a_pcie_port_carries_the_nics_traffic_too() -> None:
+    """On PCIe the NIC reads and writes GPU memory through the GPU's own x16 port, so a ring
+    spanning nodes moves all of a rank's bytes through the port: a port slower than the node's
+    NIC share bounds the ring, and the bound does not depend on how many NICs share the
+    crossing traffic."""
+    n, size = 16, 1e7
+    pcie = TierLink(25e9, 2e-6, carries_nic=True)
+    moved = 2 * (n - 1) / n * size
+    for nic_share in (46e9, 23e9, 46e9 / 1.5):  # 8, 4 and 6 NICs for 8 GPUs
+        net = TierLink(nic_share, 5e-6)
+        (ph,) = phases("all_reduce", "ring", GroupShape(n, 2), size, pcie, net)
+        assert ph.port == 8
+        assert phase_time(ph, pcie, net) == pytest.approx(ph.latency + moved / 25e9)
+    # one rank per node: only the NIC's traffic, through the port once
+    (ph,) = phases("all_reduce", "ring", GroupShape(2, 2), size, pcie, NETWORK)
+    assert ph.port == 1
 
 
 def test_all_to_all_splits_peers_between_tiers() -> None:

@@ -121,7 +121,7 @@ class Stream:
 class Endpoint:
     """One rank's place in one of its communicators (its TP, DP, ... group)."""
 
-    __slots__ = ("rank", "kind", "n", "open", "seq", "fabric", "network")
+    __slots__ = ("rank", "kind", "n", "open", "seq", "fabric", "network", "ported")
 
     def __init__(self, rank: int, kind: str, n: int, open_groups: dict[int, _Group]) -> None:
         self.rank = rank
@@ -131,6 +131,8 @@ class Endpoint:
         self.seq = 0  # collectives this rank has entered on the communicator
         self.fabric: list[tuple[Link, float]] | None = None
         self.network: list[tuple[Link, float]] | None = None
+        # network links plus the fabric port, per ``Phase.port``
+        self.ported: dict[float, list[tuple[Link, float]]] = {}
 
 
 class _Group:
@@ -166,10 +168,11 @@ class _Group:
         start = comm.net.start
         self.pending = len(self.members)
         fabric = ph.tier == "fabric"
+        port = ph.port
         for ep, _job in self.members:
-            links = ep.fabric if fabric else ep.network
+            links = ep.fabric if fabric else (ep.network if port <= 0 else None)
             if links is None:
-                links = comm.links(ep, ph.tier)
+                links = comm.links(ep, ph.tier, port)
             start(links, ph.wire_bytes, self.flow_done)
 
     def flow_done(self) -> None:
@@ -211,13 +214,21 @@ class Comm:
             ep = self._endpoints[(rank, kind)] = Endpoint(rank, kind, n, open_groups)
         return ep
 
-    def links(self, ep: Endpoint, tier: str) -> list[tuple[Link, float]]:
-        """The flow-network links (with weights) one transfer of ``ep`` on ``tier`` crosses."""
+    def links(self, ep: Endpoint, tier: str, port: float = 0.0) -> list[tuple[Link, float]]:
+        """The flow-network links (with weights) one transfer of ``ep`` on ``tier`` crosses;
+        a network transfer with ``port`` > 0 also crosses the fabric port (``Phase.port``)."""
         if tier == "fabric":
             if ep.fabric is None:
                 raw = self.topo.fabric_links(ep.rank, ep.kind)
                 ep.fabric = self.net.resolve(self._weights(ep.rank, raw))
             return ep.fabric
+        if port > 0:
+            got = ep.ported.get(port)
+            if got is None:
+                raw = self.topo.network_links(ep.rank, ep.kind)
+                raw += self.topo.port_links(ep.rank, ep.kind, port)
+                got = ep.ported[port] = self.net.resolve(self._weights(ep.rank, raw))
+            return got
         if ep.network is None:
             raw = self.topo.network_links(ep.rank, ep.kind)
             ep.network = self.net.resolve(self._weights(ep.rank, raw))

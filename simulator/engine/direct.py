@@ -100,7 +100,7 @@ class _Walk:
         if size <= 0 or ep.n <= 1:
             return t
         phases = [
-            (ph.latency, self.comm.links(ep, ph.tier) if ph.wire_bytes > 0 else None, ph)
+            (ph.latency, self.comm.links(ep, ph.tier, ph.port) if ph.wire_bytes > 0 else None, ph)
             for ph in self.comm._plan(rank, kind, coll, size)
         ]
         timed = [

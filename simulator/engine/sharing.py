@@ -77,14 +77,21 @@ class LinkSharing:
         return out
 
     def _uses_fabric(self, kind: str) -> bool:
+        """Whether ``kind``'s traffic crosses the GPUs' fabric ports: between members on one
+        node, and on PCIe (where the NIC's traffic goes through the port) between nodes too."""
         rep = self.ranks[0]
+        nic_via_port = self.topo.carries_nic
         if kind == "pp":
-            return any(
-                self.lay.node(r) == self.lay.node(r + len(self.lay.stage_members(0)))
-                for r in (self.lay.stage_members(s)[0] for s in range(self.p - 1))
+            return self.p > 1 and (
+                nic_via_port
+                or any(
+                    self.lay.node(r) == self.lay.node(r + len(self.lay.stage_members(0)))
+                    for r in (self.lay.stage_members(s)[0] for s in range(self.p - 1))
+                )
             )
         size = {"tp": self.rs.tp, "cp": self.rs.cp, "dp": self.rs.dp_cp}[kind]
-        return size > 1 and self.topo.shape(rep, kind).per_node > 1
+        shape = self.topo.shape(rep, kind)
+        return size > 1 and (shape.per_node > 1 or (nic_via_port and shape.nodes > 1))
 
     def _analytic_groups(self) -> set[str]:
         """Group kinds whose traffic stays on links nothing else uses: timed analytically.

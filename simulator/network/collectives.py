@@ -18,8 +18,11 @@ all-gather inside), as Horovod's hierarchical all-reduce does. NCCL has no such 
 rings and trees pipeline both tiers at once, so :func:`choose` picks among NCCL's own
 (``ALGOS``: ring, tree, NVLS), the fastest without contention, as NCCL's tuner does:
 latency-bound algorithms for small messages, bandwidth-bound ones for large. (Offering the
-back-to-back form too made a faster fabric slower: it wins alone, then its fabric phase
-contends with tensor-parallel traffic that NCCL's cross-node ring never meets.)
+back-to-back form too made a faster fabric slower: it wins alone, then its whole fabric phase
+contends with tensor-parallel traffic, where NCCL's pipelined ring meets it only beside the
+NIC's pace.) A ring or tree spanning nodes is one network phase: its wire bytes are the NIC's
+share, and its hops between a node's members ride on the GPUs' fabric ports (``Phase.port``),
+where they share the port with whatever else crosses it.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ from .nccl import (
     log2i,
     nccl_extra,
     net_step_bytes,
+    phase_bandwidth,
     with_protocol,
 )
 
@@ -192,7 +196,15 @@ def phases(
         # Pairwise exchange: the share of peers inside the node goes over the fabric.
         inside = (g - 1) / n * size
         outside = (n - g) / n * size
-        out = [Phase("network", (n - g) * network.alpha, outside)]
+        # (through a PCIe GPU's port too, where the NIC's traffic crosses it)
+        out = [
+            Phase(
+                "network",
+                (n - g) * network.alpha,
+                outside,
+                port=1.0 if fabric.carries_nic else 0.0,
+            )
+        ]
         if inside > 0:
             out.append(Phase("fabric", (g - 1) * fabric.alpha, inside))
         return out
@@ -201,9 +213,11 @@ def phases(
     # A flat ring or tree spanning nodes: every step pays the slower tier's latency. NCCL
     # builds one ring (or tree) per channel and sends each through a different NIC
     # (rail-aligned), so a node's g members share its crossing traffic: each rank's NIC carries
-    # 1/g of the traffic a rank moves, unless its fabric port is the tighter bound. A pipelined
-    # ring runs at its slowest link's pace, so where the fabric (PCIe through the host, say) is
-    # slower than the NIC the phase takes the fabric's time (a share above 1).
+    # 1/g of the traffic a rank moves, and its fabric port the (g-1)/g that goes to the next
+    # member inside the node (on PCIe, where the NIC's traffic crosses the port too, all of
+    # it). The phase's wire bytes are the NIC's; ``port`` puts the rest on the fabric port,
+    # so that a pipelined ring runs at its slowest link's pace and shares the port with
+    # whatever else crosses it (tensor-parallel traffic).
     if algo == "tree" and coll == "all_reduce":
         # NCCL's tree: a chain through the g GPUs of each node, a binary tree over the k
         # nodes; reduce up and broadcast down, pipelined through every level.
@@ -213,10 +227,14 @@ def phases(
     else:
         out = _flat(coll, algo, n, size, "network", max(network.alpha, fabric.alpha))
     slow_fabric = network.bandwidth / fabric.bandwidth if fabric.bandwidth > 0 else 1.0
-    share = max(1.0 / g, slow_fabric)
     if g <= 1:
-        share, slow_fabric = 1.0, 0.0  # one rank per node: nothing crosses the fabric
-    step_bytes = net_step_bytes(slow_fabric)
+        slow_fabric = 0.0  # one rank per node: no step crosses the fabric
+    share = 1.0 / g
+    port = (g - 1) + (1.0 if fabric.carries_nic else 0.0)
+    # One Simple step lasts as long on the slower side; expressed at the phase's own rate.
+    step_bytes = net_step_bytes(slow_fabric) * (
+        phase_bandwidth(Phase("network", 0.0, 0.0, port=port), fabric, network) / network.bandwidth
+    )
     # NCCL's hops between nodes: up and down the tree's levels (NCCL counts log2i(k) of them),
     # or a ring's crossings; never more than the steps the phase already charges α for, so a
     # lower α never makes the collective slower.
@@ -233,6 +251,7 @@ def phases(
             p,
             wire_bytes=p.wire_bytes * share,
             share=share,
+            port=port,
             step_bytes=step_bytes,
             extra_ll=extra[0],
             extra_simple=extra[1],
@@ -256,6 +275,7 @@ def as_fitted(ph: Phase, coll: Coll, link: TierLink) -> Phase:
         ph,
         latency=ph.steps * alpha,
         wire_bytes=wire,
+        port=0.0,  # the fit timed the collective whole, fabric hops included
         extra_ll=0.0,
         extra_simple=0.0,
         ll128_fraction=0.0,
@@ -264,8 +284,7 @@ def as_fitted(ph: Phase, coll: Coll, link: TierLink) -> Phase:
 
 
 def phase_time(ph: Phase, fabric: TierLink, network: TierLink | None) -> float:
-    link = fabric if ph.tier == "fabric" or network is None else network
-    return ph.latency + ph.wire_bytes / link.bandwidth
+    return ph.latency + ph.wire_bytes / phase_bandwidth(ph, fabric, network)
 
 
 def collective_time(
@@ -304,7 +323,9 @@ def choose(
             as_fitted(p, coll, link)
             if (link := fabric if p.tier == "fabric" or network is None else network).fitted
             else with_protocol(
-                p, link.bandwidth, size if algo == "tree" and coll == "all_reduce" else None
+                p,
+                phase_bandwidth(p, fabric, network),
+                size if algo == "tree" and coll == "all_reduce" else None,
             )
             for p in phases(coll, algo, shape, size, fabric, network)
         ]

@@ -29,6 +29,10 @@ class TierLink:
     # (name, α s, bandwidth B/s); others the tier's own α and bandwidth), no protocol model.
     fitted: bool = False
     fits: tuple[tuple[str, float, float], ...] = ()
+    # A fabric whose GPU port also carries the GPU's network traffic (PCIe: the NIC reads and
+    # writes GPU memory through the same x16 link as the GPU's peer traffic; NVLink GPUs reach
+    # their NICs over a PCIe link of their own).
+    carries_nic: bool = False
 
 
 @dataclass(frozen=True)
@@ -54,6 +58,21 @@ class Phase:
     # (0: not offered) and its latency beyond the links' α (see ll128_extra()).
     ll128_fraction: float = 0.0
     extra_ll128: float = 0.0
+    # A network phase whose ring or tree also runs through each rank's fabric port (the hops
+    # between the node's members, and on PCIe the NIC's own traffic): bytes on the port per
+    # byte on the NIC (0: the phase crosses no fabric link).
+    port: float = 0.0
+
+
+def phase_bandwidth(ph: Phase, fabric: TierLink, network: TierLink | None) -> float:
+    """The rate one rank moves a phase's wire bytes alone: its tier's bandwidth, or for a
+    network phase that also crosses the fabric port, the slower of the NIC share and the port
+    (a pipelined ring runs at its slowest link's pace)."""
+    if ph.tier == "fabric" or network is None:
+        return fabric.bandwidth
+    if ph.port > 0 and fabric.bandwidth > 0:
+        return min(network.bandwidth, fabric.bandwidth / ph.port)
+    return network.bandwidth
 
 
 # NCCL's latency model (NVIDIA/nccl src/graph/tuning.cc, ``baseLat`` and ``hwLat`` as of 2.22-2.28;

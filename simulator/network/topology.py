@@ -135,6 +135,8 @@ class Topology:
             self.pcie_root_bw = f.shared_uplink_gbps.value * 1e9 * f.achievable_fraction.value
             self.sockets = min(f.sockets, rs.gpus_per_node)
         self._socket_share: dict[tuple[int, str], float] = {}
+        # PCIe GPUs reach their NICs through the same x16 port as their peers.
+        self.carries_nic = f.technology in ("pcie_host", "pcie_switch")
         self.nics = max(1, rs.nics_per_node)
         net = rs.network
         if net is not None:
@@ -256,6 +258,7 @@ class Topology:
             ll128=f.ll128 is not None and f.ll128.value,
             fitted=f.fitted is not None,
             fits=_fits(f.fitted),
+            carries_nic=self.carries_nic,
         )
 
     def network_tier(self, rank: int | None = None, kind: str | None = None) -> TierLink | None:
@@ -330,6 +333,20 @@ class Topology:
                 links.append((("pcie_root", self.layout.node(rank)), share))
         return links
 
+    def port_links(self, rank: int, kind: str, port: float) -> list[tuple[LinkKey, float]]:
+        """The fabric links a network phase of ``rank``'s group ``kind`` also crosses, weighted
+        per byte on the NIC: ``port`` on the GPU's port (see ``Phase.port``) and, through the
+        host, the socket link where the ring's hops inside the node cross it."""
+        if port <= 0:
+            return []
+        out: list[tuple[LinkKey, float]] = [(("gpu", rank), port)]
+        inside = port - (1.0 if self.carries_nic else 0.0)  # hops to the next member: g - 1
+        if self.pcie_root_bw is not None and inside > 0:
+            share = self.socket_share(rank, kind)
+            if share > 0.0:
+                out.append((("pcie_root", self.layout.node(rank)), share * inside))
+        return out
+
     def network_links(
         self, rank: int, kind: str, peer: int | None = None
     ) -> list[tuple[LinkKey, float]]:
@@ -337,6 +354,8 @@ class Topology:
         of this rank's flows on that link that are concurrent copies (see symmetric weights)."""
         node = self.layout.node(rank)
         out: list[tuple[LinkKey, float]] = [(("nic", node, self.nic_of(rank)), 1.0)]
+        if peer is not None and self.carries_nic:
+            out.append((("gpu", rank), 1.0))  # the send leaves through the GPU's PCIe port
         if self.leaves <= 1 or self.oversubscription <= 0:
             return out
         if peer is not None:
