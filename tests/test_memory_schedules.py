@@ -80,3 +80,40 @@ def test_tp_beyond_the_kv_heads_replicates_k_and_v() -> None:
     assert stage_params(r16, 0) == pytest.approx((stage_params(r8, 0) - same) / 2 + same)
     (qkv,) = [o for o in layer_ops(r16) if o.name == "qkv_proj"]
     assert qkv.dims is not None and qkv.dims[2] == m.hidden // 16 + 2 * m.head_dim
+
+
+def test_an_op_level_policy_saving_more_than_autograd_brings_nothing_back() -> None:
+    """torchtitan's selective policy saves every other matmul's output, the row-parallel ones
+    as whole partial sums before their reduce-scatter, which no recomputation would not hold:
+    its stage can need a little more than no recomputation, never less than what it saves."""
+    from conftest import CATALOG_SCENARIO
+
+    from simulator.config.loading import resolve_dict
+    from simulator.workload.memory import (
+        _alternate_saved_per_layer,
+        activation_bytes_per_layer,
+        held_layer_microbatches,
+    )
+
+    data = {**CATALOG_SCENARIO, "name": "sac", "model": "llama2-7b"}  # MHA: K and V full width
+    data["training"] = {
+        "seq_len": 4096,
+        "global_batch": 64,
+        "micro_batch": 4,
+        "precision": "bf16",
+        "flash_attention": True,
+    }
+    data["software"] = "torchtitan"
+    layouts = {}
+    for rc in ("none", "selective"):
+        data["parallelism"] = {"tp": 8, "sequence_parallel": True, "recompute": rc}
+        layouts[rc] = resolve_dict(data)
+    sel = layouts["selective"]
+    saved, full = _alternate_saved_per_layer(sel), activation_bytes_per_layer(sel)
+    assert saved > full
+    held = held_layer_microbatches(sel, 0)
+    more = (
+        memory_report(sel).stages[0].activations_gb
+        - memory_report(layouts["none"]).stages[0].activations_gb
+    )
+    assert more * 1e9 == pytest.approx(held * (saved - full), rel=1e-9)

@@ -324,8 +324,10 @@ def stage_memory(rs: ResolvedScenario, stage: int) -> StageMemory:
         elif rc == "selective":
             per_layer_act -= _selective_saving_per_layer(rs)
         # What selective recomputation drops comes back for one layer while its backward runs
-        # (as full recomputation's one layer, above).
-        act = per_layer_act * held + (full_layer - per_layer_act if held else 0.0)
+        # (as full recomputation's one layer, above). An op-level policy that saves more of a
+        # layer than autograd would (torchtitan's keeps the row-parallel matmuls' whole partial
+        # sums) brings nothing back.
+        act = per_layer_act * held + (max(0.0, full_layer - per_layer_act) if held else 0.0)
         off = rs.parallelism.offload_activation_layers
         if off and layers:
             # Offloaded layers keep nothing on the GPU but the one whose copy is under way
