@@ -19,6 +19,7 @@ fits, and the probe's training job that ``clustersim validate`` re-runs).
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -58,6 +59,26 @@ def _src(probe: dict[str, Any], file: str, what: str) -> str:
 # How far the end-of-probe drift reference may differ from the same work timed earlier in the
 # probe before calibrate says the machine was not steady (a quiet 2-core VM stays within ~10%).
 DRIFT_BASELINE_TOL = 0.15
+
+
+def device_memory_gb(probe: dict[str, Any], device: str, file: str) -> tuple[float, str]:
+    """One device's memory (GB) and where the figure comes from: what the probe read from the
+    device, or for a probe file that predates that field the size its device name states
+    ("NVIDIA H100 80GB HBM3"); never the host's RAM."""
+    got = probe.get("device_memory_bytes")
+    if got:
+        return float(got) / 1e9, f"device memory {float(got) / 1e9:.2f} GB (torch total_memory)"
+    named = re.search(r"(\d+)\s*GB", device)
+    if named:
+        gb = float(named.group(1))
+        return gb, f"{gb:.0f} GB as the device name states ({device}; the probe file predates "
+        "device_memory_bytes)"
+    raise UserError(
+        f"the probe file records no device memory for {device!r}",
+        file=file,
+        hint="re-run the probe with this version of clustersim (it records "
+        "device_memory_bytes), or give the calibrated GPU profile's memory_gb by hand",
+    )
 
 
 def calibrate(probe: dict[str, Any], file: str, name: str) -> Calibration:
@@ -189,8 +210,12 @@ def calibrate(probe: dict[str, Any], file: str, name: str) -> Calibration:
         mf.job,
     )
     mem_bytes = float(probe.get("memory_bytes") or 0)
-    gpu_mem = mem_bytes / max(1, ppn) / 1e9 if is_cpu else mem_bytes / 1e9
     device = (probe.get("cpu_model") if is_cpu else (probe.get("devices") or ["?"])[0]) or "?"
+    if is_cpu:
+        gpu_mem = mem_bytes / max(1, ppn) / 1e9
+        held_what = f"host memory {mem_bytes / 1e9:.1f} GB (sysconf) split over {ppn} processes"
+    else:
+        gpu_mem, held_what = device_memory_gb(probe, device, file)
     gpu: dict[str, Any] = {
         "kind": "gpu",
         "name": name,
@@ -205,12 +230,7 @@ def calibrate(probe: dict[str, Any], file: str, name: str) -> Calibration:
             else ""
         ),
         "vendor": "other" if is_cpu else "nvidia",
-        "memory_gb": S(
-            max(gpu_mem, 0.1),
-            f"host memory {mem_bytes / 1e9:.1f} GB (sysconf) split over {ppn} processes"
-            if is_cpu
-            else "device memory",
-        ),
+        "memory_gb": S(max(gpu_mem, 0.1), held_what),
         "memory_bandwidth_gbps": S(bw, mf.bandwidth_what),
         "tdp_w": S(0.0, "not measured by the probe (power unknown; 0 = unknown)"),
         "peak_tflops": peaks,

@@ -109,6 +109,12 @@ class Probe(CollectivePhase, DevicePhases, JobOpsPhase, TrainPhase):
             "cpu_model": _cpu_model(),
             "cpu_count": os.cpu_count(),
             "memory_bytes": _memory_bytes(),
+            # what one device holds (the host's RAM above is not it)
+            "device_memory_bytes": (
+                int(self.torch.cuda.get_device_properties(self.device).total_memory)
+                if self.cuda
+                else None
+            ),
             "world_size": self.world,
             "nodes": self.nodes,
             "procs_per_node": self.local_world,

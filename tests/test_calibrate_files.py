@@ -131,3 +131,25 @@ def test_validate_csv_keeps_the_intervals_and_the_note() -> None:
     assert rows[0]["measured_low_s"] == 0.19 and rows[0]["predicted_high_s"] == 0.24
     assert rows[0]["note"] == "intervals overlap" and "note" in keys
     assert rows[1]["measured_low_s"] == "" and rows[1]["skipped"]
+
+
+def test_a_gpu_probes_memory_is_the_devices_never_the_hosts() -> None:
+    """A GPU's calibrated memory is what the probe read from the device (torch total_memory);
+    a probe file that predates that field falls back on the size its device name states, and
+    one with neither is refused: the host's RAM (here 135 GB) once made plans that do not fit
+    on an 80 GB H100 look as if they fit."""
+    from conftest import h100_probe_two_ranks
+
+    from calibrate.fit import calibrate
+    from simulator.errors import UserError
+
+    probe = h100_probe_two_ranks()
+    assert probe["memory_bytes"] > 100e9  # the host's
+    probe["device_memory_bytes"] = 85_520_809_984
+    assert calibrate(probe, "p.json", "zz").gpu["memory_gb"]["value"] == pytest.approx(85.5208)
+    del probe["device_memory_bytes"]
+    got = calibrate(probe, "p.json", "zz").gpu["memory_gb"]
+    assert got["value"] == 80 and "device name" in got["source"]
+    probe["devices"] = ["NVIDIA L40S"]
+    with pytest.raises(UserError, match="no device memory"):
+        calibrate(probe, "p.json", "zz")
