@@ -371,3 +371,21 @@ def test_full_mode_books_waiting_for_late_collective_peers_as_imbalance() -> Non
     assert all(a["imbalance"] == 0.0 for a in across)
     for r in ranks.values():
         assert sum(r.acc.values()) == pytest.approx(res.engine.step_time, rel=1e-9)
+
+
+@pytest.mark.parametrize("factor", [0.1, 0.5])
+def test_an_in_step_factor_below_one_never_beats_the_gpus_peak(factor: float) -> None:
+    """``efficiency.in_step_factor`` below 1 (a calibrated step that ran faster than its
+    operations timed alone) shortens operations, but none below its FLOPs at the GPU's peak:
+    MFU and HFU stay under 1 (a factor of 0.1 once printed an MFU of 438%)."""
+    from conftest import REPO
+
+    from simulator.config.loading import load_scenario
+    from simulator.simulate import simulate
+
+    path = REPO / "scenarios" / "llama3-8b-8xh100.yaml"
+    rs = load_scenario(path, [f"cluster.gpu.efficiency.in_step_factor={factor}"])
+    m = simulate(rs, scaling=False).metrics
+    base = simulate(load_scenario(path), scaling=False).metrics
+    assert m.step_time_s < base.step_time_s
+    assert 0 < m.mfu <= m.hfu <= 1.0

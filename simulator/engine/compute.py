@@ -240,11 +240,16 @@ class OpTimer:
                 t = self.gemm_time(b, m, k, n, w, read) + self.gemm_time(b, k, n, m, w, write)
             else:
                 t = self.gemm_time(b, m, n, k, w, read)
-            return t * self.scale
+            passes = 2.0 if op.backward else 1.0
+            return self._scaled(
+                t, passes * 2.0 * b * m * n * k / (self.wide_peak if w else self.gemm_peak)
+            )
+        floor = 0.0
         if op.kind == "gemm":
             if op.flops <= 0:
                 return 0.0
             t = op.flops / (self.gemm_peak * self.gemm_efficiency(op.flops))
+            floor = op.flops / self.gemm_peak
         elif op.kind == "attention":
             eff = max(
                 _on_curve(self.attn_eff, self.attn_half, op.kv_len),
@@ -258,20 +263,26 @@ class OpTimer:
             pair = max(3.0 * fwd_flops / (self.attn_peak * eff), 3.0 * fwd_bytes / self.mem_bw)
             part = 1.0 - self.attn_fwd_share if op.backward else self.attn_fwd_share
             t = pair * part
+            floor = 3.0 * fwd_flops / self.attn_peak * part
         elif op.kind == "memory":
             t = tiered_seconds(op.bytes, self.mem_bw, self.cache_bytes, self.cache_bw, op.footprint)
         else:
             raise ValueError(op.kind)
-        return (t + self.launch) * self.scale
+        return self._scaled(t + self.launch, floor)
+
+    def _scaled(self, t: float, floor: float = 0.0) -> float:
+        """``t`` times the in-step factor; a factor below 1 (a step that ran faster than its
+        operations alone) never takes an operation below its FLOPs at the GPU's peak."""
+        return t * self.scale if self.scale >= 1.0 else max(t * self.scale, floor)
 
     def memory_time(self, nbytes: float) -> float:
         t = tiered_seconds(nbytes, self.mem_bw, self.cache_bytes, self.cache_bw)
-        return (t + self.launch) * self.scale
+        return self._scaled(t + self.launch)
 
     def optimizer_time(self, nbytes: float, tensors: int = 0) -> float:
         """The optimizer step over ``nbytes`` of traffic, counted with each tensor touched once,
         visiting ``tensors`` parameter tensors."""
-        return (nbytes / self.opt_bw + tensors * self.opt_tensor_s + self.launch) * self.scale
+        return self._scaled(nbytes / self.opt_bw + tensors * self.opt_tensor_s + self.launch)
 
 
 def offload_wait(rs: ResolvedScenario, layer_s: float) -> Program:
