@@ -25,8 +25,12 @@ checkpoint continuously.
 
 Checkpoints are written by the nodes that hold a shard of the state: every node where the
 optimizer state is sharded over data parallelism (ZeRO/FSDP, Megatron's distributed
-optimizer), else the nodes of one data-parallel replica (plain DDP saves one copy); a restart
-reads the state back on every node.
+optimizer), else the nodes of one data-parallel replica (plain DDP saves one copy: its
+tensor-, pipeline- and context-parallel ranks, wherever the layout puts them). A restart reads
+back what every GPU holds: each data-parallel replica loads the parts of the state that are
+replicated over data parallelism (the working weights unless ZeRO-3/FSDP shards them, the
+optimizer state without ZeRO), so a plain-DDP job of DP replicas reads DP copies, over every
+node's read bandwidth up to the storage's aggregate.
 """
 
 from __future__ import annotations
@@ -37,7 +41,8 @@ from dataclasses import dataclass
 from .config.prices import CloudPrice
 from .config.scenario import ResolvedScenario
 from .errors import UserError
-from .workload.memory import bytes_per_param
+from .network.topology import layout_of
+from .workload.memory import bytes_per_param, shard_group
 from .workload.model import param_count
 
 DEFAULT_INTERVAL_MIN = 30.0
@@ -65,6 +70,9 @@ class Checkpoint:
     bytes: float
     write_s: float
     read_s: float
+    read_bytes: float = 0.0
+    """What a restart loads over every GPU: ``bytes`` with the replicated parts once per
+    data-parallel replica."""
 
 
 @dataclass(frozen=True)
@@ -79,24 +87,38 @@ class Goodput:
 
 def checkpoint(rs: ResolvedScenario) -> Checkpoint:
     """The model state a restart needs (working weights, master weights and optimizer states;
-    no gradients), written by the nodes that hold a shard of it (see the module docstring) and
-    read back by every node: per-node bandwidth times those nodes, capped by the storage
-    system's aggregate."""
+    no gradients), written by the nodes that hold a shard of it and loaded by every GPU, each
+    replicated part once per data-parallel replica (see the module docstring): per-node
+    bandwidth times those nodes, capped by the storage system's aggregate."""
     params = param_count(rs.model, rs.training.seq_len)
     w, _, opt = bytes_per_param(rs)
     size = params * (w + opt)
     st = rs.storage
-    if rs.zero_stage >= 1:
+    z, replicas = rs.zero_stage, rs.dp_cp
+    copies = replicas / shard_group(rs)  # HSDP: the shard groups hold a copy each
+    weights = w * (copies if z >= 3 else replicas)
+    loaded = params * (weights + opt * (copies if z >= 1 else replicas))
+    if z >= 1:
         writers = rs.nodes
-    else:  # one replica's model-parallel group: TP x PP x CP GPUs
-        writers = min(rs.nodes, max(1, math.ceil(rs.tp * rs.pp * rs.cp / rs.gpus_per_node)))
+    else:  # the nodes of data-parallel replica 0: its TP x PP x CP ranks
+        lay = layout_of(rs)
+        writers = len(
+            {
+                lay.node(lay.rank(t, c, 0, p))
+                for t in range(rs.tp)
+                for c in range(rs.cp)
+                for p in range(rs.pp)
+            }
+        )
     write = st.write_gbps_per_client.value * writers
     if st.aggregate_write_gbps is not None:
         write = min(write, st.aggregate_write_gbps.value)
     read = st.read_gbps_per_client.value * rs.nodes
     if st.aggregate_read_gbps is not None:
         read = min(read, st.aggregate_read_gbps.value)
-    return Checkpoint(bytes=size, write_s=size / (write * 1e9), read_s=size / (read * 1e9))
+    return Checkpoint(
+        bytes=size, write_s=size / (write * 1e9), read_s=loaded / (read * 1e9), read_bytes=loaded
+    )
 
 
 def _best_interval(lam: float, delta: float) -> float:

@@ -88,15 +88,36 @@ def test_checkpoints_fall_between_steps(step_s: float) -> None:
 
 def test_checkpoint_writers_are_the_nodes_holding_a_shard() -> None:
     """Plain DDP saves one replica's copy (one node writes here); with the optimizer state
-    sharded over DP every node writes its shard. Every node reads on a restart."""
+    sharded over DP every node writes its shard. On a restart every replica loads what is
+    replicated: plain DDP the whole state DP times, ZeRO-1 its 16-bit weights DP times and
+    the optimizer state once, ZeRO-3 everything once."""
+    from simulator.workload.model import param_count
+
     data = inline_scenario(nodes=4, seq_len=1000, global_batch=992)
     ddp = resolve_dict(data)
     data["parallelism"] = {"sharding": {"kind": "zero", "stage": 1}}
     zero1 = resolve_dict(data)
-    a, b = checkpoint(ddp), checkpoint(zero1)
-    assert a.bytes == pytest.approx(b.bytes)
+    data["parallelism"] = {"sharding": {"kind": "zero", "stage": 3}}
+    zero3 = resolve_dict(data)
+    a, b, c = checkpoint(ddp), checkpoint(zero1), checkpoint(zero3)
+    assert a.bytes == pytest.approx(b.bytes) == pytest.approx(c.bytes)
     assert a.write_s == pytest.approx(4 * b.write_s)
-    assert a.read_s == pytest.approx(b.read_s)
+    psi, dp = param_count(ddp.model, 1000), ddp.dp_cp
+    assert dp > 1
+    assert a.read_bytes == pytest.approx(dp * a.bytes)
+    assert b.read_bytes == pytest.approx(psi * (2 * dp + 12))
+    assert c.read_bytes == pytest.approx(c.bytes)
+    assert a.read_s == pytest.approx(a.read_bytes / b.read_bytes * b.read_s)
+
+
+def test_plain_ddp_writers_are_the_nodes_of_one_replica_wherever_its_stages_sit() -> None:
+    """With pipeline parallelism, data-parallel replica 0's stages sit on different nodes
+    (ranks are laid out TP fastest, then CP, DP, PP): each of those nodes writes its stage."""
+    data = inline_scenario(nodes=4, seq_len=1000, global_batch=992)
+    flat = checkpoint(resolve_dict(data))
+    data["parallelism"] = {"pp": 4}
+    piped = checkpoint(resolve_dict(data))
+    assert piped.write_s == pytest.approx(flat.write_s / 4)
 
 
 def test_slower_checkpoint_storage_never_makes_more_progress() -> None:
@@ -118,10 +139,10 @@ def test_checkpoint_holds_weights_and_optimizer_state() -> None:
     psi = param_count(rs.model, rs.training.seq_len)
     ck = checkpoint(rs)
     # bf16 weights, fp32 master weights and two Adam moments: 14 bytes per parameter, written
-    # at the test storage's 5 GB/s per node and read at 10 GB/s.
+    # at the test storage's 5 GB/s per node and read at 10 GB/s, once per replica.
     assert ck.bytes == pytest.approx(14 * psi)
     assert ck.write_s == pytest.approx(14 * psi / 5e9)
-    assert ck.read_s == pytest.approx(14 * psi / 10e9)
+    assert ck.read_s == pytest.approx(rs.dp_cp * 14 * psi / 10e9)
 
 
 def test_a_node_smaller_than_the_instance_rents_a_whole_instance() -> None:
