@@ -234,20 +234,37 @@ def _outlasts(rs: ResolvedScenario, days: float | None) -> list[str]:
         return []
     years = days / (HOURS_PER_YEAR / 24.0)
     price = rs.price
-    if isinstance(price, OwnershipPrice) and years > price.amortisation_years.value > 0:
+    util = rs.price_utilisation
+    if isinstance(price, OwnershipPrice) and price.amortisation_years.value > 0:
         life = price.amortisation_years.value
-        return [
-            f"the run ({days:,.1f} days) outlasts the hardware's {life:g}-year amortisation: "
-            f"it is charged {years / (life * rs.price_utilisation):.2f}× the purchase price "
-            "(a longer "
-            "amortisation_years, or more GPUs, lowers it)"
-        ]
+        charged = years / (life * util)
+        if years > life:
+            return [
+                f"the run ({days:,.1f} days) outlasts the hardware's {life:g}-year "
+                f"amortisation: it is charged {charged:.2f}× the purchase price (a longer "
+                "amortisation_years, or more GPUs, lowers it)"
+            ]
+        if charged > 1.0:
+            return [
+                f"the run ({days:,.1f} days, {years / life:.1%} of the hardware's {life:g}-year "
+                f"life) is charged {charged:.2f}× the purchase price: "
+                f"cluster.pricing.utilisation ({util:g}) says the cluster is busy only "
+                f"{util:.0%} of its life, less than this run alone takes"
+            ]
     term = price.reserved_term_years if isinstance(price, CloudPrice) else None
-    if rs.price_tier == "reserved" and term is not None and years > term:
-        return [
-            f"the run ({days:,.1f} days) outlasts the {term:g}-year reserved term: it needs "
-            "a second commitment, priced here at the same rate"
-        ]
+    if rs.price_tier == "reserved" and term is not None:
+        if years > term:
+            return [
+                f"the run ({days:,.1f} days) outlasts the {term:g}-year reserved term: it "
+                "needs a second commitment, priced here at the same rate"
+            ]
+        if years > term * util:
+            return [
+                f"the run ({days:,.1f} days, {years / term:.1%} of the {term:g}-year reserved "
+                f"term) is charged {years / (term * util):.2f}× the term's rent: "
+                f"cluster.pricing.utilisation ({util:g}) says the term is used only "
+                f"{util:.0%}, less than this run alone takes"
+            ]
     return []
 
 
@@ -278,6 +295,13 @@ def _cloud(rs: ResolvedScenario, price: CloudPrice) -> _Parts:
             f"{instances // rs.nodes} whole {size}-GPU {price.instance}, so {billed} GPUs are "
             f"billed for the {rs.gpus} the job uses (set cluster.gpus_per_node to a multiple "
             f"of {size}, or price a {rs.gpus_per_node}-GPU instance)"
+        )
+    elif rs.gpus_per_node > size:
+        assumptions.append(
+            f"each {rs.gpus_per_node}-GPU node is priced as {rs.gpus_per_node // size} "
+            f"instances of {price.instance} ({size} GPU each): separate instances do not "
+            f"share the node's {rs.fabric.display_name} as the simulated node does (price an "
+            f"instance of {rs.gpus_per_node} GPUs for a like-for-like rate)"
         )
     kept = rs.price_utilisation  # share of the reserved term in use
     if tier == "reserved":

@@ -247,7 +247,8 @@ def run_goodput(rs: ResolvedScenario, step_s: float, notes: list[str]) -> float:
         )
     notes.append(
         f"interruptions: {'; '.join(rates)}. {how[0].upper()}{how[1:]}; a restart takes "
-        f"{g.restart_s / 60:.1f} min (new capacity, start-up, reading the checkpoint back), "
+        f"{g.restart_s / 60:.1f} min (new capacity, start-up, every GPU reading its part "
+        f"back: {ck.read_bytes / 1e9:,.0f} GB in all), "
         f"then the work since the last checkpoint is re-done: {g.goodput:.1%} of wall time "
         f"makes progress, so time to train and $ per useful step are {1.0 / g.goodput:.3f}× "
         "the uninterrupted figures"

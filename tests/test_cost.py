@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -347,3 +348,56 @@ def test_a_run_longer_than_the_hardware_life_or_the_reserved_term_says_so() -> N
     data["run"] = {"tokens": 1e13}  # ~3 years at this step time, past the 1-year term
     r = cost(resolve_dict(data), step=10.0)
     assert any("outlasts the 1-year reserved term" in a for a in r.assumptions)
+
+
+def test_a_run_that_alone_exceeds_the_utilisation_it_assumes_says_so() -> None:
+    """Capex is charged per hour at capex / (life x utilisation): a run that takes more of the
+    hardware's life than the utilisation allows is charged more than the purchase price, and
+    a reserved term's rent likewise. Both say so, with the ratio; a run within it does not."""
+    data = copy.deepcopy(priced(OWNED, amortisation_years=fig(4)).raw)
+    data["run"] = {"tokens": 1e12}
+    data["cluster"]["pricing"]["utilisation"] = 0.05
+    r = cost(resolve_dict(data), step=10.0)
+    days = r.time_to_train_days
+    assert days is not None and 0.05 < days / 365.25 / 4 < 1
+    note = [a for a in r.assumptions if "utilisation (0.05)" in a]
+    assert len(note) == 1 and f"{days / 365.25 / 4 / 0.05:.2f}× the purchase price" in note[0]
+    data["cluster"]["pricing"]["utilisation"] = 1.0
+    assert not any("utilisation (" in a for a in cost(resolve_dict(data), step=10.0).assumptions)
+    data = copy.deepcopy(priced(CLOUD, tier="reserved").raw)
+    data["run"] = {"tokens": 2e12}  # ~0.6 years at this step time, within the 1-year term
+    data["cluster"]["pricing"]["utilisation"] = 0.3
+    r = cost(resolve_dict(data), step=10.0)
+    assert any("of the 1-year reserved term) is charged" in a for a in r.assumptions)
+
+
+def test_the_table_shows_how_the_cost_was_reached() -> None:
+    """The cost table is followed by its assumptions (the JSON's ``cost.assumptions``): a
+    4-GPU node billed as a whole 8-GPU instance says so where the user reads $ per GPU-hour."""
+    from conftest import run_cli
+
+    r = run_cli(
+        "simulate",
+        "llama3-70b-64xh100",
+        "--set",
+        "cluster.pricing=lambda-h100-sxm",
+        "--set",
+        "cluster.gpus_per_node=4",
+        "--set",
+        "parallelism.tp=4",
+    )
+    assert r.returncode == 0, r.stderr
+    text = " ".join(r.stdout.split())
+    assert "whole" in text and "instance" in text and "idle cost:" in text
+
+
+def test_a_node_larger_than_the_instance_says_its_fabric_is_not_what_is_priced() -> None:
+    """Eight 1-GPU cloud instances do not make one 8-GPU node: the price holds, but the note
+    says the simulated node's fabric is not what those instances have."""
+    from simulator.config.loading import load_scenario
+
+    rs = load_scenario(Path(__file__).parents[1] / "scenarios" / "dp-over-pcie.yaml")
+    r = compute_cost(rs, 1.0, 0.1)
+    assert r is not None
+    assert any("separate instances do not share" in a for a in r.assumptions)
+    assert not any("separate instances" in a for a in cost(priced(CLOUD)).assumptions)

@@ -220,7 +220,7 @@ def print_simulation(d: dict[str, Any], console: Console) -> None:
         ct = Table(title=f"cost ({safe(c['model'])})", show_header=False)
         ct.add_column("item", style="cyan")
         ct.add_column("value", justify="right")
-        ct.add_row("$ per GPU-hour", usd(c["usd_per_gpu_hour"]))
+        ct.add_row("$ per GPU-hour (of the GPUs used)", usd(c["usd_per_gpu_hour"]))
         ct.add_row("$ per step", usd(c["usd_per_step"]))
         ct.add_row("$ per million tokens", usd(c["usd_per_million_tokens"]))
         if c.get("usd_total") is not None:
@@ -230,3 +230,5 @@ def print_simulation(d: dict[str, Any], console: Console) -> None:
             what = "purchase price" if c["model"] == "ownership" else "reserved term's rent"
             ct.add_row(f"$ committed ({what})", usd(c["usd_commitment"]))
         console.print(ct)
+        for line in c.get("assumptions") or []:
+            console.print(f"[dim]·[/dim] {safe(line)}")
