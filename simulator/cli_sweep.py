@@ -282,7 +282,19 @@ def sweep(
         t.add_column(col, justify="right" if col not in ("layout", "tier") else "left")
     for r in front:
         t.add_row(*sweep_cells(r)[:-1])
-    out.print(t)
+    if front:
+        out.print(t)
+    elif ok and not any(r.get("usd_per_million_tokens") not in (None, "") for r in ok):
+        out.print(
+            "no Pareto front: no point is priced, and the front weighs time against cost "
+            "(give the base scenario a cluster.pricing, or an axis over it)"
+        )
+    elif ok:
+        out.print(
+            "no Pareto front: no point with a valid plan is "
+            + ("an owned" if own else "a rented")
+            + " cluster"
+        )
     committed = [r for r in front if r.get("usd_commitment") not in (None, "")]
     if committed:
         out.print(
@@ -327,6 +339,14 @@ def sweep(
                 + "): "
                 + " | ".join(safe(c) for c in sweep_cells(chosen, True) if c)
             )
+            held = chosen.get("usd_commitment")
+            if budget_usd is not None and held not in (None, "") and float(held) > budget_usd:
+                out.print(
+                    f"note: point {chosen['point']} meets --budget-usd with what its run is "
+                    f"charged, but commits ${float(held):,.0f} up front (a purchase price or a "
+                    "reserved term's whole rent), above the budget; on-demand and spot tiers "
+                    "commit nothing"
+                )
     if plot is not None:
         from .report import plots
 

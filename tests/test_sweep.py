@@ -140,8 +140,9 @@ def test_interrupted_then_resumed_sweep_gives_the_same_file(tmp_path: Path) -> N
 
 
 def test_a_damaged_row_is_evaluated_again_on_resume(tmp_path: Path) -> None:
-    """Text in a number column, a negative or NaN figure, a row that is no mapping: the point
-    is simulated again and the final file is the undamaged one."""
+    """Text in a number column, a negative or NaN figure, a blanked figure, a deleted column,
+    a row that is no mapping: the point is simulated again and the final file is the
+    undamaged one."""
     import csv
 
     spec = _spec(tmp_path)
@@ -150,6 +151,8 @@ def test_a_damaged_row_is_evaluated_again_on_resume(tmp_path: Path) -> None:
     rows = list(csv.DictReader(whole.open()))
     for col, bad in (("point_rows", "abc"), ("mfu", "abc"), ("time_to_train_days", "-3")) + (
         ("usd_total", "nan"),
+        ("step_time_s", ""),
+        ("usd_per_million_tokens", ""),
     ):
         hurt = tmp_path / f"{col}.csv"
         damaged = [dict(r) for r in rows]
@@ -160,6 +163,14 @@ def test_a_damaged_row_is_evaluated_again_on_resume(tmp_path: Path) -> None:
             w.writerows(damaged)
         _run(spec, hurt)
         assert hurt.read_text() == whole.read_text(), col
+    cut = tmp_path / "cut.csv"
+    kept = [c for c in rows[0] if c != "mfu"]
+    with cut.open("w") as fh:
+        w = csv.DictWriter(fh, fieldnames=kept, lineterminator="\n", extrasaction="ignore")
+        w.writeheader()
+        w.writerows(rows)
+    _run(spec, cut)
+    assert cut.read_text() == whole.read_text()
     lines = tmp_path / "rows.jsonl"
     _run(spec, lines)
     good = lines.read_text()

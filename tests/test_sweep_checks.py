@@ -377,3 +377,33 @@ def test_a_terminated_sweep_stops_its_workers_at_once_and_resumes(tmp_path: Path
         d for d in Path("/proc").iterdir() if d.name.isdigit() and str(out).encode() in cmdline(d)
     ], "a worker outlived the sweep"
     assert subprocess.run(cmd, capture_output=True, timeout=300).returncode == 0
+
+
+def test_an_unpriced_sweep_says_why_it_has_no_front(tmp_path: Path) -> None:
+    data = yaml.safe_load(BASE.read_text())
+    data["cluster"].pop("pricing", None)
+    base = tmp_path / "unpriced.yaml"
+    base.write_text(yaml.safe_dump(data))
+    spec = _write(tmp_path, "u.yaml", base=str(base), axes=[{"training.global_batch": [32]}])
+    res = run_cli("sweep", str(spec), "--out", str(tmp_path / "u.csv"))
+    assert res.returncode == 0, res.stderr
+    text = " ".join(res.stdout.split())
+    assert "no Pareto front: no point is priced" in text
+
+
+def test_a_budget_met_by_the_runs_charge_but_not_by_its_commitment_says_so(
+    tmp_path: Path,
+) -> None:
+    """--budget-usd compares what the run is charged; an owned cluster that meets it still
+    commits its purchase price up front, and the answer says so."""
+    data = yaml.safe_load(BASE.read_text())
+    data["cluster"]["pricing"] = {"profile": "own-dgx-h100"}
+    data["run"] = {"tokens": 1e9}
+    base = tmp_path / "owned.yaml"
+    base.write_text(yaml.safe_dump(data))
+    spec = _write(tmp_path, "o.yaml", base=str(base), axes=[{"training.global_batch": [32]}])
+    out = str(tmp_path / "o.csv")
+    res = run_cli("sweep", str(spec), "--out", out, "--best", "time", "--budget-usd", "1000")
+    assert res.returncode == 0, res.stderr
+    text = " ".join(res.stdout.split())
+    assert "commits $" in text and "above the budget" in text

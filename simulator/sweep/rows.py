@@ -59,9 +59,25 @@ def _parse(value: str) -> Any:
 NUMBER_COLUMNS = frozenset(COLUMNS) - TEXT_COLUMNS - {"sweep", "sequence_parallel"}
 
 
+# What every evaluated ("ok") row holds, and what a priced one holds besides: a row missing
+# one (a blanked cell, a deleted column) cannot stand for its point.
+OK_FIGURES = (
+    "memory_gb_per_gpu",
+    "step_time_s",
+    "tokens_per_s",
+    "tokens_per_s_per_gpu",
+    "mfu",
+    "model_tflops_per_gpu",
+    "goodput",
+    *(c for c in COLUMNS if c.startswith("idle_") or c in ("compute_s", "optimizer_s")),
+)
+PRICED_FIGURES = ("usd_per_gpu_hour", "usd_per_million_tokens")
+
+
 def _sound(row: Any) -> bool:
     """Whether a row read back from ``--out`` can stand for its point: a mapping whose number
-    columns hold numbers (an edited or damaged file may hold text, NaN or a negative time)."""
+    columns hold numbers (an edited or damaged file may hold text, NaN or a negative time),
+    with every figure an evaluated point has."""
     if not isinstance(row, dict):
         return False
     n = row.get("point_rows")
@@ -74,6 +90,14 @@ def _sound(row: Any) -> bool:
         if isinstance(v, bool) or not isinstance(v, (int, float)):
             return False
         if not math.isfinite(v) or v < 0:
+            return False
+    if row.get("status") == "ok":
+        wanted = list(OK_FIGURES)
+        if row.get("pricing"):
+            wanted += PRICED_FIGURES
+            if row.get("time_to_train_days") is not None:
+                wanted += ("usd_total", "usd_idle")
+        if any(row.get(c) is None for c in wanted):
             return False
     return True
 
