@@ -18,8 +18,10 @@ METRICS: list[tuple[str, str, str, Any]] = [
     ("mfu", "MFU", "high", "{:.1%}"),
     ("memory_gb_per_gpu", "memory per GPU (GB)", "low", "{:.1f}"),
     ("usd_per_million_tokens", "$ per million tokens", "low", usd),
+    ("goodput", "wall time making progress", "high", "{:.1%}"),
     ("time_to_train_days", "time to train", "low", duration),
     ("usd_total", "$ for the token budget", "low", usd),
+    ("usd_commitment", "$ committed up front", "low", usd),
 ]
 
 CATEGORY_LABELS = {
@@ -51,8 +53,11 @@ def _values(d: dict[str, Any]) -> dict[str, float | None]:
         "mfu": d["mfu"],
         "memory_gb_per_gpu": d["memory_gb_per_gpu"],
         "usd_per_million_tokens": c.get("usd_per_million_tokens"),
+        "goodput": d.get("goodput"),
         "time_to_train_days": d.get("time_to_train_days"),
         "usd_total": c.get("usd_total"),
+        # a purchase or a reserved term; a priced on-demand or spot run commits nothing
+        "usd_commitment": (c.get("usd_commitment") or 0.0) if c else None,
     }
 
 
@@ -103,6 +108,12 @@ def _why(a: dict[str, Any], b: dict[str, Any], key: str) -> str:
         pb = (b.get("cost") or {}).get("usd_per_gpu_hour")
         if pa is not None and pb is not None and pa < pb and _differs(pa, pb):
             reasons.append(f"${pa:.2f} vs ${pb:.2f} per GPU-hour")
+            held = (a.get("cost") or {}).get("usd_commitment")
+            if held:
+                reasons.append(
+                    f"charged only its own hours of ${held:,.0f} committed up front, as if other "
+                    "work kept the rest busy (cluster.pricing.utilisation)"
+                )
     if key in ("usd_per_million_tokens", "usd_total", "time_to_train_days"):
         ga, gb = _goodput(a), _goodput(b)
         if ga > gb and f"{ga:.1%}" != f"{gb:.1%}":

@@ -57,3 +57,30 @@ def test_two_level_at_the_top_of_three_name_no_best(tmp_path: Path) -> None:
     assert res.returncode == 0, res.stderr
     step = next(m for m in json.loads(res.stdout)["metrics"] if m["metric"] == "step_time_s")
     assert step["best"] is None and "tie for best" in step["verdict"]
+
+
+def test_an_owned_cluster_named_cheapest_shows_its_commitment_and_spot_its_lost_time(
+    tmp_path: Path,
+) -> None:
+    """Owned hardware is charged only the run's own hours of its life: compare shows what it
+    commits up front and says so where it names it cheapest; spot's throughput per step is
+    the same, but the share of wall time making progress is not."""
+    data = read_yaml(SC)
+    paths = []
+    for name, pricing in (
+        ("od", {"profile": "aws-p5-h100", "tier": "on_demand"}),
+        ("spot", {"profile": "aws-p5-h100", "tier": "spot"}),
+        ("own", {"profile": "own-dgx-h100"}),
+    ):
+        d = dict(data, name=name)
+        d["cluster"] = dict(data["cluster"], pricing=pricing)
+        paths.append(tmp_path / f"{name}.yaml")
+        paths[-1].write_text(yaml.safe_dump(d))
+    res = run_cli("compare", *map(str, paths), "--format", "json")
+    assert res.returncode == 0, res.stderr
+    m = {x["metric"]: x for x in json.loads(res.stdout)["metrics"]}
+    held = m["usd_commitment"]["values"]
+    assert held[0] == held[1] == 0 and held[2] > 1e6
+    assert m["usd_total"]["best"] == "own" and "committed up front" in m["usd_total"]["verdict"]
+    progress = m["goodput"]["values"]
+    assert progress[1] < progress[0] == progress[2]
