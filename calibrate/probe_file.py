@@ -4,6 +4,7 @@ incomplete probe refused with one clear message naming what is missing."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +57,14 @@ def load_probe(path: str | Path) -> dict[str, Any]:
             hint="give the JSON file `clustersim probe --out` wrote",
         ) from None
     except json.JSONDecodeError as exc:
+        if exc.pos == 0 and re.match(r"\s*[A-Za-z_#-]", text):
+            # not JSON from its first character: a YAML file (a scenario, say), not damage
+            raise UserError(
+                "this is not a probe file (it is not JSON; a scenario or other YAML file?)",
+                file=file,
+                hint="give the JSON file `clustersim probe --out` wrote; a scenario goes to "
+                "`clustersim simulate`",
+            ) from None
         raise UserError(
             f"probe file is not valid JSON (line {exc.lineno}: {exc.msg}); it "
             "looks truncated or damaged",

@@ -243,6 +243,14 @@ def find_sweep(name: str) -> Path:
     for cand in (bundled / p.name, bundled / f"{p.name}.yaml", bundled / f"{p.stem}.yaml"):
         if cand.is_file():
             return cand
+    if (bundled.parent / f"{p.stem}.yaml").is_file():
+        sweeps = ", ".join(q.stem for q in sorted(bundled.glob("*.yaml")))
+        raise UserError(
+            "is a bundled scenario, not a sweep spec",
+            file=name,
+            hint=f"run it with clustersim simulate {p.stem}, or give a sweep spec whose "
+            f"base is it (bundled sweeps: {sweeps})",
+        )
     return p
 
 

@@ -32,6 +32,7 @@ GPU_80GB: dict[str, Any] = {
     "vendor": "nvidia",
     "memory_gb": fig(80),
     "memory_bandwidth_gbps": fig(3350),
+    "nvlink_gbps": fig(450),
     "tdp_w": fig(700),
     "peak_tflops": {"bf16": fig(989.4), "fp16": fig(989.4), "fp8": fig(1978.9)},
     "efficiency": {

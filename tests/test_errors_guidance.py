@@ -147,3 +147,18 @@ def test_a_bare_figure_in_a_profile_file_needs_its_source(tmp_path: Path) -> Non
     assert "memory_bandwidth_gbps: a figure in a profile file needs its source" in res.stderr
     ok = run_cli("check", "llama3-8b-8xh100", "--set", "cluster.gpu.memory_bandwidth_gbps=3000")
     assert ok.returncode == 0, ok.stderr
+
+
+def test_a_command_given_the_other_kind_of_file_says_which_it_is() -> None:
+    """A scenario given to calibrate is not a damaged probe file, a bundled scenario's name
+    given to sweep is not a missing file, and an unquoted YAML `no` is a boolean: each says
+    so, with exit 2."""
+    from conftest import REPO, run_cli
+
+    res = run_cli("calibrate", str(REPO / "scenarios" / "llama3-8b-8xh100.yaml"), "--name", "zz")
+    assert res.returncode == 2 and "not a probe file" in res.stderr
+    assert "truncated" not in res.stderr
+    res = run_cli("sweep", "llama3-8b-8xh100", "--out", "x.csv")
+    assert res.returncode == 2 and "is a bundled scenario, not a sweep spec" in res.stderr
+    res = run_cli("check", "llama3-8b-8xh100", "--set", "parallelism.recompute=no")
+    assert res.returncode == 2 and "quote the word" in res.stderr

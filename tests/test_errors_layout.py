@@ -221,6 +221,8 @@ def test_sharding_and_chunk_checks(parallelism: dict[str, Any], path: str, says:
     [
         (("cluster.gpu=mi300x",), "joins NVIDIA GPUs only"),
         (("cluster.fabric=infinity-fabric-mi300x",), "joins AMD GPUs only"),
+        # a PCIe card has no NVLink to a switch
+        (("cluster.gpu=l40s", "cluster.pricing=null"), "has no NVLink to a switch"),
     ],
 )
 def test_a_fabric_of_another_vendor_is_refused(sets: tuple[str, ...], says: str) -> None:
@@ -274,3 +276,37 @@ def test_a_sequence_past_a_learned_position_table_is_noted() -> None:
     assert any("learns 2048 positions" in n for n in notes)
     checked = run_cli("check", "gpt3-175b-megatron-1024xa100", "--set", "training.seq_len=4096")
     assert checked.returncode == 0 and "learns 2048 positions" in checked.stderr
+
+
+def test_a_fabric_faster_than_the_gpus_own_nvlink_is_noted() -> None:
+    """An A100 on fourth-generation NVLink is simulated at the fabric's figure (a what-if of a
+    faster link stays possible) with a note that the GPU as built has less."""
+    res = run_cli(
+        "check",
+        "llama3-8b-8xh100",
+        "--set",
+        "cluster.gpu=a100-sxm4-80gb",
+        "--set",
+        "cluster.pricing=null",
+    )
+    assert res.returncode == 0, res.stderr
+    assert "more than 'a100-sxm4-80gb' has (300 GB/s" in " ".join(res.stderr.split())
+
+
+def test_a_scenario_without_storage_says_which_it_gets(tmp_path: Any) -> None:
+    import yaml
+
+    p = tmp_path / "nost.yaml"
+    p.write_text(
+        yaml.safe_dump(
+            {
+                "name": "nost",
+                "cluster": {"gpu": "h100-sxm-80gb", "nodes": 1, "fabric": "nvlink4-nvswitch"},
+                "model": "llama3-8b",
+                "training": {"seq_len": 2048, "global_batch": 16, "micro_batch": 1},
+            }
+        )
+    )
+    res = run_cli("check", str(p))
+    assert res.returncode == 0, res.stderr
+    assert "no cluster.storage given" in res.stderr and "'lustre'" in res.stderr

@@ -90,7 +90,10 @@ def test_sweep_point_keys_that_look_like_numbers_stay_keys(tmp_path: Path) -> No
     from simulator.sweep.run import complete_points, read_rows
 
     f = tmp_path / "r.csv"
-    f.write_text("point,point_key,point_rows,status\n0,004201359279,1,ok\n1,37876569e336,1,ok\n")
+    # (rows of points without a plan: an "ok" row must carry its figures)
+    f.write_text(
+        "point,point_key,point_rows,status\n0,004201359279,1,no plan\n1,37876569e336,1,no plan\n"
+    )
     assert set(complete_points(read_rows(f))) == {"004201359279", "37876569e336"}
 
 

@@ -163,6 +163,12 @@ class GPUProfile(_Profile):
         description="GPU-to-host bandwidth per direction, GB/s (PCIe, or NVLink-C2C on a "
         "Grace superchip): what activation offloading moves over; unset: not known",
     )
+    nvlink_gbps: Num | None = Field(
+        default=None,
+        description="NVLink bandwidth of one GPU per direction, GB/s, what an NVSwitch fabric "
+        "can give it; unset: no NVLink to a switch (PCIe cards), and NVSwitch fabrics are "
+        "refused",
+    )
     cache_mb: Num | None = Field(
         default=None,
         description=(

@@ -96,11 +96,19 @@ def check_layout(
             )
     elif model.layers % (par.pp * v):
         what = f"PP={par.pp}" + (f" × {v} virtual stages" if v > 1 else "")
+        more = par.pp * v > model.layers
         raise UserError(
-            f"{what} does not divide the {model.layers} layers of {model.name}",
+            f"{what} "
+            + (
+                f"gives more pipeline chunks than the {model.layers} layers of {model.name}"
+                if more
+                else f"does not divide the {model.layers} layers of {model.name}"
+            ),
             file=file,
             path="parallelism.pp",
-            hint="pick a PP that divides the layers, or give uneven parallelism.stage_layers",
+            hint=f"pick a PP of at most {model.layers // v} that divides the layers"
+            if more
+            else "pick a PP that divides the layers, or give uneven parallelism.stage_layers",
         )
     if tr.global_batch % (dp * tr.micro_batch):
         raise UserError(

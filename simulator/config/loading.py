@@ -241,6 +241,17 @@ def resolve(
             path="cluster.fabric",
             hint="pick a fabric for this GPU (clustersim profiles list fabric), e.g. a PCIe one",
         )
+    if fabric.technology == "nvswitch":
+        link = gpu.nvlink_gbps
+        if link is None:
+            raise UserError(
+                f"fabric '{fabric.name}' is NVLink through NVSwitch, and '{gpu.name}' has no "
+                "NVLink to a switch",
+                file=file,
+                path="cluster.fabric",
+                hint="pick a PCIe fabric for this GPU (clustersim profiles list fabric), or "
+                "give the GPU profile its nvlink_gbps",
+            )
     if c.gpus_per_node > fabric.max_gpus:
         raise UserError(
             f"{c.gpus_per_node} GPUs per node but fabric '{fabric.name}' joins at most "

@@ -257,16 +257,34 @@ class ResolvedScenario(BaseModel):
         return [p.name for p in profs if p is not None]
 
     def model_notes(self) -> list[str]:
-        """What the model as given cannot do in this scenario (``simulate`` and ``check``)."""
+        """What the model or hardware as given cannot do in this scenario (``simulate`` and
+        ``check``)."""
         m = self.model
+        out = []
         if m.position == "learned" and m.max_positions and self.training.seq_len > m.max_positions:
-            return [
+            out.append(
                 f"{m.name} learns {m.max_positions} positions but the sequence is "
                 f"{self.training.seq_len} tokens: the model as given has no embedding past "
                 f"position {m.max_positions} (set model.max_positions to extend the table; its "
                 "parameters are counted from that size)"
-            ]
-        return []
+            )
+        cluster = self.raw.get("cluster")
+        if isinstance(cluster, dict) and self.raw and "storage" not in cluster:
+            out.append(
+                f"no cluster.storage given: the data loader and checkpoints use "
+                f"'{self.storage.name}' ({self.storage.display_name}); name your storage "
+                "profile (clustersim profiles list storage)"
+            )
+        link, f = self.gpu.nvlink_gbps, self.fabric
+        if f.technology == "nvswitch" and link is not None:
+            if f.bandwidth_gbps.value > link.value * 1.001:
+                out.append(
+                    f"fabric '{f.name}' gives each GPU {f.bandwidth_gbps.value:g} GB/s of NVLink, "
+                    f"more than '{self.gpu.name}' has ({link.value:g} GB/s per direction): "
+                    "simulated at the fabric's figure (for this GPU as built, pick its NVLink "
+                    "generation: clustersim profiles list fabric)"
+                )
+        return out
 
     def sharding_notes(self) -> list[str]:
         """Where the software stack runs the sharding written as another ZeRO stage."""

@@ -146,6 +146,12 @@ def validation_error(
         hint = "give values that divide: hidden a multiple of heads, heads of kv_heads"
     elif err["type"] in ("greater_than_equal", "greater_than", "less_than_equal", "less_than"):
         hint = "give a value in the allowed range"
+    if isinstance(err.get("input"), bool) and err["type"] in ("literal_error", "string_type"):
+        # YAML 1.1 reads no/yes/on/off (unquoted) as false/true
+        hint = (
+            "YAML reads an unquoted no, yes, on or off as false or true: quote the word "
+            "('no') where a name is meant"
+        )
     if err["type"] == "extra_forbidden" and loc:
         fields = list(getattr(holder, "model_fields", {}))
         near = closest(str(loc[-1]), fields)
