@@ -272,7 +272,9 @@ def reference_layout(rs: ResolvedScenario) -> ResolvedScenario | None:
             f"layout of this plan: {reason}",
             file=rs.source_file,
             path="run.scaling_reference.nodes",
-            hint="pick a node count whose GPUs hold whole TP x PP x CP groups "
+            hint=(why.hint if why is not None and why.hint else "")
+            + ("; or " if why is not None and why.hint else "")
+            + "pick a node count whose GPUs hold whole TP x PP x CP groups "
             f"({rs.tp * rs.pp * rs.cp} GPUs each), or remove run.scaling_reference",
         )
     return None

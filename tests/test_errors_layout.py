@@ -310,3 +310,14 @@ def test_a_scenario_without_storage_says_which_it_gets(tmp_path: Any) -> None:
     res = run_cli("check", str(p))
     assert res.returncode == 0, res.stderr
     assert "no cluster.storage given" in res.stderr and "'lustre'" in res.stderr
+
+
+def test_one_switch_for_more_ports_than_it_has_is_noted() -> None:
+    """A single switch joining 8,192 NIC ports (a 64-port switch profile) is simulated as the
+    non-blocking switch asked for, with a note that it needs a fat tree."""
+    res = run_cli(
+        "check", "llama3-70b-64xh100", "--set", "cluster.network.topology={kind: single_switch}",
+        "--set", "cluster.nodes=1024", "--set", "training.global_batch=1024",
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    assert "one switch joins the 8192 NIC ports" in " ".join(res.stderr.split())

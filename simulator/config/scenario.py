@@ -275,6 +275,16 @@ class ResolvedScenario(BaseModel):
                 f"'{self.storage.name}' ({self.storage.display_name}); name your storage "
                 "profile (clustersim profiles list storage)"
             )
+        net = self.network
+        if net is not None and self.topology.kind == "single_switch" and self.nodes > 1:
+            ports = self.nodes * self.nics_per_node
+            if ports > net.switch_ports:
+                out.append(
+                    f"one switch joins the {ports} NIC ports of this cluster, and a "
+                    f"'{net.name}' switch has {net.switch_ports}: simulated as one non-blocking "
+                    "switch all the same (cluster.network.topology: {kind: fat_tree} models "
+                    "the leaves and spines it needs)"
+                )
         link, f = self.gpu.nvlink_gbps, self.fabric
         if f.technology == "nvswitch" and link is not None:
             if f.bandwidth_gbps.value > link.value * 1.001:
