@@ -62,3 +62,17 @@ def test_only_recomputation_sees_the_share() -> None:
     assert _step(0.2, "none") == pytest.approx(_step(0.4, "none"), rel=1e-9)
     assert _step(0.2, "full") < _step(0.4, "full")
     assert _step(0.2, "selective") < _step(0.4, "selective")
+
+
+@pytest.mark.parametrize(("head_dim", "runs_as"), [(64, 64), (80, 96), (112, 128), (128, 128)])
+def test_a_head_dimension_between_compiled_kernels_runs_as_the_next_one_up(
+    head_dim: int, runs_as: int
+) -> None:
+    """Fused attention kernels exist for head dimensions in steps of 32 and compute the padding
+    (flash-attention's head_size_rounded): the same FLOPs at a head of 80 take 96/80 as long as
+    at a head that needs none."""
+    gpu = _gpu(attention_max=0.5)
+    op = Op("attention", "attention", flops=1e13, bytes=0.0, kv_len=4096)
+    exact = sum(_pair(OpTimer(gpu, "bf16", head_dim=128), op))
+    got = sum(_pair(OpTimer(gpu, "bf16", head_dim=head_dim), op))
+    assert got == pytest.approx(exact * runs_as / head_dim)

@@ -144,8 +144,15 @@ class OpTimer:
         precision: str,
         host_us_per_kernel: float = 0.0,
         flash_kernel: str = "flash2",
+        head_dim: int = 128,
     ) -> None:
         e = gpu.efficiency
+        # Fused attention kernels are compiled for head dimensions in steps of 32 (to 192;
+        # 256 above) and run a head dimension between them as the next one up, its padding
+        # computed (Dao-AILab/flash-attention csrc/flash_attn/flash_api.cpp:
+        # head_size_rounded = round_multiple(head_size, 32)): a head of 80 runs as 96.
+        step = 32 if head_dim <= 192 else 256
+        self.attn_pad = head_dim / (-(-head_dim // step) * step) if head_dim > 0 else 1.0
         self.host_s = host_us_per_kernel * 1e-6
         # A board power limit below the TDP slows the tensor cores' clock (GPUProfile.clock_scale).
         clock = gpu.clock_scale
@@ -251,7 +258,7 @@ class OpTimer:
             t = op.flops / (self.gemm_peak * self.gemm_efficiency(op.flops))
             floor = op.flops / self.gemm_peak
         elif op.kind == "attention":
-            eff = max(
+            eff = self.attn_pad * max(
                 _on_curve(self.attn_eff, self.attn_half, op.kv_len),
                 _on_curve(self.attn2_eff, self.attn2_half, op.kv_len),
             )

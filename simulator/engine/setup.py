@@ -109,6 +109,7 @@ class SimulationBase(Tracing, LinkSharing):
             rs.training.precision,
             rs.software.host_us_per_kernel.value,
             rs.software.flash_kernel,
+            rs.model.head_dim,
         )
         self.pace = straggler_pace(rs)
         self.p = rs.pp
