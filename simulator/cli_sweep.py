@@ -76,6 +76,14 @@ def sweep(
             hint="drop it: --workers sets the processes of --executor local, --address the "
             "cluster of --executor ray",
         )
+    import sys
+
+    if {"--own", "--rent"} <= set(sys.argv):
+        raise UserError(
+            "--own and --rent contradict each other",
+            path="--own/--rent",
+            hint="give one: --own keeps owned clusters, --rent rented ones",
+        )
     if best not in (None, "time", "cost", "usd-per-token"):
         raise UserError(
             f"unknown objective '{best}'", path="--best", hint="time | cost | usd-per-token"

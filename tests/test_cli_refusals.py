@@ -268,3 +268,15 @@ def test_gpipe_has_its_own_pass_limit(
         assert_user_error(res, file=f, path="training.global_batch", says=("GPipe",))
     else:
         assert res.returncode == 0, res.stderr
+
+
+def test_own_and_rent_together_are_refused() -> None:
+    res = run_cli("sweep", "gpu-generations", "--out", "x.csv", "--best", "cost", "--own", "--rent")
+    assert res.returncode == 2 and "--own and --rent contradict" in res.stderr
+
+
+def test_an_output_folder_the_file_system_refuses_is_named_before_any_work() -> None:
+    """/proc passes a permission check but takes no new files: --out names the folder, not a
+    file the probe would have made inside it."""
+    res = run_cli("probe", "--out", "/proc/p.json")
+    assert res.returncode == 2 and "--out" in res.stderr and ".hb" not in res.stderr

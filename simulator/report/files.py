@@ -49,6 +49,16 @@ def output_path(path: str | Path, option: str, folder: bool = False) -> Path:
         ) from None
     if not os.access(target, os.W_OK | os.X_OK):
         raise UserError(f"the folder {target} is not writable", path=option, hint="pick another")
+    try:  # permissions can say yes where the file system says no (/proc, a read-only mount)
+        import tempfile
+
+        fd, trial = tempfile.mkstemp(dir=target, prefix=".clustersim-write-check-")
+        os.close(fd)
+        os.unlink(trial)
+    except OSError as exc:
+        raise UserError(
+            f"cannot write in the folder {target}: {exc.strerror}", path=option, hint="pick another"
+        ) from None
     return p
 
 
