@@ -344,7 +344,7 @@ def test_published_runs_fit_in_their_gpus_memory() -> None:
 
 
 def test_short_kernels_run_at_the_hosts_pace() -> None:
-    from simulator.engine.compute import build_program
+    from simulator.engine.program import build_program
 
     gpu = _gpu()
     tiny = [Op(f"k{i}", "memory", bytes=1e3) for i in range(10)]
@@ -361,7 +361,7 @@ def test_short_kernels_run_at_the_hosts_pace() -> None:
 def test_a_kernel_after_host_bound_ones_starts_when_issued() -> None:
     """The host issues kernels one per host_us_per_kernel; each runs when issued and the GPU
     is free: a long kernel after ten short ones starts at the tenth issue, not at zero."""
-    from simulator.engine.compute import build_program
+    from simulator.engine.program import build_program
 
     timer = OpTimer(_gpu(), "bf16", 50.0)
     tiny = [Op(f"k{i}", "memory", bytes=1e3) for i in range(10)]
@@ -375,7 +375,7 @@ def test_tp_overlap_never_gets_slower_with_a_faster_gemm() -> None:
     """An overlapped TP collective hides behind the GEMM before it from the GEMM's start to
     the span's end: a faster GEMM in a host-bound span (the GPU waiting on the host) leaves
     the span as long and the collective as hidden, never more exposed."""
-    from simulator.engine.compute import build_program
+    from simulator.engine.program import build_program
 
     tiny = [Op(f"k{i}", "memory", bytes=1e3) for i in range(20)]
     coll = Op("rs", "collective", collective="reduce_scatter", group="tp", msg_bytes=1e6)

@@ -25,8 +25,8 @@ from ..config.scenario import ResolvedScenario
 from ..network.flows import Link
 from ..workload.comm import gather_buckets, grad_bytes_per_param, pp_message_bytes
 from ..workload.memory import shard_group
-from .compute import Program
 from .linkbusy import LinkBusy, solo_time
+from .program import Program
 from .results import EngineResult, RankResult
 from .schedule import schedule_arrays
 from .setup import PROGRAMS, loader_bytes_per_node, loader_latency_s

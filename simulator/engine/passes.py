@@ -20,7 +20,7 @@ from ..workload.comm import (
     grad_bucket_bytes,
 )
 from .comm import DONE, Job
-from .compute import Program
+from .program import Program
 from .results import span_stream
 from .setup import SimulationBase
 

@@ -35,7 +35,8 @@ from ..workload.ops import (
 from ..workload.recompute import full_recomputed_ops, recomputed_ops
 from .clock import BucketEnvironment
 from .comm import Comm, Job, Stream
-from .compute import OpTimer, Program, build_program, offload_wait, twin_suffixes
+from .compute import OpTimer
+from .program import Program, build_program, offload_wait, twin_suffixes
 from .results import RankResult
 from .sharing import LinkSharing
 from .stragglers import pace as straggler_pace

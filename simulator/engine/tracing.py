@@ -8,7 +8,7 @@ from typing import Any
 
 from ..config.scenario import ResolvedScenario
 from ..network.topology import Layout
-from .compute import Program
+from .program import Program
 from .results import STREAMS, span_stream
 
 

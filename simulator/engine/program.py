@@ -1,0 +1,200 @@
+"""The per-layer "programs" the engine runs.
+
+A *program* is the list of items a pass over one layer runs on the compute stream: compute
+spans and collectives. Collectives whose links no other traffic uses are timed analytically and
+folded into the program (exact: nothing can contend with them); the others go through the flow
+network at run time. :func:`build_program` turns an operation list into one, timing each
+operation with :class:`~simulator.engine.compute.OpTimer`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+
+from ..config.scenario import ResolvedScenario
+from ..workload.ops import Op
+from .compute import OpTimer
+
+
+@dataclass
+class Item:
+    """One step of a program: a span of known length, or a collective to run through flows."""
+
+    kind: str  # "span" or "coll"
+    name: str
+    dur: float = 0.0
+    cat: str = "compute"  # accounting category of a span
+    wait: float = 0.0  # part of ``dur`` that is straggler wait (see engine.stragglers)
+    hide: float = 0.0  # a flow collective: seconds of the span before it that it may overlap
+    group: str | None = None
+    coll: str | None = None
+    size: float = 0.0
+
+    def book(self, acc: dict[str, float]) -> None:
+        """Add this span's time to ``acc``: its category, less the straggler wait it holds."""
+        acc[self.cat] = acc.get(self.cat, 0.0) + self.dur - self.wait
+        if self.wait:
+            acc["straggler"] = acc.get("straggler", 0.0) + self.wait
+
+
+@dataclass
+class Program:
+    """Built once, then run many times: its summaries are computed on first use."""
+
+    items: list[Item] = field(default_factory=list)
+
+    @cached_property
+    def analytic(self) -> bool:
+        return all(i.kind == "span" for i in self.items)
+
+    @cached_property
+    def duration(self) -> float:
+        return sum(i.dur for i in self.items)
+
+    @cached_property
+    def categories(self) -> dict[str, float]:
+        out: dict[str, float] = {}
+        for i in self.items:
+            if i.kind == "span":
+                i.book(out)
+        return out
+
+    @cached_property
+    def compute_share(self) -> float:
+        """The share of its time the program computes (its compute spans, stretched to a
+        straggler's pace): what DP collectives running beside it slow down."""
+        busy = sum(i.dur for i in self.items if i.kind == "span" and i.cat == "compute")
+        return busy / self.duration if self.duration > 0 else 0.0
+
+    def extend(self, other: Program) -> None:
+        self.items.extend(other.items)
+        for name in ("analytic", "duration", "categories", "compute_share"):
+            self.__dict__.pop(name, None)
+
+
+def twin_suffixes(flow: Program, twin: Program) -> list[Program] | None:
+    """For each item of ``flow``, the rest of ``twin`` from the same point on: ``twin`` is
+    ``flow`` with its collectives timed analytically (the same spans, each collective a span of
+    its own, or none where it takes no time). ``None`` where the two do not line up."""
+    out: list[Program] = []
+    j = 0
+    titems = twin.items
+    for it in flow.items:
+        out.append(Program(titems[j:]))
+        nxt = titems[j] if j < len(titems) else None
+        if it.kind == "span":
+            if nxt is None or nxt.kind != "span" or nxt.name != it.name or nxt.dur != it.dur:
+                return None
+            j += 1
+        elif nxt is not None and nxt.cat == f"comm_{it.group}" and nxt.name == it.name:
+            j += 1
+    return out if j == len(titems) else None
+
+
+def offload_wait(rs: ResolvedScenario, layer_s: float) -> Program:
+    """What a layer pass waits for activation offloading, averaged over the model's layers: an
+    offloaded layer's saved activations cross the host link while the next layer computes (to
+    the host after its forward, back before its backward), so only what the copy takes
+    beyond one layer's pass (``layer_s``) stalls the step, in ``parallelism.
+    offload_activation_layers`` of every ``model.layers``."""
+    n = rs.parallelism.offload_activation_layers
+    link = rs.gpu.host_link_gbps
+    if not n or link is None:
+        return Program()
+    from ..workload.memory import activation_bytes_per_layer
+
+    copy = activation_bytes_per_layer(rs) / (link.value * 1e9)
+    stall = max(0.0, copy - layer_s) * n / rs.model.layers
+    return Program([Item("span", "activation offload", stall, "offload")] if stall > 0 else [])
+
+
+def build_program(
+    ops: list[Op],
+    timer: OpTimer,
+    coll_time: dict[str, float | None],
+    cat: str = "compute",
+    overlap_tp: bool = False,
+    pace: float = 1.0,
+) -> Program:
+    """Compute spans merged where adjacent; a collective becomes a span when ``coll_time`` gives
+    its analytic time for the group (key ``"group:coll:size"``), else a flow-network item.
+
+    ``pace`` (≥ 1) stretches every compute span to the expected slowest GPU's; the stretch is the
+    span's ``wait``.
+
+    Inside a span each op starts when the GPU is free and the host has issued it (one kernel
+    per ``host_us_per_kernel``), so a span of short kernels runs at the host's pace.
+
+    With ``overlap_tp`` a TP collective hides behind the GEMM right before it, in the same span
+    (as in Megatron's TP communication overlap; each GEMM hides one collective), from the
+    GEMM's start to the span's end; only what that cannot cover stays exposed. An analytic one
+    is shortened by that time; one that runs through the flow network starts that long before
+    the span ends (its ``hide``)."""
+    prog = Program()
+    # The span being built, in seconds from its start: ``end``, when the GPU finishes its
+    # last kernel so far; ``issued``, when the host has issued them all (one kernel per
+    # host_us_per_kernel: eager frameworks); ``gemm_at``, when the latest GEMM began.
+    end = issued = 0.0
+    gemm_at: float | None = None
+    pending_name: list[str] = []
+
+    def hide() -> float:
+        """How long the span's latest GEMM runs before the span ends: what an overlapped TP
+        collective right after it can hide behind (it starts with the GEMM)."""
+        return (end - gemm_at) * pace if gemm_at is not None else 0.0
+
+    def flush() -> None:
+        nonlocal end, issued, gemm_at, pending_name
+        if end > 0:
+            prog.items.append(
+                Item(
+                    "span",
+                    "+".join(pending_name[:3]) + ("…" if len(pending_name) > 3 else ""),
+                    end * pace,
+                    cat,
+                    wait=end * (pace - 1.0),
+                )
+            )
+        # A GEMM hides only the collective right after its span.
+        end = issued = 0.0
+        gemm_at = None
+        pending_name = []
+
+    for op in ops:
+        if op.kind == "collective":
+            assert op.group is not None and op.collective is not None
+            t = coll_time.get(f"{op.group}:{op.collective}:{op.msg_bytes}")
+            covered = hide() if overlap_tp and op.group == "tp" else 0.0
+            if t is None:
+                flush()
+                prog.items.append(
+                    Item(
+                        "coll",
+                        op.name,
+                        group=op.group,
+                        coll=op.collective,
+                        size=op.msg_bytes,
+                        hide=covered,
+                    )
+                )
+                continue
+            t = max(0.0, t - covered)
+            # The collective ends the span even when the GEMM hides all of it: the host issues
+            # the spans on either side of it separately (as when it runs through the flows).
+            flush()
+            if t > 0:
+                prog.items.append(Item("span", op.name, t, f"comm_{op.group}"))
+            continue
+        dt = timer.time(op)
+        # An op starts when the GPU is free and the host has issued it, and ends no sooner
+        # than the host has issued all its kernels: a span of short kernels runs at the
+        # host's pace, not the GPU's (the stack's host_us_per_kernel).
+        start = max(end, issued)
+        issued += (2 if op.kind == "gemm" and op.backward else 1) * timer.host_s
+        end = max(start + dt, issued)
+        if op.kind == "gemm":
+            gemm_at = start
+        pending_name.append(op.name)
+    flush()
+    return prog
