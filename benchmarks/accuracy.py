@@ -8,6 +8,7 @@ and below 1 MiB separately).
 
     python benchmarks/accuracy.py                 # every set
     python benchmarks/accuracy.py --sets sc21-1f1b,korthikanti-table5 --json out.json
+    python benchmarks/accuracy.py --set run.stragglers=expected   # a what-if on every set
 """
 
 from __future__ import annotations
@@ -62,8 +63,8 @@ KERNELS = ROOT / "benchmarks" / "results" / "h100-kernels-2026-11-23.json"
 TABLE4 = VALIDATION / "published" / "korthikanti2022_table4.csv"
 
 
-def predict_row(path: Path) -> dict[str, Any]:
-    rs = load_scenario(path)
+def predict_row(path: Path, overrides: list[str] | None = None) -> dict[str, Any]:
+    rs = load_scenario(path, overrides)
     ref = rs.reference
     assert ref is not None and ref.value is not None, path
     res = simulate(rs, scaling=False)
@@ -90,8 +91,8 @@ def predict_row(path: Path) -> dict[str, Any]:
     }
 
 
-def nccl_rows(path: Path) -> list[dict[str, Any]]:
-    rs = load_scenario(path)
+def nccl_rows(path: Path, overrides: list[str] | None = None) -> list[dict[str, Any]]:
+    rs = load_scenario(path, overrides)
     ref = rs.reference
     assert ref is not None and ref.curve is not None, path
     topo = Topology(rs)
@@ -170,13 +171,13 @@ def layer_rows() -> list[dict[str, Any]]:
     return out
 
 
-def table4_rows() -> list[dict[str, Any]]:
+def table4_rows(overrides: list[str] | None = None) -> list[dict[str, Any]]:
     """Korthikanti et al. 2022 (arXiv 2205.05198) Table 4: one transformer layer of their 22B
     model (Table 3: 8 A100, TP 8, micro-batch 4, sequence 2048) forward and backward, per
     technique, against the per-layer programs the engine runs for the Table 5 22B scenario."""
     from simulator.engine.sim import Simulation
 
-    base = load_scenario(VALIDATION / "korthikanti-table5" / "k22-22b-full.yaml")
+    base = load_scenario(VALIDATION / "korthikanti-table5" / "k22-22b-full.yaml", overrides)
     out = []
     with TABLE4.open() as f:
         for r in csv.DictReader(f):
@@ -221,7 +222,10 @@ def _over(row: dict[str, Any]) -> bool:
     return "memory_gb" in row and row["memory_gb"] > row["capacity_gb"]
 
 
-def run(sets: list[str]) -> dict[str, Any]:
+def run(sets: list[str], overrides: list[str] | None = None) -> dict[str, Any]:
+    """Every row of ``sets``; ``overrides`` (``PATH=VALUE``, as ``clustersim --set``) apply to
+    every scenario file, so a what-if (``run.stragglers=expected``) is scored on every set.
+    The eager-layer rows are built from the device run's shapes and take none."""
     report: dict[str, Any] = {}
     for name in sets:
         t0 = time.perf_counter()
@@ -229,9 +233,12 @@ def run(sets: list[str]) -> dict[str, Any]:
         if name == "h100-eager-layers":
             rows = layer_rows()
         elif name == "korthikanti-table4":
-            rows = table4_rows()
+            rows = table4_rows(overrides)
         for path in sorted((VALIDATION / name).glob("*.yaml")):
-            rows += nccl_rows(path) if name.startswith("nccl-tests") else [predict_row(path)]
+            if name.startswith("nccl-tests"):
+                rows += nccl_rows(path, overrides)
+            else:
+                rows.append(predict_row(path, overrides))
         if name.startswith("nccl-tests"):
             kept = [r for r in rows if not r["outlier"]]
             report[name] = {
@@ -261,9 +268,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--sets", default=",".join(SETS))
     p.add_argument("--json", default=None, help="write the full report here")
     p.add_argument("--worst", type=int, default=3, help="rows to print per set (worst first)")
+    p.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="PATH=VALUE",
+        help="override applied to every scenario (as clustersim --set); repeatable",
+    )
     args = p.parse_args(argv)
     t0 = time.perf_counter()
-    report = run([s for s in args.sets.split(",") if s])
+    report = run([s for s in args.sets.split(",") if s], args.overrides)
     print(
         f"{'set':24} {'rows':>5} {'mean |err|':>11} {'max |err|':>10} {'mean err':>9} "
         f"{'no fit':>7} {'s':>6}"

@@ -28,7 +28,7 @@ from .parallelism import Overlap
 from .prices import CloudPrice, OwnershipPrice
 from .reading import apply_sets, parse_yaml, read_yaml, replaced_fields
 from .scenario import ModelPresetRef, ResolvedScenario, Scenario, gathers_once
-from .software import SoftwareProfile
+from .software import SoftwareProfile, on
 from .validation import validation_error
 from .workload import ModelSpec
 
@@ -179,7 +179,7 @@ def resolve(
             path="training.precision",
             hint="add cluster.gpu.peak_tflops.fp32 {value, source}, or train in bf16",
         )
-    if sc.run.stragglers != "off" and gpu.speed_cv is None:
+    if sc.run.stragglers == "expected" and gpu.speed_cv is None:
         raise UserError(
             f"run.stragglers: {sc.run.stragglers} needs the GPU's speed variation, and GPU "
             f"profile '{gpu.name}' has no speed_cv",
@@ -345,7 +345,7 @@ def _stack_overlap(written: Overlap, stack: SoftwareProfile, gathers_once: bool)
     """The software stack's overlap behaviour, with what the scenario sets explicitly on top.
     A stack that gathers once under pipeline parallelism (``pp_gathers_once``) reduces the
     gradients after the stage's last backward, with no backward left to hide them behind."""
-    base = {name: getattr(stack.overlap, name).value for name in Overlap.model_fields}
+    base = {name: on(getattr(stack.overlap, name)) for name in Overlap.model_fields}
     if gathers_once:
         base["dp_grad"] = False
     base.update({name: getattr(written, name) for name in written.model_fields_set})

@@ -74,6 +74,11 @@ class Overlap(BaseModel):
     dp_grad: bool = Field(default=True, description="overlap DP gradient buckets with backward")
     param_gather: bool = Field(default=True, description="prefetch ZeRO-3/FSDP all-gathers")
     tp_comm: bool = Field(default=False, description="overlap TP collectives with GEMMs")
+    tp_backward: bool = Field(
+        default=False,
+        description="a column-parallel layer's backward collectives overlap its own GEMMs "
+        "(Megatron's asynchronous TP backward)",
+    )
     pp_p2p: bool = Field(default=True, description="pipeline sends run on their own stream")
 
 

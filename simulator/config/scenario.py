@@ -50,11 +50,12 @@ class RunSpec(BaseModel):
     scaling_reference: ReferenceLayout | None = Field(
         default=None, description="layout to measure scaling against; none: fewest nodes that fit"
     )
-    stragglers: Literal["off", "expected"] = Field(
+    stragglers: Literal["auto", "off", "expected"] = Field(
         default="off",
         description=(
             "off: every GPU runs at its profile's speed; expected: each step waits for the "
-            "expected slowest of the job's GPUs (the GPU profile's speed_cv)"
+            "expected slowest of the job's GPUs (the GPU profile's speed_cv); auto: expected "
+            "where the GPU profile states a speed_cv, off where it does not"
         ),
     )
 

@@ -60,6 +60,13 @@ class StackOverlap(BaseModel):
         description="ZeRO-3/FSDP parameter all-gathers are prefetched"
     )
     tp_comm: SourcedFlag = Field(description="tensor-parallel collectives overlap GEMMs")
+    tp_backward: SourcedFlag | None = Field(
+        default=None,
+        description="a column-parallel layer's backward collectives run beside its own GEMMs: "
+        "the input gradient's all-reduce (or reduce-scatter) beside the weight gradient, and "
+        "with sequence parallelism the input's re-gather beside the input gradient (Megatron's "
+        "asynchronous TP backward); unset: off",
+    )
     pp_p2p: SourcedFlag = Field(
         description="pipeline sends and receives run on their own stream (false: they block "
         "the compute stream until the transfer completes)"

@@ -158,11 +158,14 @@ class OpTimer:
             # written (at least 16-bit, also in fp8 training) as the weight gradient
             read = el * b * k * n if op.weight and self.weight_bw > 0.0 else 0.0
             write = max(el, self.wide_el) * b * k * n if read else 0.0
+            passes = 1.0
             if op.backward:  # dIn = dOut·W^T (m×k, reduce over n), dW = In^T·dOut (k×n, over m)
-                t = self.gemm_time(b, m, k, n, w, read) + self.gemm_time(b, k, n, m, w, write)
+                dgrad = self.gemm_time(b, m, k, n, w, read) if op.part != "wgrad" else 0.0
+                wgrad = self.gemm_time(b, k, n, m, w, write) if op.part != "dgrad" else 0.0
+                t = dgrad + wgrad
+                passes = 2.0 if op.part == "both" else 1.0
             else:
                 t = self.gemm_time(b, m, n, k, w, read)
-            passes = 2.0 if op.backward else 1.0
             return self._scaled(
                 t, passes * 2.0 * b * m * n * k / (self.wide_peak if w else self.gemm_peak)
             )

@@ -130,7 +130,8 @@ def build_program(
     (as in Megatron's TP communication overlap; each GEMM hides one collective), from the
     GEMM's start to the span's end; only what that cannot cover stays exposed. An analytic one
     is shortened by that time; one that runs through the flow network starts that long before
-    the span ends (its ``hide``)."""
+    the span ends (its ``hide``). A collective the stack itself launches beside the GEMM
+    before it (``Op.overlapped``: Megatron's asynchronous TP backward) hides the same way."""
     prog = Program()
     # The span being built, in seconds from its start: ``end``, when the GPU finishes its
     # last kernel so far; ``issued``, when the host has issued them all (one kernel per
@@ -165,7 +166,7 @@ def build_program(
         if op.kind == "collective":
             assert op.group is not None and op.collective is not None
             t = coll_time.get(f"{op.group}:{op.collective}:{op.msg_bytes}")
-            covered = hide() if overlap_tp and op.group == "tp" else 0.0
+            covered = hide() if op.overlapped or (overlap_tp and op.group == "tp") else 0.0
             if t is None:
                 flush()
                 prog.items.append(
@@ -191,7 +192,8 @@ def build_program(
         # than the host has issued all its kernels: a span of short kernels runs at the
         # host's pace, not the GPU's (the stack's host_us_per_kernel).
         start = max(end, issued)
-        issued += (2 if op.kind == "gemm" and op.backward else 1) * timer.host_s
+        both = op.kind == "gemm" and op.backward and op.part == "both"
+        issued += (2 if both else 1) * timer.host_s
         end = max(start + dt, issued)
         if op.kind == "gemm":
             gemm_at = start

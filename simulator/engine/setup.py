@@ -33,6 +33,7 @@ from ..workload.ops import (
     pp_recv_ops,
 )
 from ..workload.recompute import full_recomputed_ops, recomputed_ops
+from ..workload.tp_backward import async_tp_backward
 from .clock import BucketEnvironment
 from .comm import Comm, Job, Stream
 from .compute import OpTimer
@@ -210,6 +211,8 @@ class SimulationBase(Tracing, LinkSharing):
 
         fwd = layer_ops(rs)
         bwd = backward_ops(fwd)
+        if self.ov.tp_backward and rs.tp > 1:
+            bwd = async_tp_backward(bwd, rs.parallelism.sequence_parallel)
         p_fwd = prog(fwd)
         rc = rs.parallelism.recompute
         p_bwd = Program()

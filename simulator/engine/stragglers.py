@@ -44,7 +44,7 @@ def expected_max_normal(n: int) -> float:
 
 def pace(rs: ResolvedScenario) -> float:
     """Compute-time multiplier of every GPU under ``run.stragglers`` (1 when off)."""
-    if rs.run.stragglers == "off" or rs.gpus <= 1:
-        return 1.0
-    cv = rs.gpu.speed_cv.value if rs.gpu.speed_cv is not None else 0.0
+    if rs.run.stragglers == "off" or rs.gpus <= 1 or rs.gpu.speed_cv is None:
+        return 1.0  # ("auto" on a profile without a speed_cv: off)
+    cv = rs.gpu.speed_cv.value
     return 1.0 + cv * expected_max_normal(rs.gpus)

@@ -21,6 +21,7 @@ from .ops import (
     tokens_per_rank,
 )
 from .recompute import recomputes_collective
+from .tp_backward import regathers
 
 
 @dataclass(frozen=True)
@@ -170,6 +171,8 @@ def step_comm(rs: ResolvedScenario, stage: int = 0) -> list[CommItem]:
     # Full recomputation re-runs the transformer layers' forward pass only (as in
     # model.recompute_flops_per_token); the embedding and the logits/loss are not recomputed.
     add_ops(layer_ops(rs), layers, recomputed=True)
+    for op in regathers(rs):
+        items.append(CommItem("tp", "all_gather", op.msg_bytes, layers * m, rs.tp, "backward"))
     if stage == 0:
         add_ops(embedding_ops(rs), 1)
     if stage == rs.pp - 1:

@@ -50,6 +50,11 @@ class Op:
     # GEMM: a linear layer's product, whose [k, n] operand is a weight (its gradient in dW):
     # the operand each pass streams afresh (see efficiency.gemm_weight_bandwidth).
     weight: bool = False
+    # Backward GEMM: both products (dIn and dW), or only one of them where a stack runs a
+    # collective between the two (see workload.tp_backward).
+    part: Literal["both", "dgrad", "wgrad"] = "both"
+    # Collective: the stack launches it asynchronously beside the GEMM before it.
+    overlapped: bool = False
 
 
 def kv_per_rank(rs: ResolvedScenario) -> float:

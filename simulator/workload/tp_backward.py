@@ -1,0 +1,81 @@
+"""Megatron's asynchronous tensor-parallel backward: a column-parallel layer's collectives run
+beside its own backward GEMMs.
+
+In the forward pass a column-parallel linear layer (the QKV projection, the MLP's up
+projection) starts a TP region; its backward computes the input gradient (dgrad), launches that
+gradient's reduction asynchronously (an all-reduce, or with sequence parallelism a
+reduce-scatter) and computes the weight gradient (wgrad) while it runs. With sequence
+parallelism the layer kept only its sequence shard of the input, so the backward first gathers
+the whole input again, asynchronously, beside the dgrad GEMM (Korthikanti et al. 2022,
+arXiv 2205.05198, Sec. 4.2.2; NVIDIA/Megatron-LM megatron/mpu/layers.py
+LinearWithGradAccumulationAndAsyncAllreduce and ColumnParallelLinearWithSequenceParallelism,
+megatron/core/tensor_parallel/layers.py LinearWithGradAccumulationAndAsyncCommunication).
+
+:func:`async_tp_backward` rewrites a layer's backward operation list (``ops.backward_ops``)
+accordingly: each column-parallel GEMM's backward splits into its dgrad and wgrad products, and
+the collective each overlaps follows it, marked ``overlapped`` (``engine.program`` hides it
+behind the GEMM before it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from ..config.scenario import ResolvedScenario
+from .ops import Op, backward_ops, layer_ops
+
+# The layer's column-parallel GEMMs (``ops.layer_ops``), whose backward reduces the input
+# gradient over the TP group.
+COLUMN_PARALLEL = ("qkv_proj_bwd", "mlp_up_bwd")
+
+
+def async_tp_backward(bwd: list[Op], sequence_parallel: bool) -> list[Op]:
+    """``bwd`` (one layer's backward, as ``ops.backward_ops`` gives it) with each column-parallel
+    GEMM's collectives beside its backward products. Without sequence parallelism the TP
+    all-reduce that ``backward_ops`` places at the mirror of the forward's closing one moves
+    after the GEMM's dgrad and overlaps its wgrad; with it, the reduce-scatter after the GEMM
+    overlaps the wgrad, and a re-gather of the input (the forward's all-gather) overlaps the
+    dgrad."""
+    out: list[Op] = []
+    held: Op | None = None  # a non-SP all-reduce on its way to its column-parallel GEMM
+    i = 0
+    while i < len(bwd):
+        op = bwd[i]
+        i += 1
+        if op.group == "tp" and op.collective == "all_reduce" and not sequence_parallel:
+            if held is not None:
+                out.append(held)
+            held = op
+            continue
+        if op.kind != "gemm" or op.name not in COLUMN_PARALLEL or op.dims is None:
+            out.append(op)
+            continue
+        dgrad = replace(op, name=op.name[:-4] + "_dgrad", flops=op.flops / 2, part="dgrad")
+        wgrad = replace(op, name=op.name[:-4] + "_wgrad", flops=op.flops / 2, part="wgrad")
+        nxt = bwd[i] if i < len(bwd) else None
+        if sequence_parallel and nxt is not None and nxt.group == "tp":
+            # the reduce-scatter of the input gradient (mirror of the forward's all-gather)
+            regather = replace(
+                nxt, name=op.name[:-4] + "_regather", collective="all_gather", overlapped=True
+            )
+            out += [dgrad, regather, wgrad, replace(nxt, overlapped=True)]
+            i += 1
+        elif held is not None:
+            out += [dgrad, wgrad, replace(held, overlapped=True)]
+            held = None
+        else:
+            out.append(op)
+    if held is not None:
+        out.append(held)
+    return out
+
+
+def regathers(rs: ResolvedScenario) -> list[Op]:
+    """The all-gathers one layer's backward adds under ``rs``: the column-parallel layers'
+    inputs, gathered again where the stack runs the asynchronous TP backward with sequence
+    parallelism (none otherwise)."""
+    sp = rs.parallelism.sequence_parallel
+    if not (rs.parallelism.overlap.tp_backward and sp and rs.tp > 1):
+        return []
+    bwd = async_tp_backward(backward_ops(layer_ops(rs)), sp)
+    return [op for op in bwd if op.name.endswith("_regather")]
