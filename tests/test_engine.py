@@ -70,6 +70,8 @@ def scenario(
             "micro_batch": micro_batch,
         },
         "parallelism": par,
+        # the engine's analytic limits, at the profile's speed (test_stragglers.py adds the pace)
+        "run": {"stragglers": "off"},
     }
 
 

@@ -38,6 +38,7 @@ BASE: dict[str, Any] = {
         "grad_reduce_dtype": "bf16",
     },
     "parallelism": {"tp": 8},
+    "run": {"stragglers": "off"},  # op times at the profile's speed
 }
 
 

@@ -102,10 +102,20 @@ def test_more_speed_variation_is_never_faster(a: float, b: float) -> None:
     assert t_hi >= t_lo * (1 - 1e-12)
 
 
-def test_off_is_the_default_and_yaml_off_reads_as_off() -> None:
+def test_auto_is_the_default_and_yaml_off_reads_as_off() -> None:
+    """Unset, a scenario waits for the expected slowest GPU where its GPU profile states a
+    speed variation (every catalogue GPU does) and runs at the profile's speed where it does
+    not; a bare YAML ``off`` (read as false) turns it off."""
     base = scenario(nodes=1, gpn=8)
-    assert resolve_dict(base).run.stragglers == "off"
+    del base["run"]
+    rs = resolve_dict(base)
+    assert rs.run.stragglers == "auto" and rs.gpu.speed_cv is not None
+    assert pace(rs) == pace(resolve_dict(with_stragglers(base))) > 1.0
+    bare = copy.deepcopy(base)
+    bare["cluster"]["gpu"] = copy.deepcopy(GPU_80GB)  # no speed_cv
+    assert resolve_dict(bare).gpu.speed_cv is None and pace(resolve_dict(bare)) == 1.0
     assert resolve_dict(with_stragglers(base, mode=False)).run.stragglers == "off"  # type: ignore[arg-type]
+    assert pace(resolve_dict(with_stragglers(base, mode="off"))) == 1.0
 
 
 def test_stragglers_need_a_speed_cv() -> None:

@@ -51,7 +51,7 @@ class RunSpec(BaseModel):
         default=None, description="layout to measure scaling against; none: fewest nodes that fit"
     )
     stragglers: Literal["auto", "off", "expected"] = Field(
-        default="off",
+        default="auto",
         description=(
             "off: every GPU runs at its profile's speed; expected: each step waits for the "
             "expected slowest of the job's GPUs (the GPU profile's speed_cv); auto: expected "
