@@ -32,9 +32,8 @@ MEGASCALE_ASSUMES = (
     "bf16, selective recomputation with sequence parallelism and the distributed optimizer "
     "(Megatron-LM's 2023 GPT-3 175B settings); no flash attention and no DP/TP/PP overlap, which "
     "MegaScale lists among its own additions, beyond what Megatron-LM 2023 does by default: the "
-    "asynchronous TP backward (megatron-lm-2022 stack) and, with bf16's fp32 gradient "
-    "accumulation, --gradient-accumulation-fusion (default on: megatron/arguments.py "
-    "'--no-gradient-accumulation-fusion', action='store_false'), so no separate gradient add"
+    "asynchronous TP backward and, with bf16's fp32 gradient accumulation, the gradient-"
+    "accumulation fusion (megatron-lm-2022 stack)"
 )
 
 
@@ -66,7 +65,7 @@ def megascale() -> None:
                     # DP overlap is one of MegaScale's own additions.
                     "overlap": {"param_gather": False},
                 },
-                "software": {"profile": "megatron-lm-2022", "grad_accumulate_add": False},
+                "software": "megatron-lm-2022",
                 "reference": {
                     "metric": "step_time_s",
                     "value": float(r["iteration_time_s"]),

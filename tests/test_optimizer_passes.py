@@ -96,6 +96,24 @@ def test_megatron_adds_every_backward_into_the_gradient_buffer() -> None:
     assert meg.p_head_b.duration - fused.p_head_b.duration == pytest.approx(head, rel=1e-9)
 
 
+def test_megatron_2022_fuses_the_add_into_the_gemm_only_for_fp32_gradients() -> None:
+    """Megatron-LM 2022's --gradient-accumulation-fusion runs only where gradients accumulate
+    in fp32 (bf16 forces it): there the weight-gradient GEMM adds into the buffer and no add
+    kernel runs; fp16 with 16-bit gradients keeps the 2021 add."""
+    from simulator.engine.sim import Simulation
+
+    fp16 = Simulation(_rs("megatron-lm-2022"))
+    old16 = Simulation(_rs("megatron-lm-2021"))
+    bf16 = Simulation(_rs("megatron-lm-2022", precision="bf16", grad_reduce_dtype="fp32"))
+    old_bf16 = Simulation(_rs("megatron-lm-2021", precision="bf16", grad_reduce_dtype="fp32"))
+    per_param = 2 * 4 + 2  # fp32 buffer read and written, the fresh 16-bit gradient read
+    add = old_bf16.timer.memory_time(old_bf16.layer_params * per_param)
+    # 2022 differs from 2021 only by the asynchronous TP backward (and, in bf16, the add)
+    tp_gain = old16.p_bwd.duration - fp16.p_bwd.duration
+    assert tp_gain > 0
+    assert old_bf16.p_bwd.duration - bf16.p_bwd.duration == pytest.approx(tp_gain + add, rel=1e-6)
+
+
 def test_zeroing_covers_the_whole_buffer_under_a_sharded_optimizer() -> None:
     """With the distributed optimizer (ZeRO-1) the update runs on 1/DP of the parameters but
     every rank still zeroes its whole gradient buffer."""

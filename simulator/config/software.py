@@ -146,6 +146,12 @@ class SoftwareProfile(_Profile):
         "gradient buffer in a kernel of its own (read both, write the buffer) instead of "
         "inside the weight-gradient GEMM (none: no)",
     )
+    grad_accumulate_fusion: SourcedFlag | None = Field(
+        default=None,
+        description="where gradients accumulate in fp32, the weight-gradient GEMM adds into the "
+        "buffer itself and grad_accumulate_add's kernel does not run (Megatron's "
+        "--gradient-accumulation-fusion); none: no",
+    )
     grad_flatten_copy: SourcedFlag | None = Field(
         default=None,
         description="with ZeRO-3/FSDP sharding, every backward copies a layer's unsharded "

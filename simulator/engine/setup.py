@@ -247,7 +247,8 @@ class SimulationBase(Tracing, LinkSharing):
             # flat reduce-scatter input (the reduction's width).
             width = gather_bytes_per_param(rs) + grad_bytes_per_param(rs)
             p_bwd.extend(mem("grad_flatten", width * self.layer_params))
-        if on(sw.grad_accumulate_add):
+        fused = on(sw.grad_accumulate_fusion) and grad_bytes_per_param(rs) == 4
+        if on(sw.grad_accumulate_add) and not fused:
             # Every backward adds its fresh weight gradients (the working weights' width) into
             # the buffer the DP reduction reads: read both, write the buffer.
             per_param = 2 * grad_bytes_per_param(rs) + bytes_per_param(rs)[0]
