@@ -38,6 +38,30 @@ def test_tp_all_reduces_per_layer_without_sp() -> None:
     )
 
 
+def test_without_sp_the_embedding_reduces_forward_and_the_output_layer_backward() -> None:
+    """The vocabulary-parallel embedding sums its shards' lookups in the forward pass (its
+    backward sends nothing); the output layer's input gradient is summed over the vocabulary
+    shards in the backward pass (its forward sends nothing): Megatron's reduce_from_ and
+    copy_to_tensor_model_parallel_region. Under PP the first stage has the one, the last the
+    other; each step moves the same bytes either way."""
+    rs = resolve_inline("llama3-8b", tp=4, pp=2, global_batch=16, seq_len=4096)
+    m, act = rs.micro_batches, 4096 * rs.model.hidden * 2
+
+    def big(stage: int, phase: str) -> float:
+        items = _comm(rs, stage, group="tp", phase=phase)
+        return sum(it.calls for it in items if it.bytes == act)
+
+    per_stage = 2 * rs.stage_layers()[0] * m
+    assert big(0, "forward") == per_stage + m and big(0, "backward") == per_stage
+    assert big(1, "forward") == per_stage and big(1, "backward") == per_stage + m
+    from simulator.engine.sim import Simulation
+
+    sim = Simulation(rs)
+    emb_b = [i for i in sim.p_emb_b.items if i.cat == "comm_tp" or i.kind == "coll"]
+    head_b = [i for i in sim.p_head_b.items if i.cat == "comm_tp" or i.kind == "coll"]
+    assert not emb_b and [i.name for i in head_b] == ["tp_head_in_bwd"]
+
+
 def test_sp_replaces_all_reduce_by_reduce_scatter_and_all_gather() -> None:
     kw = dict(tp=8, pp=1, global_batch=16, seq_len=4096)
     no_sp = resolve_inline("llama3-8b", **kw)

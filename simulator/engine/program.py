@@ -163,6 +163,8 @@ def build_program(
         pending_name = []
 
     for op in ops:
+        if op.only == "backward":
+            continue  # a forward pass's list holds it for its backward (ops.backward_ops)
         if op.kind == "collective":
             assert op.group is not None and op.collective is not None
             t = coll_time.get(f"{op.group}:{op.collective}:{op.msg_bytes}")

@@ -149,20 +149,22 @@ def step_comm(rs: ResolvedScenario, stage: int = 0) -> list[CommItem]:
             if op.kind != "collective" or op.group is None:
                 continue
             size = rs.tp if op.group == "tp" else rs.cp
-            items.append(
-                CommItem(op.group, op.collective, op.msg_bytes, count * m, size, "forward")
-            )
-            back = {"all_gather": "reduce_scatter", "reduce_scatter": "all_gather"}
-            items.append(
-                CommItem(
-                    op.group,
-                    back.get(op.collective, op.collective),
-                    op.msg_bytes,
-                    count * m,
-                    size,
-                    "backward",
+            if op.only != "backward":
+                items.append(
+                    CommItem(op.group, op.collective, op.msg_bytes, count * m, size, "forward")
                 )
-            )
+            back = {"all_gather": "reduce_scatter", "reduce_scatter": "all_gather"}
+            if op.only != "forward":
+                items.append(
+                    CommItem(
+                        op.group,
+                        back.get(op.collective, op.collective),
+                        op.msg_bytes,
+                        count * m,
+                        size,
+                        "backward",
+                    )
+                )
             if recomputed and recomputes_collective(rs, op):
                 items.append(
                     CommItem(op.group, op.collective, op.msg_bytes, count * m, size, "recompute")

@@ -55,6 +55,10 @@ class Op:
     part: Literal["both", "dgrad", "wgrad"] = "both"
     # Collective: the stack launches it asynchronously beside the GEMM before it.
     overlapped: bool = False
+    # Collective: the pass it runs in, where it has no mirror in the other (an all-reduce
+    # whose conjugate is the identity: the embedding's forward one, the output layer's backward
+    # one without sequence parallelism).
+    only: Literal["both", "forward", "backward"] = "both"
 
 
 def kv_per_rank(rs: ResolvedScenario) -> float:
@@ -300,6 +304,14 @@ def embedding_ops(rs: ResolvedScenario) -> list[Op]:
     h = rs.model.hidden
     a = act_bytes(rs)
     ops = [Op("embedding", "memory", bytes=T * h * (a + residual_bytes(rs)))]
+    if rs.tp > 1 and not rs.parallelism.sequence_parallel:
+        # the vocabulary shards' partial lookups summed; its backward sends nothing (each rank
+        # holds the whole output gradient): Megatron's reduce_from_tensor_model_parallel_region
+        ops.append(
+            Op("tp_embedding", "collective", collective="all_reduce", group="tp",
+               msg_bytes=T * h * a, only="forward")
+        )  # fmt: skip
+        return ops
     ops += _tp_comm(rs, "tp_embedding", T * h * a, closing=True)
     return ops
 
@@ -324,9 +336,17 @@ def head_ops(rs: ResolvedScenario) -> list[Op]:
     t = rs.tp
     a = act_bytes(rs)
     norm_tokens = T // t if rs.parallelism.sequence_parallel else T
+    # Without sequence parallelism the output layer's input gradient is summed over the
+    # vocabulary shards in the backward (Megatron's copy_to_tensor_model_parallel_region).
+    into = (
+        [Op("tp_head_in", "collective", collective="all_reduce", group="tp",
+            msg_bytes=T * m.hidden * a, only="backward")]
+        if t > 1 and not rs.parallelism.sequence_parallel
+        else _tp_comm(rs, "tp_head_in", T * m.hidden * a, closing=False)
+    )  # fmt: skip
     ops = [
         *_norm(rs, "final_norm", norm_tokens * m.hidden),
-        *_tp_comm(rs, "tp_head_in", T * m.hidden * a, closing=False),
+        *into,
         _gemm("logits", 1, T, m.vocab // t, m.hidden, wide=True),
         # fp32 softmax over the vocabulary shard: read logits, write probabilities, read back
         # (two tensors, three passes).
@@ -345,6 +365,9 @@ def head_ops(rs: ResolvedScenario) -> list[Op]:
                 collective="all_reduce",
                 group="tp",
                 msg_bytes=T * 4 * 2,
+                # the backward computes the gradient from the saved softmax, sending nothing
+                # (Megatron's _VocabParallelCrossEntropy.backward)
+                only="forward",
             )
         )
     return ops
@@ -360,7 +383,7 @@ def backward_op(op: Op) -> Op:
         coll = mirror.get(op.collective or "", op.collective)
         return Op(
             op.name + "_bwd", "collective", collective=coll, group=op.group, msg_bytes=op.msg_bytes
-        )
+        )  # (a backward-only one runs here: the copy's ``only`` is "both")
     return Op(
         op.name + "_bwd",
         op.kind,
@@ -377,5 +400,6 @@ def backward_op(op: Op) -> Op:
 
 def backward_ops(forward: list[Op]) -> list[Op]:
     """Backward pass in reverse order. A TP all-reduce closing a region in the forward pass
-    becomes an all-reduce at the region's start in the backward pass; the count is the same."""
-    return [backward_op(op) for op in reversed(forward)]
+    becomes an all-reduce at the region's start in the backward pass; the count is the same.
+    A collective that runs in the forward pass only is left out."""
+    return [backward_op(op) for op in reversed(forward) if op.only != "forward"]
