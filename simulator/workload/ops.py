@@ -8,57 +8,39 @@ mirrored TP/CP collectives).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Literal
-
 from ..config.scenario import ResolvedScenario
-from ..config.software import off, on
-from .model import attention_core_flops_per_token, layer_matmul_params
+from .elementwise import (
+    FP8_CAST_BYTES,
+    activation_ops,
+    fp8_casts,
+    norm_ops,
+    repack_ops,
+    residual_bytes,
+    residual_ops,
+    softmax_ops,
+    weight_casts,
+)
+from .model import attention_core_flops_per_token
+from .op import CollKind, Op, OpKind, act_bytes
 
-OpKind = Literal["gemm", "attention", "memory", "collective"]
-CollKind = Literal["all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "p2p"]
-
-
-def act_bytes(rs: ResolvedScenario) -> int:
-    """Bytes per activation element: 16-bit under bf16, fp16 and fp8 (fp8 GEMM inputs are
-    cast), 32-bit under fp32."""
-    return 4 if rs.training.precision == "fp32" else 2
-
-
-@dataclass(frozen=True)
-class Op:
-    name: str
-    kind: OpKind
-    flops: float = 0.0
-    bytes: float = 0.0
-    collective: CollKind | None = None
-    group: Literal["tp", "cp", "dp", "pp"] | None = None
-    msg_bytes: float = 0.0  # collective: the full buffer S of nccl-tests' definition
-    # GEMM: (batch, m, n, k) of the forward product out[m,n] = in[m,k] @ w[k,n]; the backward
-    # pass runs the two products dIn = dOut @ w^T and dW = in^T @ dOut.
-    dims: tuple[int, int, int, int] | None = None
-    backward: bool = False
-    backward_bytes: float | None = None  # memory traffic of its backward where not 2x forward
-    # A GEMM that fp8 training leaves at the 16-bit tensor rate (attention scores and values,
-    # the logits): fp8 recipes cast only the transformer blocks' linear layers.
-    wide: bool = False
-    # Attention: the keys each query attends over, the length the kernel's efficiency follows.
-    kv_len: int = 0
-    # Memory-bound: the bytes of the distinct tensors it touches, where it passes over them
-    # more than once (0: the bytes it moves); what decides whether it runs in a cache.
-    footprint: float = 0.0
-    # GEMM: a linear layer's product, whose [k, n] operand is a weight (its gradient in dW):
-    # the operand each pass streams afresh (see efficiency.gemm_weight_bandwidth).
-    weight: bool = False
-    # Backward GEMM: both products (dIn and dW), or only one of them where a stack runs a
-    # collective between the two (see workload.tp_backward).
-    part: Literal["both", "dgrad", "wgrad"] = "both"
-    # Collective: the stack launches it asynchronously beside the GEMM before it.
-    overlapped: bool = False
-    # Collective: the pass it runs in, where it has no mirror in the other (an all-reduce
-    # whose conjugate is the identity: the embedding's forward one, the output layer's backward
-    # one without sequence parallelism).
-    only: Literal["both", "forward", "backward"] = "both"
+# re-exported: the operation type and the figures other modules read with the lists
+__all__ = [
+    "FP8_CAST_BYTES",
+    "CollKind",
+    "Op",
+    "OpKind",
+    "act_bytes",
+    "backward_op",
+    "backward_ops",
+    "embedding_ops",
+    "head_ops",
+    "kv_per_rank",
+    "layer_ops",
+    "matmul_out_widths",
+    "pp_recv_ops",
+    "residual_bytes",
+    "tokens_per_rank",
+]
 
 
 def kv_per_rank(rs: ResolvedScenario) -> float:
@@ -105,140 +87,6 @@ def _gemm(name: str, b: int, m: int, n: int, k: int, wide: bool = False, weight:
     return Op(name, "gemm", flops=2.0 * b * m * n * k, dims=(b, m, n, k), wide=wide, weight=weight)
 
 
-# fp8 training casts each fp8 GEMM's 16-bit input to fp8 with its transpose (kept for the
-# weight gradient) in one pass, and the incoming gradient likewise in the backward pass:
-# TransformerEngine's Linear runs fp8_cast_transpose_fused on the input in forward and on
-# grad_output in backward (transformer_engine/pytorch/module/linear.py,
-# base.grad_output_preprocess): read 2 bytes, write 1 + 1 per element.
-FP8_CAST_BYTES = 4
-
-
-def _fp8_casts(rs: ResolvedScenario, gemms: list[Op]) -> list[Op]:
-    """One memory-bound pass over the inputs of the layer's fp8 GEMMs (forward) and over their
-    output gradients (backward); nothing outside fp8 training."""
-    if rs.training.precision != "fp8":
-        return []
-    fp8 = [o.dims for o in gemms if o.kind == "gemm" and not o.wide and o.dims is not None]
-    inputs = sum(b * m * k for b, m, _, k in fp8)
-    outputs = sum(b * m * n for b, m, n, _ in fp8)
-    return [
-        Op(
-            "fp8_casts",
-            "memory",
-            bytes=FP8_CAST_BYTES * inputs,
-            backward_bytes=FP8_CAST_BYTES * outputs,
-        )
-    ]
-
-
-def _softmax_ops(rs: ResolvedScenario, scores: float) -> list[Op]:
-    """Unfused attention between the two batched GEMMs, over the s×s score tensor (``scores``
-    bytes): scale, causal mask and softmax, one kernel each (read and write) unless the stack
-    fuses them; then dropout (read, write, and a one-byte mask per element) if the model has
-    it."""
-    ops: list[Op] = []
-    if rs.software.fusion.scale_mask_softmax.value:
-        ops.append(Op("scale_mask_softmax", "memory", bytes=2 * scores))
-    else:
-        ops += [
-            Op("scale", "memory", bytes=2 * scores),
-            Op("mask", "memory", bytes=2 * scores),
-            Op("softmax", "memory", bytes=2 * scores),
-        ]
-    if rs.model.dropout:
-        ops.append(Op("attn_dropout", "memory", bytes=2.5 * scores))
-    return ops
-
-
-def _autocast_over_fp32(rs: ResolvedScenario) -> bool:
-    """Mixed precision run by autocast over fp32 working weights (FSDP gathering fp32
-    parameters, as Composer's 'DEFAULT' does)."""
-    return rs.training.param_gather_dtype == "fp32" and rs.training.precision != "fp32"
-
-
-def _weight_casts(rs: ResolvedScenario) -> list[Op]:
-    """Autocast over fp32 working weights (FSDP gathering fp32 parameters, as Composer's
-    'DEFAULT' mixed precision does) casts each weight to 16 bits at every use in the forward
-    pass: read 4 bytes, write 2 per weight (the backward casts the gradient back)."""
-    if not _autocast_over_fp32(rs):
-        return []
-    weights = layer_matmul_params(rs.model) / rs.tp
-    return [Op("autocast_weight_cast", "memory", bytes=6.0 * weights)]
-
-
-def residual_bytes(rs: ResolvedScenario) -> int:
-    """Bytes per element of the residual stream. Under autocast over fp32 working weights (FSDP
-    gathering fp32 parameters, Composer's 'DEFAULT') the embedding's output is fp32 and adding
-    a 16-bit branch output to it promotes the sum to fp32 (PyTorch's type promotion), so the
-    stream between the blocks stays fp32; otherwise it has the activations' width."""
-    return 4 if _autocast_over_fp32(rs) else act_bytes(rs)
-
-
-def _norm(rs: ResolvedScenario, name: str, elements: float) -> list[Op]:
-    """A norm reads the residual stream and writes its 16-bit (or fp32) output: one kernel,
-    unless the model's RMSNorm runs as the eager composite (Hugging Face's LlamaRMSNorm,
-    llm-foundry's and torchtitan's eager RMSNorm): an fp32 upcast, square, mean, the
-    rsqrt-scaled product, the downcast and the weight, each a pass over the tensor."""
-    r, a = residual_bytes(rs), act_bytes(rs)
-    if rs.model.norm != "rmsnorm" or not off(rs.software.fusion.rms_norm):
-        return [Op(name, "memory", bytes=elements * (r + a))]
-    ops = [] if r == 4 else [Op(f"{name}_upcast", "memory", bytes=elements * (r + 4))]
-    rows = elements / rs.model.hidden
-    return ops + [
-        Op(f"{name}_square", "memory", bytes=elements * 8),
-        Op(f"{name}_mean", "memory", bytes=elements * 4),
-        Op(f"{name}_rsqrt", "memory", bytes=rows * 16),  # + eps, then rsqrt, on one per row
-        Op(f"{name}_scale", "memory", bytes=elements * 8),
-        Op(f"{name}_downcast", "memory", bytes=elements * (4 + a)),
-        Op(f"{name}_weight", "memory", bytes=elements * 2 * a),
-    ]
-
-
-def _activation(rs: ResolvedScenario, elements: float) -> list[Op]:
-    """The MLP's activation over ``elements`` of the hidden width: GELU reads and writes it;
-    SwiGLU reads the gate and the up projection and writes their product, in one kernel unless
-    the stack runs SiLU and the multiply apart (eager ``F.silu(gate) * up``)."""
-    a = act_bytes(rs)
-    if rs.model.mlp != "swiglu":
-        return [Op("activation", "memory", bytes=2 * elements * a)]
-    if not off(rs.software.fusion.swiglu):
-        return [Op("activation", "memory", bytes=3 * elements * a)]
-    return [
-        Op("activation_silu", "memory", bytes=2 * elements * a),
-        Op("activation_mul", "memory", bytes=3 * elements * a),
-    ]
-
-
-def _residual(rs: ResolvedScenario, elements: float) -> list[Op]:
-    """Dropout of a block's output and the residual add over ``elements``: one kernel when the
-    stack fuses bias, dropout and add (read the stream and the branch, write the stream, plus
-    the dropout mask), else a dropout kernel and an add kernel."""
-    a, r = act_bytes(rs), residual_bytes(rs)
-    add = elements * (2 * r + a)
-    if not rs.model.dropout:
-        return [Op("residual_add", "memory", bytes=add)]
-    mask = elements  # one byte per element
-    if rs.software.fusion.bias_dropout_add.value:
-        return [Op("bias_dropout_add", "memory", bytes=add + mask)]
-    return [
-        Op("dropout", "memory", bytes=2 * a * elements + mask),
-        Op("residual_add", "memory", bytes=add),
-    ]
-
-
-def _repack(rs: ResolvedScenario, q: float, kv: float) -> list[Op]:
-    """A stack that runs flash attention through its variable-length entry point copies Q, K
-    and V into packed tensors (a gather: read and write each) and the output back into the
-    padded batch (write zeros, then copy: three passes); the backward scatters the three
-    gradients into zeroed tensors (three passes each) and gathers the output's (two). ``q``
-    and ``kv`` are the bytes of Q (and the output) and of K or V."""
-    if not on(rs.software.attention_repack):
-        return []
-    fwd = 2 * (q + 2 * kv) + 3 * q
-    bwd = 3 * (q + 2 * kv) + 2 * q
-    return [Op("attention_repack", "memory", bytes=fwd, backward_bytes=bwd)]
-
-
 def layer_ops(rs: ResolvedScenario) -> list[Op]:
     """Forward operations of one transformer layer for one micro-batch on one rank."""
     m = rs.model
@@ -251,9 +99,9 @@ def layer_ops(rs: ResolvedScenario) -> list[Op]:
     act = T * h * a  # one hidden-state tensor of the micro-batch
     norm_tokens = T // t if sp else T  # SP shards the norm/dropout regions over the sequence
     n_in = 2 if m.mlp == "swiglu" else 1
-    ops: list[Op] = _weight_casts(rs)
+    ops: list[Op] = weight_casts(rs)
     ops += [
-        *_norm(rs, "attn_norm", norm_tokens * h),
+        *norm_ops(rs, "attn_norm", norm_tokens * h),
         *_tp_comm(rs, "tp_attn_in", act, closing=False),
         _gemm("qkv_proj", 1, T, int(h // t + 2 * kv_per_rank(rs)), h),
     ]
@@ -274,28 +122,28 @@ def layer_ops(rs: ResolvedScenario) -> list[Op]:
         # under context parallelism the kernel runs once per chunk of s/cp keys (ring)
         kv = s // rs.cp
         ops.append(Op("attention", "attention", flops=core, bytes=qkvo_bytes, kv_len=kv))
-        ops += _repack(rs, T * h * a / t, T * kv_per_rank(rs) * a)
+        ops += repack_ops(rs, T * h * a / t, T * kv_per_rank(rs) * a)
     else:
         heads = m.heads // t
         scores = rs.training.micro_batch * heads * (s // rs.cp) * s * a
         bh = rs.training.micro_batch * heads
         sq, hd = s // rs.cp, m.head_dim
         ops += [_gemm("attn_scores", bh, sq, s, hd, wide=True, weight=False)]
-        ops += _softmax_ops(rs, scores)
+        ops += softmax_ops(rs, scores)
         ops += [_gemm("attn_values", bh, sq, hd, s, wide=True, weight=False)]
     ops += [
         _gemm("out_proj", 1, T, h, h // t),
         *_tp_comm(rs, "tp_attn_out", act, closing=True),
-        *_residual(rs, norm_tokens * h),
-        *_norm(rs, "mlp_norm", norm_tokens * h),
+        *residual_ops(rs, norm_tokens * h),
+        *norm_ops(rs, "mlp_norm", norm_tokens * h),
         *_tp_comm(rs, "tp_mlp_in", act, closing=False),
         _gemm("mlp_up", 1, T, n_in * f // t, h),
-        *_activation(rs, T * f / t),
+        *activation_ops(rs, T * f / t),
         _gemm("mlp_down", 1, T, h, f // t),
         *_tp_comm(rs, "tp_mlp_out", act, closing=True),
-        *_residual(rs, norm_tokens * h),
+        *residual_ops(rs, norm_tokens * h),
     ]
-    return _fp8_casts(rs, ops) + ops
+    return fp8_casts(rs, ops) + ops
 
 
 def embedding_ops(rs: ResolvedScenario) -> list[Op]:
@@ -345,7 +193,7 @@ def head_ops(rs: ResolvedScenario) -> list[Op]:
         else _tp_comm(rs, "tp_head_in", T * m.hidden * a, closing=False)
     )  # fmt: skip
     ops = [
-        *_norm(rs, "final_norm", norm_tokens * m.hidden),
+        *norm_ops(rs, "final_norm", norm_tokens * m.hidden),
         *into,
         _gemm("logits", 1, T, m.vocab // t, m.hidden, wide=True),
         # fp32 softmax over the vocabulary shard: read logits, write probabilities, read back
