@@ -46,6 +46,9 @@ def _pipeline(rnd: random.Random) -> Any:
         data["software"] = dict(BLOCKING)
         if rnd.random() < 0.3:  # every GPU at the expected slowest one's pace
             data.setdefault("run", {})["stragglers"] = "expected"
+        if rnd.random() < 0.3:  # Megatron's asynchronous TP backward
+            tp_bwd = {"tp_backward": {"value": True, "source": "test"}}
+            data["software"]["overlap"] = {**BLOCKING["overlap"], **tp_bwd}
         if rnd.random() < 0.3:  # PyTorch's early-stopping checkpoint under full recomputation
             par["recompute"] = "full"
             data["software"]["recompute_early_stop"] = {"value": True, "source": "test"}

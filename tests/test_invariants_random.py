@@ -43,6 +43,7 @@ STORAGE = ["lustre", "local-nvme", "nfs"]
 STACKS = [
     "megatron-core",
     "megatron-lm-2021",
+    "megatron-lm-2022",
     "pytorch-fsdp",
     "pytorch-eager",
     "deepspeed",
