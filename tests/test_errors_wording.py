@@ -222,6 +222,25 @@ def test_an_error_about_a_field_the_set_beside_it_changed_names_that_set() -> No
     )
 
 
+def test_of_several_sets_beside_the_field_the_one_the_message_names_is_blamed() -> None:
+    """Two overrides in the section: the error names the one its message is about (the node
+    count a network is needed for), not merely the last given."""
+    res = run_cli(
+        "check",
+        "llama3-8b-8xh100",
+        "--set",
+        "cluster.nodes=4",
+        "--set",
+        "cluster.fabric=pcie5-host",
+    )
+    assert_user_error(
+        res,
+        file=REPO / "scenarios" / "llama3-8b-8xh100.yaml",
+        path="cluster.network",
+        says=("with --set cluster.nodes=4",),
+    )
+
+
 def test_set_of_a_figures_value_alone_points_to_the_bare_form() -> None:
     """``--set X.value=V`` on a sourced figure has no source; the message says how to give
     one, or to set the figure itself (recorded as an inline override)."""

@@ -36,9 +36,12 @@ def blame_set(exc: UserError, sets: list[str]) -> UserError:
     # override beside it is what changed.
     section = p.rsplit(".", 1)[0] if "." in p else ""
     beside = [s for s in sets if section and s.split("=", 1)[0].strip().startswith(section + ".")]
+    # the one whose field the message names ("4 nodes need a network": cluster.nodes), else
+    # the last
+    named = [s for s in beside if s.split("=", 1)[0].strip().rsplit(".", 1)[-1] in exc.message]
     if beside:
         return UserError(
-            f"{exc.message} (with --set {_shown(beside[-1])})",
+            f"{exc.message} (with --set {_shown((named or beside)[-1])})",
             file=exc.file,
             path=exc.path,
             hint=exc.hint,
