@@ -101,4 +101,20 @@ def test_the_overlap_never_slows_a_step_and_sp_pays_for_its_regather() -> None:
 
     layers, m = sp_on.model.layers, sp_on.micro_batches
     act = sp_on.training.seq_len * sp_on.model.hidden * 2
-    assert gathers(sp_on) - gathers(sp_off) == pytest.approx(2 * layers * m * act)
+    # and the output layer's input, once per micro-batch
+    assert gathers(sp_on) - gathers(sp_off) == pytest.approx((2 * layers + 1) * m * act)
+
+
+@pytest.mark.parametrize("sp", [False, True])
+def test_the_output_layer_reduces_its_input_gradient_beside_its_weight_gradient(sp: bool) -> None:
+    """Megatron's output layer is column-parallel too: its input gradient's all-reduce (SP:
+    reduce-scatter, after re-gathering its input) runs beside its own backward GEMMs."""
+    from simulator.workload.ops import head_ops
+
+    rs = _rs(sp)
+    out = async_tp_backward(backward_ops(head_ops(rs)), sp)
+    names = [(o.name, o.overlapped) for o in out if o.group == "tp" or o.part != "both"]
+    want = [("logits_dgrad", False)]
+    want += [("logits_regather", True)] if sp else []
+    want += [("logits_wgrad", False), ("tp_head_in_bwd", True)]
+    assert names == want

@@ -209,10 +209,12 @@ class SimulationBase(Tracing, LinkSharing):
             times = self._coll_times(ops, groups)
             return build_program(ops, self.timer, times, overlap_tp=self.ov.tp_comm, pace=self.pace)
 
+        def back(ops: list) -> list:  # the stack's backward (where its TP collectives run)
+            b, sp = backward_ops(ops), rs.parallelism.sequence_parallel
+            return async_tp_backward(b, sp) if self.ov.tp_backward and rs.tp > 1 else b
+
         fwd = layer_ops(rs)
-        bwd = backward_ops(fwd)
-        if self.ov.tp_backward and rs.tp > 1:
-            bwd = async_tp_backward(bwd, rs.parallelism.sequence_parallel)
+        bwd = back(fwd)
         p_fwd = prog(fwd)
         rc = rs.parallelism.recompute
         p_bwd = Program()
@@ -230,7 +232,7 @@ class SimulationBase(Tracing, LinkSharing):
             p_bwd.extend(offload_wait(rs, prog(bwd, every).duration))
         emb = embedding_ops(rs)
         head = head_ops(rs)
-        p_emb_b, p_head_b = prog(backward_ops(emb)), prog(backward_ops(head))
+        p_emb_b, p_head_b = prog(backward_ops(emb)), prog(back(head))
 
         def mem(name: str, nbytes: float) -> Program:
             return prog([Op(name, "memory", bytes=nbytes)])

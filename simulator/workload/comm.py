@@ -179,6 +179,8 @@ def step_comm(rs: ResolvedScenario, stage: int = 0) -> list[CommItem]:
         add_ops(embedding_ops(rs), 1)
     if stage == rs.pp - 1:
         add_ops(head_ops(rs), 1)
+        for op in regathers(rs, head_ops(rs)):
+            items.append(CommItem("tp", "all_gather", op.msg_bytes, m, rs.tp, "backward"))
 
     if rs.pp > 1:
         v = rs.parallelism.virtual_stages

@@ -1,5 +1,6 @@
 """Megatron's asynchronous tensor-parallel backward: a column-parallel layer's collectives run
-beside its own backward GEMMs.
+beside its own backward GEMMs (the transformer layers' QKV and MLP-up projections, and the
+output layer).
 
 In the forward pass a column-parallel linear layer (the QKV projection, the MLP's up
 projection) starts a TP region; its backward computes the input gradient (dgrad), launches that
@@ -24,9 +25,9 @@ from dataclasses import replace
 from ..config.scenario import ResolvedScenario
 from .ops import Op, backward_ops, layer_ops
 
-# The layer's column-parallel GEMMs (``ops.layer_ops``), whose backward reduces the input
-# gradient over the TP group.
-COLUMN_PARALLEL = ("qkv_proj_bwd", "mlp_up_bwd")
+# The column-parallel GEMMs (``ops.layer_ops``, ``ops.head_ops``: Megatron's output layer runs
+# the same linear function), whose backward reduces the input gradient over the TP group.
+COLUMN_PARALLEL = ("qkv_proj_bwd", "mlp_up_bwd", "logits_bwd")
 
 
 def async_tp_backward(bwd: list[Op], sequence_parallel: bool) -> list[Op]:
@@ -53,7 +54,8 @@ def async_tp_backward(bwd: list[Op], sequence_parallel: bool) -> list[Op]:
         dgrad = replace(op, name=op.name[:-4] + "_dgrad", flops=op.flops / 2, part="dgrad")
         wgrad = replace(op, name=op.name[:-4] + "_wgrad", flops=op.flops / 2, part="wgrad")
         nxt = bwd[i] if i < len(bwd) else None
-        if sequence_parallel and nxt is not None and nxt.group == "tp":
+        nxt_tp = nxt is not None and nxt.kind == "collective" and nxt.group == "tp"
+        if sequence_parallel and nxt is not None and nxt_tp:
             # the reduce-scatter of the input gradient (mirror of the forward's all-gather)
             regather = replace(
                 nxt, name=op.name[:-4] + "_regather", collective="all_gather", overlapped=True
@@ -63,6 +65,10 @@ def async_tp_backward(bwd: list[Op], sequence_parallel: bool) -> list[Op]:
         elif held is not None:
             out += [dgrad, wgrad, replace(held, overlapped=True)]
             held = None
+        elif nxt is not None and nxt_tp and nxt.collective == "all_reduce":
+            # already after its GEMM (the output layer's backward-only all-reduce)
+            out += [dgrad, wgrad, replace(nxt, overlapped=True)]
+            i += 1
         else:
             out.append(op)
     if held is not None:
@@ -70,12 +76,12 @@ def async_tp_backward(bwd: list[Op], sequence_parallel: bool) -> list[Op]:
     return out
 
 
-def regathers(rs: ResolvedScenario) -> list[Op]:
-    """The all-gathers one layer's backward adds under ``rs``: the column-parallel layers'
-    inputs, gathered again where the stack runs the asynchronous TP backward with sequence
-    parallelism (none otherwise)."""
+def regathers(rs: ResolvedScenario, forward: list[Op] | None = None) -> list[Op]:
+    """The all-gathers the backward of ``forward`` (default: one layer's) adds under ``rs``: the
+    column-parallel layers' inputs, gathered again where the stack runs the asynchronous TP
+    backward with sequence parallelism (none otherwise)."""
     sp = rs.parallelism.sequence_parallel
     if not (rs.parallelism.overlap.tp_backward and sp and rs.tp > 1):
         return []
-    bwd = async_tp_backward(backward_ops(layer_ops(rs)), sp)
+    bwd = async_tp_backward(backward_ops(layer_ops(rs) if forward is None else forward), sp)
     return [op for op in bwd if op.name.endswith("_regather")]
