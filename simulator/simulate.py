@@ -15,6 +15,7 @@ from .config.scenario import ResolvedScenario
 from .cost import CostReport, compute_cost
 from .engine.periodic import run_periodic
 from .engine.sim import EngineResult, run_engine
+from .engine.stragglers import pace as straggler_pace
 from .errors import UserError
 from .interruptions import RunReport, run_report
 from .metrics import Metrics, compute_metrics
@@ -46,6 +47,8 @@ class SimResult:
             "nodes": rs.nodes,
             "mode": m.mode,
             "layout": rs.layout(),
+            # every GPU's compute stretched to the expected slowest one's (run.stragglers)
+            "straggler_pace": straggler_pace(rs),
             "step_time_s": m.step_time_s,
             "tokens_per_s": m.tokens_per_s,
             "samples_per_s": m.samples_per_s,

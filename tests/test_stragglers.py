@@ -125,7 +125,7 @@ def test_stragglers_need_a_speed_cv() -> None:
     with pytest.raises(UserError) as exc:
         resolve_dict(data)
     assert exc.value.path == "run.stragglers"
-    assert "speed_cv" in str(exc.value)
+    assert "speed_cv" in str(exc.value) and "run.stragglers" not in exc.value.message
 
 
 def test_cli_stragglers_flag_and_bad_value(tmp_path) -> None:
@@ -135,6 +135,9 @@ def test_cli_stragglers_flag_and_bad_value(tmp_path) -> None:
     bad = run_cli("simulate", "scenarios/llama3-8b-8xh100.yaml", "--set", "run.stragglers=maybe")
     assert bad.returncode == 2
     assert "run.stragglers" in bad.stderr and "Traceback" not in bad.stderr
+    # YAML reads an unquoted `on` as true: the hint lists what to write instead
+    on = run_cli("simulate", "scenarios/llama3-8b-8xh100.yaml", "--set", "run.stragglers=on")
+    assert on.returncode == 2 and "write one of 'auto', 'off' or 'expected'" in on.stderr
 
 
 def test_optimizer_bandwidth_sets_the_optimizer_step_time() -> None:
@@ -152,3 +155,18 @@ def test_optimizer_bandwidth_sets_the_optimizer_step_time() -> None:
     }
     t1 = sim(half).metrics.breakdown_s["optimizer"]
     assert t1 - launch == pytest.approx(2 * (t0 - launch), rel=1e-9)
+
+
+def test_the_json_report_states_the_pace() -> None:
+    """A reader of the JSON sees the compute multiplier the step ran at: the expected slowest
+    of 8 GPUs at the profile's speed_cv by default, 1 with stragglers off."""
+    import json
+
+    on = run_cli("simulate", "llama3-8b-8xh100", "--format", "json")
+    off = run_cli("simulate", "llama3-8b-8xh100", "--format", "json", "--set", "run.stragglers=off")
+    assert on.returncode == 0 and off.returncode == 0, on.stderr + off.stderr
+    cv = resolve_dict(scenario(nodes=1, gpn=8)).gpu.speed_cv
+    assert cv is not None
+    want = 1 + cv.value * expected_max_normal(8)
+    assert json.loads(on.stdout)["straggler_pace"] == pytest.approx(want)
+    assert json.loads(off.stdout)["straggler_pace"] == 1.0

@@ -118,3 +118,25 @@ def test_the_output_layer_reduces_its_input_gradient_beside_its_weight_gradient(
     want += [("logits_regather", True)] if sp else []
     want += [("logits_wgrad", False), ("tp_head_in_bwd", True)]
     assert names == want
+
+
+@pytest.mark.parametrize("precision", ["bf16", "fp8"])
+def test_with_tp_communication_overlap_the_switch_never_slows_a_step_without_sp(
+    precision: str,
+) -> None:
+    """TP communication overlap can only start a backward collective once the GEMM producing
+    its input has run, so under ``tp_comm`` the collectives already sit where the asynchronous
+    backward puts them: without SP (no re-gather) the switch changes nothing. (Placed at their
+    forward's mirror they had hidden behind the next layer's GEMM, before their data existed.)"""
+
+    def step(on: bool) -> float:
+        rs = resolve_inline(
+            "llama3-8b",
+            tp=8,
+            precision=precision,
+            overlap={"tp_comm": True, "tp_backward": on},
+            global_batch=8,
+        )
+        return simulate(rs, scaling=False).metrics.step_time_s
+
+    assert step(True) <= step(False) * (1 + 1e-12)

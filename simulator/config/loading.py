@@ -181,7 +181,7 @@ def resolve(
         )
     if sc.run.stragglers == "expected" and gpu.speed_cv is None:
         raise UserError(
-            f"run.stragglers: {sc.run.stragglers} needs the GPU's speed variation, and GPU "
+            f"'{sc.run.stragglers}' needs the GPU's speed variation, and GPU "
             f"profile '{gpu.name}' has no speed_cv",
             file=file,
             path="run.stragglers",

@@ -77,7 +77,7 @@ class Overlap(BaseModel):
     tp_backward: bool = Field(
         default=False,
         description="a column-parallel layer's backward collectives overlap its own GEMMs "
-        "(Megatron's asynchronous TP backward)",
+        "(Megatron's asynchronous TP backward); unset: as the software stack does",
     )
     pp_p2p: bool = Field(default=True, description="pipeline sends run on their own stream")
 

@@ -152,6 +152,9 @@ def validation_error(
             "YAML reads an unquoted no, yes, on or off as false or true: quote the word "
             "('no') where a name is meant"
         )
+        allowed = (err.get("ctx") or {}).get("expected")
+        if err["type"] == "literal_error" and allowed:
+            hint = f"write one of {allowed} ({hint})"
     if err["type"] == "extra_forbidden" and loc:
         fields = list(getattr(holder, "model_fields", {}))
         near = closest(str(loc[-1]), fields)

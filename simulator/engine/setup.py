@@ -33,7 +33,7 @@ from ..workload.ops import (
     pp_recv_ops,
 )
 from ..workload.recompute import full_recomputed_ops, recomputed_ops
-from ..workload.tp_backward import async_tp_backward
+from ..workload.tp_backward import stack_backward
 from .clock import BucketEnvironment
 from .comm import Comm, Job, Stream
 from .compute import OpTimer
@@ -209,12 +209,8 @@ class SimulationBase(Tracing, LinkSharing):
             times = self._coll_times(ops, groups)
             return build_program(ops, self.timer, times, overlap_tp=self.ov.tp_comm, pace=self.pace)
 
-        def back(ops: list) -> list:  # the stack's backward (where its TP collectives run)
-            b, sp = backward_ops(ops), rs.parallelism.sequence_parallel
-            return async_tp_backward(b, sp) if self.ov.tp_backward and rs.tp > 1 else b
-
         fwd = layer_ops(rs)
-        bwd = back(fwd)
+        bwd = stack_backward(rs, fwd)
         p_fwd = prog(fwd)
         rc = rs.parallelism.recompute
         p_bwd = Program()
@@ -232,7 +228,7 @@ class SimulationBase(Tracing, LinkSharing):
             p_bwd.extend(offload_wait(rs, prog(bwd, every).duration))
         emb = embedding_ops(rs)
         head = head_ops(rs)
-        p_emb_b, p_head_b = prog(backward_ops(emb)), prog(back(head))
+        p_emb_b, p_head_b = prog(backward_ops(emb)), prog(stack_backward(rs, head))
 
         def mem(name: str, nbytes: float) -> Program:
             return prog([Op(name, "memory", bytes=nbytes)])

@@ -30,13 +30,14 @@ from .ops import Op, backward_ops, layer_ops
 COLUMN_PARALLEL = ("qkv_proj_bwd", "mlp_up_bwd", "logits_bwd")
 
 
-def async_tp_backward(bwd: list[Op], sequence_parallel: bool) -> list[Op]:
+def async_tp_backward(bwd: list[Op], sequence_parallel: bool, regather: bool = True) -> list[Op]:
     """``bwd`` (one layer's backward, as ``ops.backward_ops`` gives it) with each column-parallel
     GEMM's collectives beside its backward products. Without sequence parallelism the TP
     all-reduce that ``backward_ops`` places at the mirror of the forward's closing one moves
     after the GEMM's dgrad and overlaps its wgrad; with it, the reduce-scatter after the GEMM
     overlaps the wgrad, and a re-gather of the input (the forward's all-gather) overlaps the
-    dgrad."""
+    dgrad, unless ``regather`` is false (a stack that keeps the gathered input: TP
+    communication overlap without Megatron's layers, ``overlap.tp_comm`` alone)."""
     out: list[Op] = []
     held: Op | None = None  # a non-SP all-reduce on its way to its column-parallel GEMM
     i = 0
@@ -57,10 +58,9 @@ def async_tp_backward(bwd: list[Op], sequence_parallel: bool) -> list[Op]:
         nxt_tp = nxt is not None and nxt.kind == "collective" and nxt.group == "tp"
         if sequence_parallel and nxt is not None and nxt_tp:
             # the reduce-scatter of the input gradient (mirror of the forward's all-gather)
-            regather = replace(
-                nxt, name=op.name[:-4] + "_regather", collective="all_gather", overlapped=True
-            )
-            out += [dgrad, regather, wgrad, replace(nxt, overlapped=True)]
+            again = [replace(nxt, name=op.name[:-4] + "_regather", collective="all_gather",
+                             overlapped=True)] if regather else []  # fmt: skip
+            out += [dgrad, *again, wgrad, replace(nxt, overlapped=True)]
             i += 1
         elif held is not None:
             out += [dgrad, wgrad, replace(held, overlapped=True)]
@@ -74,6 +74,18 @@ def async_tp_backward(bwd: list[Op], sequence_parallel: bool) -> list[Op]:
     if held is not None:
         out.append(held)
     return out
+
+
+def stack_backward(rs: ResolvedScenario, forward: list[Op]) -> list[Op]:
+    """The backward of ``forward`` as ``rs``'s stack runs it: with the asynchronous TP backward,
+    or with TP communication overlap (whose collectives can only start once the GEMM that
+    produces their input has run), each column-parallel GEMM's collectives sit beside its own
+    backward products; otherwise where ``ops.backward_ops`` puts them."""
+    bwd = backward_ops(forward)
+    ov = rs.parallelism.overlap
+    if rs.tp > 1 and (ov.tp_backward or ov.tp_comm):
+        return async_tp_backward(bwd, rs.parallelism.sequence_parallel, ov.tp_backward)
+    return bwd
 
 
 def regathers(rs: ResolvedScenario, forward: list[Op] | None = None) -> list[Op]:
