@@ -3,6 +3,8 @@ override a faulty value came from (the file's own value would otherwise seem to 
 
 from __future__ import annotations
 
+import re
+
 from ..errors import UserError
 
 
@@ -38,7 +40,7 @@ def blame_set(exc: UserError, sets: list[str]) -> UserError:
     beside = [s for s in sets if section and s.split("=", 1)[0].strip().startswith(section + ".")]
     # the one whose field the message names ("4 nodes need a network": cluster.nodes), else
     # the last
-    named = [s for s in beside if s.split("=", 1)[0].strip().rsplit(".", 1)[-1] in exc.message]
+    named = [s for s in beside if re.search(rf"\b{re.escape(_field(s))}\b", exc.message)]
     if beside:
         return UserError(
             f"{exc.message} (with --set {_shown((named or beside)[-1])})",
@@ -47,6 +49,11 @@ def blame_set(exc: UserError, sets: list[str]) -> UserError:
             hint=exc.hint,
         )
     return exc
+
+
+def _field(item: str) -> str:
+    """The last name of a --set item's path (``cluster.nodes=4``: ``nodes``)."""
+    return item.split("=", 1)[0].strip().rsplit(".", 1)[-1]
 
 
 def _shown(item: str) -> str:

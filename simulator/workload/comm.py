@@ -14,6 +14,7 @@ from .buckets import chunk_bucket_count, end_params, gather_groups
 from .memory import gather_bytes_per_param, layer_params_per_rank, shard_group, stage_params
 from .model import param_breakdown
 from .ops import (
+    Op,
     act_bytes,
     embedding_ops,
     head_ops,
@@ -21,7 +22,7 @@ from .ops import (
     tokens_per_rank,
 )
 from .recompute import recomputes_collective
-from .tp_backward import regathers
+from .tp_backward import stack_backward
 
 
 @dataclass(frozen=True)
@@ -145,42 +146,33 @@ def step_comm(rs: ResolvedScenario, stage: int = 0) -> list[CommItem]:
     layers = rs.stage_layers()[stage]
 
     def add_ops(ops: list, count: float, recomputed: bool = False) -> None:
+        """The collectives of ``ops``'s forward pass, of its backward as the stack runs it
+        (mirrored, moved, re-gathered: ``tp_backward.stack_backward``, as the engine does) and,
+        where recomputed, again."""
+
+        def add(op: Op, phase: str) -> None:
+            size = rs.tp if op.group == "tp" else rs.cp
+            items.append(CommItem(op.group or "", op.collective or "", op.msg_bytes,
+                                  count * m, size, phase))  # fmt: skip
+
         for op in ops:
             if op.kind != "collective" or op.group is None:
                 continue
-            size = rs.tp if op.group == "tp" else rs.cp
             if op.only != "backward":
-                items.append(
-                    CommItem(op.group, op.collective, op.msg_bytes, count * m, size, "forward")
-                )
-            back = {"all_gather": "reduce_scatter", "reduce_scatter": "all_gather"}
-            if op.only != "forward":
-                items.append(
-                    CommItem(
-                        op.group,
-                        back.get(op.collective, op.collective),
-                        op.msg_bytes,
-                        count * m,
-                        size,
-                        "backward",
-                    )
-                )
+                add(op, "forward")
             if recomputed and recomputes_collective(rs, op):
-                items.append(
-                    CommItem(op.group, op.collective, op.msg_bytes, count * m, size, "recompute")
-                )
+                add(op, "recompute")
+        for op in stack_backward(rs, ops):
+            if op.kind == "collective" and op.group is not None:
+                add(op, "backward")
 
     # Full recomputation re-runs the transformer layers' forward pass only (as in
     # model.recompute_flops_per_token); the embedding and the logits/loss are not recomputed.
     add_ops(layer_ops(rs), layers, recomputed=True)
-    for op in regathers(rs):
-        items.append(CommItem("tp", "all_gather", op.msg_bytes, layers * m, rs.tp, "backward"))
     if stage == 0:
         add_ops(embedding_ops(rs), 1)
     if stage == rs.pp - 1:
         add_ops(head_ops(rs), 1)
-        for op in regathers(rs, head_ops(rs)):
-            items.append(CommItem("tp", "all_gather", op.msg_bytes, m, rs.tp, "backward"))
 
     if rs.pp > 1:
         v = rs.parallelism.virtual_stages

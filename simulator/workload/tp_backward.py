@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ..config.scenario import ResolvedScenario
-from .ops import Op, backward_ops, layer_ops
+from .ops import Op, backward_ops
 
 # The column-parallel GEMMs (``ops.layer_ops``, ``ops.head_ops``: Megatron's output layer runs
 # the same linear function), whose backward reduces the input gradient over the TP group.
@@ -86,14 +86,3 @@ def stack_backward(rs: ResolvedScenario, forward: list[Op]) -> list[Op]:
     if rs.tp > 1 and (ov.tp_backward or ov.tp_comm):
         return async_tp_backward(bwd, rs.parallelism.sequence_parallel, ov.tp_backward)
     return bwd
-
-
-def regathers(rs: ResolvedScenario, forward: list[Op] | None = None) -> list[Op]:
-    """The all-gathers the backward of ``forward`` (default: one layer's) adds under ``rs``: the
-    column-parallel layers' inputs, gathered again where the stack runs the asynchronous TP
-    backward with sequence parallelism (none otherwise)."""
-    sp = rs.parallelism.sequence_parallel
-    if not (rs.parallelism.overlap.tp_backward and sp and rs.tp > 1):
-        return []
-    bwd = async_tp_backward(backward_ops(layer_ops(rs) if forward is None else forward), sp)
-    return [op for op in bwd if op.name.endswith("_regather")]
