@@ -241,6 +241,18 @@ def test_of_several_sets_beside_the_field_the_one_the_message_names_is_blamed() 
     )
 
 
+def test_the_named_field_is_matched_as_a_word_whatever_its_case() -> None:
+    """'needs PP > 1' names parallelism.pp, not the later parallelism.tp beside it."""
+    sets = ("--set", "cluster.nodes=1", "--set", "parallelism.pp=1", "--set", "parallelism.tp=8")
+    res = run_cli("check", "llama3-70b-64xh100", *sets)
+    assert_user_error(
+        res,
+        file=REPO / "scenarios" / "llama3-70b-64xh100.yaml",
+        path="parallelism.pp_schedule",
+        says=("with --set parallelism.pp=1",),
+    )
+
+
 def test_set_of_a_figures_value_alone_points_to_the_bare_form() -> None:
     """``--set X.value=V`` on a sourced figure has no source; the message says how to give
     one, or to set the figure itself (recorded as an inline override)."""

@@ -40,7 +40,7 @@ def blame_set(exc: UserError, sets: list[str]) -> UserError:
     beside = [s for s in sets if section and s.split("=", 1)[0].strip().startswith(section + ".")]
     # the one whose field the message names ("4 nodes need a network": cluster.nodes), else
     # the last
-    named = [s for s in beside if re.search(rf"\b{re.escape(_field(s))}\b", exc.message)]
+    named = [s for s in beside if re.search(rf"\b{re.escape(_field(s))}\b", exc.message, re.I)]
     if beside:
         return UserError(
             f"{exc.message} (with --set {_shown((named or beside)[-1])})",
