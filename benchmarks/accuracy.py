@@ -88,6 +88,19 @@ def predict_row(path: Path, overrides: list[str] | None = None) -> dict[str, Any
         # every published run ran, so each must fit; the peak stage's need against capacity
         "memory_gb": m.memory_gb_per_gpu,
         "capacity_gb": rs.gpu.capacity_gb,
+        # where the source reports the run's peak memory per GPU: the model's peak against it
+        **({"memory": memory_row(m.memory_gb_per_gpu, ref.memory)} if ref.memory else {}),
+    }
+
+
+def memory_row(predicted_gb: float, fig: Any) -> dict[str, Any]:
+    """The model's peak memory per GPU (the peak stage's, framework reserve included) against
+    a published peak (:class:`simulator.config.reference.MemoryFigure`), both in GB."""
+    return {
+        "published_gb": fig.gb,
+        "predicted_gb": predicted_gb,
+        "error": predicted_gb / fig.gb - 1.0,
+        "measures": fig.measures,
     }
 
 
@@ -248,6 +261,9 @@ def run(sets: list[str], overrides: list[str] | None = None) -> dict[str, Any]:
             }
         else:
             report[name] = {"rows": rows, "summary": summary(rows)}
+            mem = [r["memory"] for r in rows if "memory" in r]
+            if mem:
+                report[name]["summary_memory"] = summary(mem)
         report[name]["seconds"] = time.perf_counter() - t0
     return report
 
@@ -320,6 +336,23 @@ def main(argv: list[str] | None = None) -> int:
                 f"{name:22} {r['row'][:44]:44} needs {r['memory_gb']:6.1f} GB of "
                 f"{r['capacity_gb']:6.1f} GB"
             )
+    mem_sets = {n: rep for n, rep in report.items() if "summary_memory" in rep}
+    if mem_sets:
+        print("\npeak memory per GPU against the peaks sources report (GB, model: peak stage):")
+        for name, rep in mem_sets.items():
+            s = rep["summary_memory"]
+            print(
+                f"{name:24} {s['rows']:5d} {s['mean_abs']:11.1%} {s['max_abs']:10.1%} "
+                f"{s['mean_signed']:+9.1%}"
+            )
+        for name, rep in mem_sets.items():
+            for r in rep["rows"]:
+                if "memory" in r:
+                    mr = r["memory"]
+                    print(
+                        f"{name:22} {r['row'][:44]:44} pub {mr['published_gb']:6.1f} pred "
+                        f"{mr['predicted_gb']:6.1f} {mr['error']:+7.1%}  peak {mr['measures']}"
+                    )
     print(f"\ntotal {time.perf_counter() - t0:.1f} s")
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=1))

@@ -7,6 +7,29 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+GIB = 2**30
+
+
+class MemoryFigure(BaseModel):
+    """The peak memory per GPU a source reports for the run. PyTorch reports two peaks:
+    ``allocated`` (``torch.cuda.max_memory_allocated``: live tensors) and ``reserved``
+    (``max_memory_reserved``: what the caching allocator holds, cached free blocks included);
+    ``device`` is the whole GPU as ``nvidia-smi`` shows it (CUDA context included)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    value: float = Field(gt=0, le=1e5, description="peak memory per GPU, in ``unit``")
+    unit: Literal["GiB", "GB"] = "GiB"
+    measures: Literal["allocated", "reserved", "device"] = Field(
+        description="which peak the source reports"
+    )
+    source: str = Field(min_length=3, max_length=2000)
+
+    @property
+    def gb(self) -> float:
+        """The figure in GB (1e9 bytes), the unit clustersim reports memory in."""
+        return self.value * (GIB / 1e9 if self.unit == "GiB" else 1.0)
+
 
 class Reference(BaseModel):
     """A published or measured figure this scenario reproduces (for accuracy checks): one value
@@ -33,6 +56,9 @@ class Reference(BaseModel):
         max_length=2000,
         description="what the scenario assumes that the source does not state",
     )
+    memory: MemoryFigure | None = Field(
+        default=None, description="the peak memory per GPU the source reports for the run"
+    )
 
     @model_validator(mode="after")
     def _one_figure(self) -> Reference:
@@ -41,4 +67,6 @@ class Reference(BaseModel):
             raise ValueError("a busbw_gbps reference gives a curve (a CSV file) and no value")
         if not curve and (self.value is None or self.curve is not None):
             raise ValueError(f"a {self.metric} reference gives a value and no curve")
+        if curve and self.memory is not None:
+            raise ValueError("a busbw_gbps reference (a collective benchmark) has no memory figure")
         return self
