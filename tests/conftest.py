@@ -229,3 +229,16 @@ def h100_probe_two_ranks() -> dict[str, Any]:
         for b in (2**k for k in range(10, 25, 2))
     ]
     return probe
+
+
+def load_benchmark(name: str) -> Any:
+    """A script of ``benchmarks/`` imported as a module (``accuracy`` for the scoreboard)."""
+    import importlib.util
+    import sys
+
+    spec = importlib.util.spec_from_file_location(name, REPO / "benchmarks" / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
+    spec.loader.exec_module(mod)
+    return mod

@@ -10,13 +10,11 @@ stay inside its band, so that no later change loses accuracy unnoticed.
 from __future__ import annotations
 
 import copy
-import importlib.util
-import sys
 from dataclasses import replace
 from typing import Any
 
 import pytest
-from conftest import REPO, fig, inline_scenario
+from conftest import REPO, fig, inline_scenario, load_benchmark
 
 from simulator.config.loading import resolve_dict
 from simulator.engine.compute import OpTimer
@@ -252,12 +250,7 @@ def test_selective_recompute_reruns_the_whole_attention_core() -> None:
 
 
 def _accuracy() -> Any:
-    spec = importlib.util.spec_from_file_location("accuracy", REPO / "benchmarks" / "accuracy.py")
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["accuracy"] = mod
-    spec.loader.exec_module(mod)
-    return mod
+    return load_benchmark("accuracy")
 
 
 # Mean absolute error each set must stay within: today's figure plus a small margin (the

@@ -3,13 +3,11 @@ accuracy scoreboard's comparison of the memory model against it."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import REPO
+from conftest import REPO, load_benchmark
 from pydantic import ValidationError
 
 from simulator.config.loading import load_scenario
@@ -20,12 +18,7 @@ TORCHTITAN = REPO / "scenarios" / "validation" / "torchtitan-h100"
 
 
 def _accuracy() -> Any:
-    spec = importlib.util.spec_from_file_location("accuracy", REPO / "benchmarks" / "accuracy.py")
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["accuracy"] = mod
-    spec.loader.exec_module(mod)
-    return mod
+    return load_benchmark("accuracy")
 
 
 def test_a_memory_figure_in_gib_is_reported_in_gb() -> None:
