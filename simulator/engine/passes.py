@@ -254,11 +254,16 @@ class PassRunner(SimulationBase):
         width = gather_bytes_per_param(self.rs)
         if stage == 0 and self.emb_params > 0:
             own["embedding"] = gather(self.emb_params * width, "param all_gather")
+        plans = self._gather_plans
         for chunk in range(self.v):
             # the distributed optimizer gathers parameters in its gradient buckets; a layer
-            # waits for the last of those holding its tensors
-            bucket = grad_bucket_bytes(self.rs, width, stage, chunk)
-            sizes, waits = gather_groups(self.rs, stage, chunk, width, bucket)
+            # waits for the last of those holding its tensors (the same plan on every rank of
+            # the stage: worked out once)
+            plan = plans.get((stage, chunk))
+            if plan is None:
+                bucket = grad_bucket_bytes(self.rs, width, stage, chunk)
+                plan = plans[(stage, chunk)] = gather_groups(self.rs, stage, chunk, width, bucket)
+            sizes, waits = plan
             jobs = [gather(size, "param all_gather") for size in sizes]
             prefetched[chunk] = [jobs[w] for w in waits]
         if stage == self.p - 1 and self.head_params > 0:

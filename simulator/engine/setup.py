@@ -169,6 +169,9 @@ class SimulationBase(Tracing, LinkSharing):
         # else can reach TP's links (see passes.PassRunner.run_items): for each item of a
         # program, the rest of its twin from there (from the first item: the whole twin).
         self.twin_rest: dict[int, list[Program]] = {}
+        # ZeRO-1/2 parameter gathers per (stage, chunk): bucket sizes and the bucket each
+        # layer waits for (PassRunner._prefetch_params)
+        self._gather_plans: dict[tuple[int, int], tuple[list[float], list[int]]] = {}
         self.guard_streams: dict[int, list[Stream]] = {}
         guards = self._tp_guards()
         if guards is not None:
