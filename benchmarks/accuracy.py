@@ -27,11 +27,13 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from simulator.config.loading import load_scenario  # noqa: E402
+from simulator.errors import UserError  # noqa: E402
 from simulator.network.collectives import GroupShape, bus_factor, choose  # noqa: E402
 from simulator.network.topology import Topology  # noqa: E402
 from simulator.simulate import simulate  # noqa: E402
 
 VALIDATION = ROOT / "scenarios" / "validation"
+ERR = sys.stderr
 SETS = (
     "sc21-1f1b",
     "sc21-interleaved",
@@ -58,6 +60,7 @@ SETS = (
     "torchtitan-h100",
     "megatron-readme",
     "llama1-65b",
+    "sc21-table2",
 )
 KERNELS = ROOT / "benchmarks" / "results" / "h100-kernels-2026-11-23.json"
 TABLE4 = VALIDATION / "published" / "korthikanti2022_table4.csv"
@@ -294,7 +297,17 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = p.parse_args(argv)
     t0 = time.perf_counter()
-    report = run([s for s in args.sets.split(",") if s], args.overrides)
+    unknown = [s for s in args.sets.split(",") if s and s not in SETS]
+    if unknown:
+        print(
+            f"error: --sets: unknown set {unknown[0]!r}; sets: {', '.join(SETS)}", file=sys.stderr
+        )
+        return 2
+    try:
+        report = run([s for s in args.sets.split(",") if s], args.overrides)
+    except UserError as exc:  # a --set that does not apply: one message, as the CLI gives it
+        print(f"error: {exc.render()}", file=ERR)
+        return 2
     print(
         f"{'set':24} {'rows':>5} {'mean |err|':>11} {'max |err|':>10} {'mean err':>9} "
         f"{'no fit':>7} {'s':>6}"

@@ -283,6 +283,8 @@ BANDS = {
     "torchtitan-h100": 0.07,  # known misses: the 405B pipeline rows (interleaved +40%)
     "megatron-readme": 0.04,
     "llama1-65b": 0.05,
+    # Held out, 2026-12-06: SC21 Table 2's PTD rows (micro-batch 1, fixed batch, 384-2,240 GPUs)
+    "sc21-table2": 0.03,
 }
 
 

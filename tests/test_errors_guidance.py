@@ -43,6 +43,26 @@ def test_a_value_from_set_is_blamed_on_set() -> None:
     )
 
 
+def test_a_field_of_another_kind_is_told_how_to_change_the_kind() -> None:
+    """virtual_stages belongs to the interleaved schedule: set beside kind 1f1b it is refused
+    with how to give the whole mapping."""
+    res = run_cli(
+        "check",
+        "llama3-70b-64xh100",
+        "--set",
+        "parallelism.pp_schedule.kind=1f1b",
+        "--set",
+        "parallelism.pp_schedule.virtual_stages=2",
+    )
+    assert_user_error(
+        res,
+        file=None,
+        path="parallelism.pp_schedule.virtual_stages",
+        says=("unknown field 'virtual_stages'",),
+        hint=("not a field of this kind", "--set 'parallelism.pp_schedule={kind: ...}'"),
+    )
+
+
 def test_a_partial_profile_is_told_to_name_its_base() -> None:
     res = run_cli("check", "llama3-8b-8xh100", "--set", "cluster.gpu={memory_gb: 94}")
     assert_user_error(res, file=None, path=None, hint=("{profile: NAME, memory_gb: ...}",))

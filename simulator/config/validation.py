@@ -163,6 +163,13 @@ def validation_error(
             near = [synonym]
         if near:
             hint = f"did you mean '{near[0]}'?"
+        elif "kind" in fields:
+            # a field of another kind left behind when the kind changed (a --set of
+            # pp_schedule.kind=1f1b on a file that gives virtual_stages)
+            hint = (
+                f"'{loc[-1]}' is not a field of this kind: drop it, or, with --set, give the "
+                f"whole mapping: --set '{path.rpartition('.')[0]}={{kind: ...}}'"
+            )
         elif "profile" in fields:
             # {profile: NAME, ...} holds the slot's own settings; the profile's figures are
             # overridden inside the profile itself
