@@ -62,6 +62,44 @@ def _megatron_model(name: str, layers: int, hidden: int, heads: int) -> dict[str
     }
 
 
+def selene_megatron_2021(
+    name: str,
+    gpus: int,
+    model: dict[str, Any],
+    batch: int,
+    micro_batch: int,
+    parallelism: dict[str, Any],
+    tflops: str,
+    source: str,
+    assumes: str,
+) -> dict[str, Any]:
+    """A Megatron-LM 2021 run on Selene (fp16, no flash attention) reproducing a published
+    hardware TFLOP/s per GPU: the scenario file's contents."""
+    return {
+        "name": name,
+        "cluster": {**SELENE, "nodes": gpus // 8},
+        "model": model,
+        "training": {
+            "seq_len": 2048,
+            "global_batch": batch,
+            "micro_batch": micro_batch,
+            "precision": "fp16",
+            "flash_attention": False,
+            # Megatron-LM 2021 --accumulate-allreduce-grads-in-fp32 defaults to off (needed for
+            # bf16 only): fp16 runs all-reduce fp16 gradients.
+            "grad_reduce_dtype": "bf16",
+        },
+        "parallelism": parallelism,
+        "software": "megatron-lm-2021",
+        "reference": {
+            "metric": "hardware_tflops_per_gpu",
+            "value": float(tflops),
+            "source": source,
+            "assumes": assumes,
+        },
+    }
+
+
 def sc21() -> None:
     rows = list(csv.DictReader((PUB / "megatron_sc21_table1.csv").open()))
     for sched in ("1f1b", "interleaved"):
@@ -84,38 +122,19 @@ def sc21() -> None:
             name = f"sc21-{r['params_billion']}b-{sched}"
             _write(
                 ROOT / f"sc21-{sched}" / f"{name}.yaml",
-                {
-                    "name": name,
-                    "cluster": {**SELENE, "nodes": gpus // 8},
-                    "model": _megatron_model(
-                        name, layers, int(r["hidden_size"]), int(r["attention_heads"])
-                    ),
-                    "training": {
-                        "seq_len": 2048,
-                        "global_batch": int(r["global_batch_size"]),
-                        "micro_batch": 1,
-                        "precision": "fp16",
-                        "flash_attention": False,
-                        # Megatron-LM 2021 --accumulate-allreduce-grads-in-fp32 defaults to off
-                        # (needed for bf16 only): fp16 runs all-reduce fp16 gradients.
-                        "grad_reduce_dtype": "bf16",
-                    },
-                    "parallelism": {
-                        "tp": tp,
-                        "pp": pp,
-                        "pp_schedule": schedule,
-                        "recompute": "full",
-                    },
-                    "software": "megatron-lm-2021",
-                    "reference": {
-                        "metric": "hardware_tflops_per_gpu",
-                        "value": float(r["tflops_per_gpu"]),
-                        "source": SC21_SRC.format(v=r["tflops_per_gpu"]),
-                        "assumes": assumes + "; eight HDR 200 Gb/s NICs per node, "
-                        "non-blocking fat tree; Megatron-LM 2021 software stack; fp16 gradients "
-                        "all-reduced in fp16 (--accumulate-allreduce-grads-in-fp32 off)",
-                    },
-                },
+                selene_megatron_2021(
+                    name,
+                    gpus,
+                    _megatron_model(name, layers, int(r["hidden_size"]), int(r["attention_heads"])),
+                    int(r["global_batch_size"]),
+                    1,
+                    {"tp": tp, "pp": pp, "pp_schedule": schedule, "recompute": "full"},
+                    r["tflops_per_gpu"],
+                    SC21_SRC.format(v=r["tflops_per_gpu"]),
+                    assumes + "; eight HDR 200 Gb/s NICs per node, non-blocking fat tree; "
+                    "Megatron-LM 2021 software stack; fp16 gradients all-reduced in fp16 "
+                    "(--accumulate-allreduce-grads-in-fp32 off)",
+                ),
             )
 
 
@@ -165,31 +184,19 @@ def sc21_script() -> None:
         name = f"sc21-{r['params_billion']}b-script"
         _write(
             ROOT / "sc21-script" / f"{name}.yaml",
-            {
-                "name": name,
-                "cluster": {**SELENE, "nodes": int(r["gpus"]) // 8},
-                "model": _megatron_model(
-                    name, layers, int(r["hidden_size"]), int(r["attention_heads"])
-                ),
-                "training": {
-                    "seq_len": 2048,
-                    "global_batch": int(r["global_batch_size"]),
-                    "micro_batch": mbs,
-                    "precision": "fp16",
-                    "flash_attention": False,
-                    "grad_reduce_dtype": "bf16",
-                },
-                "parallelism": par,
-                "software": "megatron-lm-2021",
-                "reference": {
-                    "metric": "hardware_tflops_per_gpu",
-                    "value": float(r["tflops_per_gpu"]),
-                    "source": SC21_SRC.format(v=r["tflops_per_gpu"]),
-                    "assumes": SC21_SCRIPT_SRC.format(mbs=mbs, ddp=ddp, vp=vp)
-                    + "; eight HDR 200 Gb/s NICs per node, non-blocking fat tree; Megatron-LM "
-                    "2021 software stack; fp16 gradients all-reduced in fp16",
-                },
-            },
+            selene_megatron_2021(
+                name,
+                int(r["gpus"]),
+                _megatron_model(name, layers, int(r["hidden_size"]), int(r["attention_heads"])),
+                int(r["global_batch_size"]),
+                mbs,
+                par,
+                r["tflops_per_gpu"],
+                SC21_SRC.format(v=r["tflops_per_gpu"]),
+                SC21_SCRIPT_SRC.format(mbs=mbs, ddp=ddp, vp=vp)
+                + "; eight HDR 200 Gb/s NICs per node, non-blocking fat tree; Megatron-LM "
+                "2021 software stack; fp16 gradients all-reduced in fp16",
+            ),
         )
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
-from make_validation import PUB, ROOT, SELENE, _megatron_model, _write
+from make_validation import PUB, ROOT, _megatron_model, _write, selene_megatron_2021
 
 SRC = (
     "Narayanan et al., SC21 (arXiv 2104.04473), Table 2, PTD parallelism "
@@ -39,32 +39,22 @@ def sc21_table2() -> None:
         name = f"sc21-t2-ptd-{r['params_billion']}b-{gpus}gpu"
         _write(
             ROOT / "sc21-table2" / f"{name}.yaml",
-            {
-                "name": name,
-                "cluster": {**SELENE, "nodes": gpus // 8},
-                "model": _megatron_model(f"sc21-{r['params_billion']}b", layers, hidden, heads),
-                "training": {
-                    "seq_len": 2048,
-                    "global_batch": int(r["global_batch_size"]),
-                    "micro_batch": int(r["micro_batch_size"]),
-                    "precision": "fp16",
-                    "flash_attention": False,
-                    "grad_reduce_dtype": "bf16",
-                },
-                "parallelism": {
+            selene_megatron_2021(
+                name,
+                gpus,
+                _megatron_model(f"sc21-{r['params_billion']}b", layers, hidden, heads),
+                int(r["global_batch_size"]),
+                int(r["micro_batch_size"]),
+                {
                     "tp": 8,
                     "pp": pp,
                     "pp_schedule": {"kind": "interleaved", "virtual_stages": v},
                     "recompute": "full",
                 },
-                "software": "megatron-lm-2021",
-                "reference": {
-                    "metric": "hardware_tflops_per_gpu",
-                    "value": float(r["tflops_per_gpu"]),
-                    "source": SRC.format(v=r["tflops_per_gpu"]),
-                    "assumes": ASSUMES.format(mp=r["model_parallel_size"], pp=pp, v=v, per=per),
-                },
-            },
+                r["tflops_per_gpu"],
+                SRC.format(v=r["tflops_per_gpu"]),
+                ASSUMES.format(mp=r["model_parallel_size"], pp=pp, v=v, per=per),
+            ),
         )
 
 
