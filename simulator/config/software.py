@@ -26,6 +26,15 @@ def off(flag: Flag | None) -> bool:
     return flag is not None and not flag.value
 
 
+class SoftmaxUpcast(BaseModel):
+    """Where a stack's unfused attention softmax chain works in fp32, with its source."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    value: Literal["scores", "output"]
+    source: str = Field(min_length=3, max_length=4000)
+
+
 class Fusion(BaseModel):
     """Elementwise chains the framework runs as one kernel (one read and one write of the
     tensor instead of one per operation)."""
@@ -47,6 +56,18 @@ class Fusion(BaseModel):
         default=None,
         description="SwiGLU's SiLU of the gate times the up projection in one kernel; off: a SiLU "
         "kernel and a multiply; unset: one kernel",
+    )
+    softmax_upcast: SoftmaxUpcast | None = Field(
+        default=None,
+        description="where the unfused softmax chain works in fp32: 'scores' (the scores are cast "
+        "to fp32 before scale, mask and softmax and the probabilities cast back), 'output' (the "
+        "softmax reads 16 bits and writes fp32, cast back after it); unset: all in 16 bits",
+    )
+    skip_bias_add: SourcedFlag | None = Field(
+        default=None,
+        description="linear layers return their output without the bias, which the next "
+        "elementwise kernel adds (unfused: a bias-add kernel of its own); unset: the bias is "
+        "in the GEMM",
     )
 
 

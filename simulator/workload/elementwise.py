@@ -40,19 +40,57 @@ def softmax_ops(rs: ResolvedScenario, scores: float) -> list[Op]:
     """Unfused attention between the two batched GEMMs, over the s×s score tensor (``scores``
     bytes): scale, causal mask and softmax, one kernel each (read and write) unless the stack
     fuses them; then dropout (read, write, and a one-byte mask per element) if the model has
-    it."""
+    it. Where the stack's unfused chain works in fp32 (``fusion.softmax_upcast``), its passes
+    move 4-byte elements and casts come on each side (each backward as its own kernels)."""
     ops: list[Op] = []
-    if rs.software.fusion.scale_mask_softmax.value:
+    fusion = rs.software.fusion
+    up = fusion.softmax_upcast.value if fusion.softmax_upcast is not None else None
+    if fusion.scale_mask_softmax.value:
         ops.append(Op("scale_mask_softmax", "memory", bytes=2 * scores))
-    else:
+    elif up is None:
         ops += [
             Op("scale", "memory", bytes=2 * scores),
             Op("mask", "memory", bytes=2 * scores),
             Op("softmax", "memory", bytes=2 * scores),
         ]
+    else:
+        a = act_bytes(rs)
+        n = scores / a  # elements
+        cast = n * (a + 4)  # read one width, write the other
+        if up == "scores":
+            # Megatron's FusedScaleMaskSoftmax.forward_torch_softmax with softmax_in_fp32:
+            # input.float(), input * scale, masked_fill_ (reads the one-byte mask), softmax,
+            # .half(); backward: each op's gradient kernel (softmax's reads its output too)
+            ops += [
+                Op("softmax_upcast", "memory", bytes=cast, backward_bytes=cast),
+                Op("scale", "memory", bytes=8 * n, backward_bytes=8 * n),
+                Op("mask", "memory", bytes=9 * n, backward_bytes=9 * n),
+                Op("softmax", "memory", bytes=8 * n, backward_bytes=12 * n),
+                Op("softmax_downcast", "memory", bytes=cast, backward_bytes=cast),
+            ]
+        else:
+            # Hugging Face eager attention: scale and an additive mask in 16 bits, then
+            # softmax(..., dtype=torch.float32) and .to(the 16-bit dtype)
+            ops += [
+                Op("scale", "memory", bytes=2 * scores, backward_bytes=2 * scores),
+                Op("mask", "memory", bytes=3 * scores, backward_bytes=2 * scores),
+                Op("softmax", "memory", bytes=cast, backward_bytes=12 * n + cast),
+                Op("softmax_downcast", "memory", bytes=cast, backward_bytes=cast),
+            ]
     if rs.model.dropout:
         ops.append(Op("attn_dropout", "memory", bytes=2.5 * scores))
     return ops
+
+
+def _bias_add(rs: ResolvedScenario, fused: bool, name: str, elements: float) -> list[Op]:
+    """A linear layer's bias added by a kernel of its own: where the stack's linear layers leave
+    the bias to the next elementwise kernel (``fusion.skip_bias_add``: Megatron) and that kernel
+    is not the fused one. Read and write the tensor; the backward reads the gradient once for
+    the bias's gradient (the input's passes through)."""
+    if fused or not rs.model.linear_bias or not on(rs.software.fusion.skip_bias_add):
+        return []
+    a = act_bytes(rs)
+    return [Op(name, "memory", bytes=2 * a * elements, backward_bytes=a * elements)]
 
 
 def _autocast_over_fp32(rs: ResolvedScenario) -> bool:
@@ -105,7 +143,8 @@ def activation_ops(rs: ResolvedScenario, elements: float) -> list[Op]:
     the stack runs SiLU and the multiply apart (eager ``F.silu(gate) * up``)."""
     a = act_bytes(rs)
     if rs.model.mlp != "swiglu":
-        return [Op("activation", "memory", bytes=2 * elements * a)]
+        bias = _bias_add(rs, rs.software.fusion.bias_gelu.value, "mlp_bias_add", elements)
+        return [*bias, Op("activation", "memory", bytes=2 * elements * a)]
     if not off(rs.software.fusion.swiglu):
         return [Op("activation", "memory", bytes=3 * elements * a)]
     return [
@@ -120,12 +159,15 @@ def residual_ops(rs: ResolvedScenario, elements: float) -> list[Op]:
     the dropout mask), else a dropout kernel and an add kernel."""
     a, r = act_bytes(rs), residual_bytes(rs)
     add = elements * (2 * r + a)
+    fused = rs.software.fusion.bias_dropout_add.value
+    bias = _bias_add(rs, fused, "bias_add", elements)
     if not rs.model.dropout:
-        return [Op("residual_add", "memory", bytes=add)]
+        return [*bias, Op("residual_add", "memory", bytes=add)]
     mask = elements  # one byte per element
-    if rs.software.fusion.bias_dropout_add.value:
+    if fused:
         return [Op("bias_dropout_add", "memory", bytes=add + mask)]
     return [
+        *bias,
         Op("dropout", "memory", bytes=2 * a * elements + mask),
         Op("residual_add", "memory", bytes=add),
     ]
