@@ -27,13 +27,13 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from simulator.config.loading import load_scenario  # noqa: E402
+from simulator.config.reference import MemoryFigure  # noqa: E402
 from simulator.errors import UserError  # noqa: E402
 from simulator.network.collectives import GroupShape, bus_factor, choose  # noqa: E402
 from simulator.network.topology import Topology  # noqa: E402
 from simulator.simulate import simulate  # noqa: E402
 
 VALIDATION = ROOT / "scenarios" / "validation"
-ERR = sys.stderr
 SETS = (
     "sc21-1f1b",
     "sc21-interleaved",
@@ -96,7 +96,7 @@ def predict_row(path: Path, overrides: list[str] | None = None) -> dict[str, Any
     }
 
 
-def memory_row(predicted_gb: float, fig: Any) -> dict[str, Any]:
+def memory_row(predicted_gb: float, fig: MemoryFigure) -> dict[str, Any]:
     """The model's peak memory per GPU (the peak stage's, framework reserve included) against
     a published peak (:class:`simulator.config.reference.MemoryFigure`), both in GB."""
     return {
@@ -297,16 +297,16 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = p.parse_args(argv)
     t0 = time.perf_counter()
-    unknown = [s for s in args.sets.split(",") if s and s not in SETS]
-    if unknown:
-        print(
-            f"error: --sets: unknown set {unknown[0]!r}; sets: {', '.join(SETS)}", file=sys.stderr
-        )
+    chosen = [s for s in args.sets.split(",") if s]
+    unknown = [s for s in chosen if s not in SETS]
+    if unknown or not chosen:
+        what = f"unknown set {unknown[0]!r}" if unknown else "no set named"
+        print(f"error: --sets: {what}; sets: {', '.join(SETS)}", file=sys.stderr)
         return 2
     try:
-        report = run([s for s in args.sets.split(",") if s], args.overrides)
+        report = run(chosen, args.overrides)
     except UserError as exc:  # a --set that does not apply: one message, as the CLI gives it
-        print(f"error: {exc.render()}", file=ERR)
+        print(f"error: {exc.render()}", file=sys.stderr)
         return 2
     print(
         f"{'set':24} {'rows':>5} {'mean |err|':>11} {'max |err|':>10} {'mean err':>9} "

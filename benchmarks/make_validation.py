@@ -40,12 +40,12 @@ K22_SRC = (
 )
 
 
-def _write(path: Path, data: dict[str, Any]) -> None:
+def write_scenario(path: Path, data: dict[str, Any]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(yaml.safe_dump(data, sort_keys=False, width=100))
 
 
-def _megatron_model(name: str, layers: int, hidden: int, heads: int) -> dict[str, Any]:
+def megatron_model(name: str, layers: int, hidden: int, heads: int) -> dict[str, Any]:
     return {
         "name": name,
         "layers": layers,
@@ -120,12 +120,12 @@ def sc21() -> None:
                 schedule = {"kind": "interleaved", "virtual_stages": v}
                 assumes = f"micro-batch 1, interleaved schedule with {v} model chunks per stage"
             name = f"sc21-{r['params_billion']}b-{sched}"
-            _write(
+            write_scenario(
                 ROOT / f"sc21-{sched}" / f"{name}.yaml",
                 selene_megatron_2021(
                     name,
                     gpus,
-                    _megatron_model(name, layers, int(r["hidden_size"]), int(r["attention_heads"])),
+                    megatron_model(name, layers, int(r["hidden_size"]), int(r["attention_heads"])),
                     int(r["global_batch_size"]),
                     1,
                     {"tp": tp, "pp": pp, "pp_schedule": schedule, "recompute": "full"},
@@ -182,12 +182,12 @@ def sc21_script() -> None:
             par["dp_bucket_mb"] = 25
             par["dp_bucket_copy"] = True
         name = f"sc21-{r['params_billion']}b-script"
-        _write(
+        write_scenario(
             ROOT / "sc21-script" / f"{name}.yaml",
             selene_megatron_2021(
                 name,
                 int(r["gpus"]),
-                _megatron_model(name, layers, int(r["hidden_size"]), int(r["attention_heads"])),
+                megatron_model(name, layers, int(r["hidden_size"]), int(r["attention_heads"])),
                 int(r["global_batch_size"]),
                 mbs,
                 par,
@@ -209,12 +209,12 @@ def korthikanti() -> None:
             {"kind": "interleaved", "virtual_stages": v} if v > 1 else {"kind": "1f1b"}
         )
         gpus = int(r["gpus"])
-        _write(
+        write_scenario(
             ROOT / "korthikanti-table5" / f"{name}.yaml",
             {
                 "name": name,
                 "cluster": {**SELENE, "nodes": gpus // 8},
-                "model": _megatron_model(
+                "model": megatron_model(
                     name, int(r["layers"]), int(r["hidden_size"]), int(r["attention_heads"])
                 ),
                 "training": {
@@ -272,7 +272,7 @@ def nccl() -> None:
         }
         if net:
             cluster["network"] = {"profile": net, "nics_per_node": 8}
-        _write(
+        write_scenario(
             ROOT / "nccl-tests" / f"{name}.yaml",
             {
                 "name": name,

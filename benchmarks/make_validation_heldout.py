@@ -19,7 +19,7 @@ import csv
 from pathlib import Path
 from typing import Any
 
-from make_validation import PUB, ROOT, _megatron_model, _write
+from make_validation import PUB, ROOT, megatron_model, write_scenario
 
 MEGASCALE_SRC = (
     "Jiang et al., 'MegaScale: Scaling Large Language Model Training to More Than 10,000 GPUs' "
@@ -41,7 +41,7 @@ def megascale() -> None:
     for r in csv.DictReader((PUB / "megascale2024_table2.csv").open()):
         gpus, batch = int(r["gpus"]), int(r["batch_size"])
         name = f"megascale-megatron-175b-{gpus}gpu"
-        _write(
+        write_scenario(
             ROOT / "megascale-megatron" / f"{name}.yaml",
             {
                 "name": name,
@@ -91,7 +91,7 @@ BLOOM_ASSUMES = (
 def bloom() -> None:
     for r in csv.DictReader((PUB / "bloom176b_tr11.csv").open()):
         name = f"bloom-176b-{r['row']}"
-        _write(
+        write_scenario(
             ROOT / "bloom-176b" / f"{name}.yaml",
             {
                 "name": name,
@@ -155,7 +155,7 @@ def torchtitan_a100() -> None:
         rc = TITAN_RECOMPUTE[r["activation_checkpointing"]]
         mb = int(r["local_batch"])
         name = f"torchtitan-{r['model']}-a100-mb{mb}-{rc}"
-        _write(
+        write_scenario(
             ROOT / "torchtitan-a100" / f"{name}.yaml",
             {
                 "name": name,
@@ -203,7 +203,7 @@ def llama3_405b() -> None:
         # One layer per chunk over 16 x 8 slots, less one on the first and last (Sec. 3.3.2).
         chunks = [1] * 128
         chunks[0] = chunks[-1] = 0
-        _write(
+        write_scenario(
             ROOT / "llama3-405b" / f"{name}.yaml",
             {
                 "name": name,
@@ -262,7 +262,7 @@ def nemotron4() -> None:
         if pp > 1:
             par["pp_schedule"] = {"kind": "interleaved", "virtual_stages": layers // pp}
         par |= {"sharding": {"kind": "zero", "stage": 1}, "recompute": "none"}
-        _write(
+        write_scenario(
             ROOT / "nemotron-4" / f"{name}.yaml",
             {
                 "name": name,
@@ -315,8 +315,8 @@ def mtnlg_530b() -> None:
     for r in csv.DictReader((PUB / "mtnlg530b_sec24.csv").open()):
         gpus = int(r["gpus"])
         name = f"mtnlg-530b-{gpus}xa100"
-        model = {**_megatron_model("mt-nlg-530b", 105, 20480, 128), "vocab": 50272}
-        _write(
+        model = {**megatron_model("mt-nlg-530b", 105, 20480, 128), "vocab": 50272}
+        write_scenario(
             ROOT / "mtnlg-530b" / f"{name}.yaml",
             {
                 "name": name,
@@ -373,7 +373,7 @@ def _a100_cluster(nodes: int, network: str, nics: int, topology: str) -> dict[st
 def _gpt_175b_megascale() -> dict[str, Any]:
     """MegaScale's Table 1 175B model: 96 layers, hidden 12288, 128 heads, vocabulary 64,000;
     otherwise Megatron-LM's GPT."""
-    return {**_megatron_model("gpt-175b-megascale", 96, 12288, 128), "vocab": 64000}
+    return {**megatron_model("gpt-175b-megascale", 96, 12288, 128), "vocab": 64000}
 
 
 if __name__ == "__main__":

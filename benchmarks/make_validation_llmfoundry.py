@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import csv
 
-from make_validation import ROOT, _write
+from make_validation import ROOT, write_scenario
 
 LF_SRC = (
     "mosaicml/llm-foundry scripts/train/benchmarking/README.md @c90b9b31 "
@@ -72,7 +72,7 @@ def llmfoundry() -> None:
         pure = r["mp_mode"] == "PURE"
         name = f"mpt-{r['model']}-{r['gpu']}-s{seq}-g{gpus}-mb{r['micro_batch']}"
         strategy = "shard_grad_op" if r["sharding"] == "SHARD_GRAD_OP" else "full_shard"
-        _write(
+        write_scenario(
             ROOT / f"llmfoundry-{r['gpu']}{'-fp8' if fp8 else ''}" / f"{name}.yaml",
             {
                 "name": name,

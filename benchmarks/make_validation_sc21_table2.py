@@ -10,7 +10,7 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
-from make_validation import PUB, ROOT, _megatron_model, _write, selene_megatron_2021
+from make_validation import PUB, ROOT, megatron_model, selene_megatron_2021, write_scenario
 
 SRC = (
     "Narayanan et al., SC21 (arXiv 2104.04473), Table 2, PTD parallelism "
@@ -37,12 +37,12 @@ def sc21_table2() -> None:
         v = layers // pp // per
         gpus = int(r["gpus"])
         name = f"sc21-t2-ptd-{r['params_billion']}b-{gpus}gpu"
-        _write(
+        write_scenario(
             ROOT / "sc21-table2" / f"{name}.yaml",
             selene_megatron_2021(
                 name,
                 gpus,
-                _megatron_model(f"sc21-{r['params_billion']}b", layers, hidden, heads),
+                megatron_model(f"sc21-{r['params_billion']}b", layers, hidden, heads),
                 int(r["global_batch_size"]),
                 int(r["micro_batch_size"]),
                 {

@@ -63,6 +63,17 @@ def test_a_field_of_another_kind_is_told_how_to_change_the_kind() -> None:
     )
 
 
+def test_an_unknown_field_outside_a_union_keeps_the_spelling_hint() -> None:
+    res = run_cli("check", "llama3-8b-8xh100", "--set", "training.optimizer.foo=1")
+    assert_user_error(
+        res,
+        file=None,
+        path="training.optimizer.foo",
+        says=("unknown field 'foo'",),
+        hint=("remove the field or fix its spelling",),
+    )
+
+
 def test_a_partial_profile_is_told_to_name_its_base() -> None:
     res = run_cli("check", "llama3-8b-8xh100", "--set", "cluster.gpu={memory_gb: 94}")
     assert_user_error(res, file=None, path=None, hint=("{profile: NAME, memory_gb: ...}",))

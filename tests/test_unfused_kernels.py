@@ -8,12 +8,12 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from conftest import REPO, inline_scenario
+from conftest import REPO, fig, inline_scenario
 
 from simulator.config.loading import load_scenario, resolve_dict
 from simulator.simulate import simulate
 from simulator.workload.elementwise import softmax_ops
-from simulator.workload.ops import backward_op, layer_ops
+from simulator.workload.ops import backward_op, backward_ops, layer_ops
 
 SC21_T2 = REPO / "scenarios" / "validation" / "sc21-table2"
 UNFUSED = (
@@ -49,13 +49,40 @@ def test_megatrons_unfused_softmax_runs_in_fp32_between_two_casts() -> None:
     assert _chain_bytes(fused, 2 * n)[0] == pytest.approx(4 * n)
 
 
-def test_hugging_face_eager_softmax_writes_fp32_and_casts_back() -> None:
-    """Scale (2+2), additive mask (2+2+2), softmax(dtype=float32) (2+4), .to(16 bits) (4+2)."""
-    data = inline_scenario("megatron-1.7b", flash_attention=False)
+@pytest.mark.parametrize(("precision", "fwd", "bwd"), [("bf16", 30, 28), ("fp16", 22, 20)])
+def test_hugging_face_eager_softmax_writes_fp32_and_casts_back(
+    precision: str, fwd: float, bwd: float
+) -> None:
+    """Scale (2+2) and an additive mask (2+2+2, no backward kernel), then softmax(dtype=
+    float32) and .to(16 bits) (4+2). ATen runs an fp16 input's softmax to fp32 in one kernel
+    (2+4; backward 4+4+2) but casts bf16 to fp32 first (2+4), then softmax (4+4; backward
+    4+4+4)."""
+    data = inline_scenario("megatron-1.7b", flash_attention=False, precision=precision)
     rs = resolve_dict({**data, "software": "deepspeed"})
     n = 1e6
-    fwd, _ = _chain_bytes(rs, 2 * n)
-    assert fwd == pytest.approx(22 * n)
+    got_fwd, got_bwd = _chain_bytes(rs, 2 * n)
+    assert got_fwd == pytest.approx(fwd * n)
+    assert got_bwd == pytest.approx(bwd * n)
+    # the add's backward runs no kernel: the backward pass has no op for it
+    assert "mask_bwd" not in {o.name for o in backward_ops(layer_ops(rs))}
+
+
+def test_megatron_core_folds_the_scale_into_the_score_gemm() -> None:
+    """Megatron-Core (no query-key layer scaling by default) has no scale kernel: 6+9+8+6."""
+    data = inline_scenario("megatron-1.7b", flash_attention=False)
+    rs = resolve_dict({**data, "software": _fusion("megatron-core", scale_mask_softmax=False)})
+    fwd, bwd = _chain_bytes(rs, 2e6)
+    assert fwd == pytest.approx(29e6)
+    assert bwd == pytest.approx(33e6)
+
+
+def test_fp32_scores_need_no_casts() -> None:
+    data = inline_scenario("megatron-1.7b", flash_attention=False, precision="fp32")
+    data["cluster"]["gpu"]["peak_tflops"]["fp32"] = fig(66.9)
+    rs = resolve_dict({**data, "software": _fusion("megatron-lm-2021", scale_mask_softmax=False)})
+    names = [o.name for o in softmax_ops(rs, 4e6)]
+    assert names[:3] == ["scale", "mask", "softmax"]
+    assert not any("cast" in n for n in names)
 
 
 def test_a_stack_without_upcast_keeps_the_16_bit_chain() -> None:
@@ -91,6 +118,15 @@ def test_megatrons_unfused_bias_runs_as_a_kernel_of_its_own() -> None:
         {**nobias, "software": _fusion("megatron-lm-2021", bias_gelu=False, bias_dropout_add=False)}
     )
     assert not {"bias_add", "mlp_bias_add"} & {o.name for o in layer_ops(rs)}
+
+
+def test_an_unfused_swiglu_adds_its_biases_in_a_kernel_of_its_own() -> None:
+    data = inline_scenario("megatron-1.7b", flash_attention=False)
+    data["model"] = {**_model(data), "mlp": "swiglu", "ffn_hidden": 5504}
+    unfused = resolve_dict({**data, "software": _fusion("megatron-lm-2022", swiglu=False)})
+    fused = resolve_dict({**data, "software": "megatron-lm-2022"})
+    assert "mlp_bias_add" in [o.name for o in layer_ops(unfused)]
+    assert "mlp_bias_add" not in [o.name for o in layer_ops(fused)]
 
 
 def _model(data: dict[str, Any]) -> dict[str, Any]:

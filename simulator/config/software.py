@@ -9,11 +9,11 @@ Every figure and every switch carries its source.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationInfo, model_validator
 
-from .sourced import Flag, Num, SourcedFlag, _Profile
+from .sourced import INLINE_SOURCE, NEEDS_SOURCE, PROFILE_FILE, Flag, Num, SourcedFlag, _Profile
 
 
 def on(flag: Flag | None) -> bool:
@@ -31,8 +31,21 @@ class SoftmaxUpcast(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    value: Literal["scores", "output"]
+    value: Literal["scores_scaled", "scores", "output"]
     source: str = Field(min_length=3, max_length=4000)
+
+
+def _coerce_upcast(v: Any, info: ValidationInfo) -> Any:
+    """A bare value (``--set software.fusion.softmax_upcast=scores``) is an inline override, as
+    a bare true/false is for a flag; a profile file gives its source."""
+    if isinstance(v, str):
+        if info.context and info.context.get(PROFILE_FILE):
+            raise ValueError(NEEDS_SOURCE.replace("a figure", "a value"))
+        return {"value": v, "source": INLINE_SOURCE}
+    return v
+
+
+SourcedUpcast = Annotated[SoftmaxUpcast, BeforeValidator(_coerce_upcast)]
 
 
 class Fusion(BaseModel):
@@ -57,11 +70,12 @@ class Fusion(BaseModel):
         description="SwiGLU's SiLU of the gate times the up projection in one kernel; off: a SiLU "
         "kernel and a multiply; unset: one kernel",
     )
-    softmax_upcast: SoftmaxUpcast | None = Field(
+    softmax_upcast: SourcedUpcast | None = Field(
         default=None,
-        description="where the unfused softmax chain works in fp32: 'scores' (the scores are cast "
-        "to fp32 before scale, mask and softmax and the probabilities cast back), 'output' (the "
-        "softmax reads 16 bits and writes fp32, cast back after it); unset: all in 16 bits",
+        description="where the unfused softmax chain works in fp32: 'scores_scaled' (the scores "
+        "are cast to fp32 before scale, mask and softmax and the probabilities cast back), "
+        "'scores' (the same with no scale kernel: 1/sqrt(d) is in the score GEMM), 'output' (the "
+        "softmax writes fp32, cast back after it); unset: all in 16 bits",
     )
     skip_bias_add: SourcedFlag | None = Field(
         default=None,

@@ -164,9 +164,13 @@ def validation_error(
             near = [synonym]
         if near:
             hint = f"did you mean '{near[0]}'?"
-        elif "kind" in fields:
-            # a field of another kind left behind when the kind changed (a --set of
-            # pp_schedule.kind=1f1b on a file that gives virtual_stages)
+        elif (
+            "kind" in fields
+            and len(err["loc"]) >= 2
+            and err["loc"][-2] == getattr(holder.model_fields["kind"], "default", None)
+        ):
+            # a field of another kind of a tagged union, left behind when the kind changed (a
+            # --set of pp_schedule.kind=1f1b on a file that gives virtual_stages)
             hint = (
                 f"'{loc[-1]}' is not a field of this kind: drop it, or, with --set, give the "
                 f"whole mapping: --set '{path.rpartition('.')[0]}={{kind: ...}}'"

@@ -262,7 +262,8 @@ class PassRunner(SimulationBase):
             plan = plans.get((stage, chunk))
             if plan is None:
                 bucket = grad_bucket_bytes(self.rs, width, stage, chunk)
-                plan = plans[(stage, chunk)] = gather_groups(self.rs, stage, chunk, width, bucket)
+                got = gather_groups(self.rs, stage, chunk, width, bucket)
+                plan = plans[(stage, chunk)] = (tuple(got[0]), tuple(got[1]))
             sizes, waits = plan
             jobs = [gather(size, "param all_gather") for size in sizes]
             prefetched[chunk] = [jobs[w] for w in waits]

@@ -171,7 +171,7 @@ class SimulationBase(Tracing, LinkSharing):
         self.twin_rest: dict[int, list[Program]] = {}
         # ZeRO-1/2 parameter gathers per (stage, chunk): bucket sizes and the bucket each
         # layer waits for (PassRunner._prefetch_params)
-        self._gather_plans: dict[tuple[int, int], tuple[list[float], list[int]]] = {}
+        self._gather_plans: dict[tuple[int, int], tuple[tuple[float, ...], tuple[int, ...]]] = {}
         self.guard_streams: dict[int, list[Stream]] = {}
         guards = self._tp_guards()
         if guards is not None:

@@ -40,11 +40,15 @@ def softmax_ops(rs: ResolvedScenario, scores: float) -> list[Op]:
     """Unfused attention between the two batched GEMMs, over the s×s score tensor (``scores``
     bytes): scale, causal mask and softmax, one kernel each (read and write) unless the stack
     fuses them; then dropout (read, write, and a one-byte mask per element) if the model has
-    it. Where the stack's unfused chain works in fp32 (``fusion.softmax_upcast``), its passes
-    move 4-byte elements and casts come on each side (each backward as its own kernels)."""
+    it. Where the stack's unfused chain works in fp32 (``fusion.softmax_upcast``) and the
+    scores are 16-bit, its passes move 4-byte elements and casts come on either side (each
+    backward as its own kernels, counted as they run)."""
     ops: list[Op] = []
     fusion = rs.software.fusion
+    a = act_bytes(rs)
     up = fusion.softmax_upcast.value if fusion.softmax_upcast is not None else None
+    if a >= 4:
+        up = None  # fp32 scores: nothing to cast (Megatron's input_in_float16 is false)
     if fusion.scale_mask_softmax.value:
         ops.append(Op("scale_mask_softmax", "memory", bytes=2 * scores))
     elif up is None:
@@ -54,29 +58,40 @@ def softmax_ops(rs: ResolvedScenario, scores: float) -> list[Op]:
             Op("softmax", "memory", bytes=2 * scores),
         ]
     else:
-        a = act_bytes(rs)
         n = scores / a  # elements
         cast = n * (a + 4)  # read one width, write the other
-        if up == "scores":
+        if up in ("scores_scaled", "scores"):
             # Megatron's FusedScaleMaskSoftmax.forward_torch_softmax with softmax_in_fp32:
-            # input.float(), input * scale, masked_fill_ (reads the one-byte mask), softmax,
-            # .half(); backward: each op's gradient kernel (softmax's reads its output too)
+            # input.float(), input * scale (only with query-key layer scaling: Megatron-Core
+            # folds 1/sqrt(d) into the score GEMM), masked_fill_ (reads the one-byte mask),
+            # softmax, back to 16 bits; the backward runs each op's gradient kernel (softmax's
+            # reads its output and the gradient)
+            ops.append(Op("softmax_upcast", "memory", bytes=cast, backward_bytes=cast))
+            if up == "scores_scaled":
+                ops.append(Op("scale", "memory", bytes=8 * n, backward_bytes=8 * n))
             ops += [
-                Op("softmax_upcast", "memory", bytes=cast, backward_bytes=cast),
-                Op("scale", "memory", bytes=8 * n, backward_bytes=8 * n),
                 Op("mask", "memory", bytes=9 * n, backward_bytes=9 * n),
                 Op("softmax", "memory", bytes=8 * n, backward_bytes=12 * n),
                 Op("softmax_downcast", "memory", bytes=cast, backward_bytes=cast),
             ]
         else:
-            # Hugging Face eager attention: scale and an additive mask in 16 bits, then
-            # softmax(..., dtype=torch.float32) and .to(the 16-bit dtype)
+            # Hugging Face eager attention: scale and an additive mask in 16 bits (the add's
+            # backward passes the gradient through: no kernel), softmax(..., dtype=float32),
+            # then .to() the 16-bit dtype. ATen runs an fp16 input's softmax to fp32 as one
+            # kernel (read 2, write 4; its backward reads the fp32 gradient and output and
+            # writes 2) but casts a bf16 input to fp32 first, then a plain fp32 softmax.
             ops += [
                 Op("scale", "memory", bytes=2 * scores, backward_bytes=2 * scores),
-                Op("mask", "memory", bytes=3 * scores, backward_bytes=2 * scores),
-                Op("softmax", "memory", bytes=cast, backward_bytes=12 * n + cast),
-                Op("softmax_downcast", "memory", bytes=cast, backward_bytes=cast),
+                Op("mask", "memory", bytes=3 * scores, backward_bytes=0.0),
             ]
+            if rs.training.precision == "fp16":
+                ops.append(Op("softmax", "memory", bytes=cast, backward_bytes=n * (8 + a)))
+            else:
+                ops += [
+                    Op("softmax_upcast", "memory", bytes=cast, backward_bytes=cast),
+                    Op("softmax", "memory", bytes=8 * n, backward_bytes=12 * n),
+                ]
+            ops.append(Op("softmax_downcast", "memory", bytes=cast, backward_bytes=cast))
     if rs.model.dropout:
         ops.append(Op("attn_dropout", "memory", bytes=2.5 * scores))
     return ops
@@ -86,7 +101,8 @@ def _bias_add(rs: ResolvedScenario, fused: bool, name: str, elements: float) -> 
     """A linear layer's bias added by a kernel of its own: where the stack's linear layers leave
     the bias to the next elementwise kernel (``fusion.skip_bias_add``: Megatron) and that kernel
     is not the fused one. Read and write the tensor; the backward reads the gradient once for
-    the bias's gradient (the input's passes through)."""
+    the bias's gradient (the input's passes through). The fused kernels' and the GEMM's own
+    bias-gradient reductions are not counted, here or there."""
     if fused or not rs.model.linear_bias or not on(rs.software.fusion.skip_bias_add):
         return []
     a = act_bytes(rs)
@@ -145,9 +161,13 @@ def activation_ops(rs: ResolvedScenario, elements: float) -> list[Op]:
     if rs.model.mlp != "swiglu":
         bias = _bias_add(rs, rs.software.fusion.bias_gelu.value, "mlp_bias_add", elements)
         return [*bias, Op("activation", "memory", bytes=2 * elements * a)]
-    if not off(rs.software.fusion.swiglu):
+    fused = not off(rs.software.fusion.swiglu)
+    # the gate's and the up projection's biases (Megatron's bias_swiglu fusion adds them)
+    bias = _bias_add(rs, fused, "mlp_bias_add", 2 * elements)
+    if fused:
         return [Op("activation", "memory", bytes=3 * elements * a)]
     return [
+        *bias,
         Op("activation_silu", "memory", bytes=2 * elements * a),
         Op("activation_mul", "memory", bytes=3 * elements * a),
     ]

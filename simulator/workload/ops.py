@@ -249,5 +249,10 @@ def backward_op(op: Op) -> Op:
 def backward_ops(forward: list[Op]) -> list[Op]:
     """Backward pass in reverse order. A TP all-reduce closing a region in the forward pass
     becomes an all-reduce at the region's start in the backward pass; the count is the same.
-    A collective that runs in the forward pass only is left out."""
-    return [backward_op(op) for op in reversed(forward) if op.only != "forward"]
+    A collective that runs in the forward pass only, and an elementwise op whose backward runs
+    no kernel (``backward_bytes`` 0: an add passes its gradient through), are left out."""
+    return [
+        backward_op(op)
+        for op in reversed(forward)
+        if op.only != "forward" and not (op.kind == "memory" and op.backward_bytes == 0.0)
+    ]
