@@ -9,11 +9,11 @@ Every figure and every switch carries its source.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationInfo, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
-from .sourced import INLINE_SOURCE, NEEDS_SOURCE, PROFILE_FILE, Flag, Num, SourcedFlag, _Profile
+from .sourced import Flag, Num, SourcedFlag, _Profile, bare_inline
 
 
 def on(flag: Flag | None) -> bool:
@@ -35,17 +35,7 @@ class SoftmaxUpcast(BaseModel):
     source: str = Field(min_length=3, max_length=4000)
 
 
-def _coerce_upcast(v: Any, info: ValidationInfo) -> Any:
-    """A bare value (``--set software.fusion.softmax_upcast=scores``) is an inline override, as
-    a bare true/false is for a flag; a profile file gives its source."""
-    if isinstance(v, str):
-        if info.context and info.context.get(PROFILE_FILE):
-            raise ValueError(NEEDS_SOURCE.replace("a figure", "a value"))
-        return {"value": v, "source": INLINE_SOURCE}
-    return v
-
-
-SourcedUpcast = Annotated[SoftmaxUpcast, BeforeValidator(_coerce_upcast)]
+SourcedUpcast = Annotated[SoftmaxUpcast, BeforeValidator(bare_inline(str, "a value"))]
 
 
 class Fusion(BaseModel):

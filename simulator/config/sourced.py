@@ -7,6 +7,7 @@ recorded as an inline override."""
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from typing import Annotated, Any
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationInfo, model_validator
@@ -68,15 +69,22 @@ class Flag(BaseModel):
     source: str = Field(min_length=3)
 
 
-def _coerce_flag(v: Any, info: ValidationInfo) -> Any:
-    if isinstance(v, bool):
-        if info.context and info.context.get(PROFILE_FILE):
-            raise ValueError(NEEDS_SOURCE.replace("a figure", "a yes/no"))
-        return {"value": v, "source": INLINE_SOURCE}
-    return v
+def bare_inline(accepts: type, what: str) -> Callable[[Any, ValidationInfo], Any]:
+    """A validator that takes a bare value of type ``accepts`` (a ``--set`` or a scenario's
+    inline override) as ``{value, source: inline}``; a profile file must give the source of
+    ``what`` it states."""
+
+    def coerce(v: Any, info: ValidationInfo) -> Any:
+        if isinstance(v, accepts):
+            if info.context and info.context.get(PROFILE_FILE):
+                raise ValueError(NEEDS_SOURCE.replace("a figure", what))
+            return {"value": v, "source": INLINE_SOURCE}
+        return v
+
+    return coerce
 
 
-SourcedFlag = Annotated[Flag, BeforeValidator(_coerce_flag)]
+SourcedFlag = Annotated[Flag, BeforeValidator(bare_inline(bool, "a yes/no"))]
 """A sourced yes/no; a bare true/false becomes an inline override."""
 
 
