@@ -150,3 +150,18 @@ def test_fused_operators_gain_what_sc21_measured(row: str, gain: float) -> None:
     fused = simulate(load_scenario(path), scaling=False).metrics.hardware_tflops_per_gpu
     plain = simulate(load_scenario(path, [UNFUSED]), scaling=False).metrics
     assert fused / plain.hardware_tflops_per_gpu - 1 == pytest.approx(gain, abs=0.03)
+
+
+def test_an_fp32_softmax_keeps_its_fp32_output_for_backward() -> None:
+    """Unfused and upcast, the softmax's fp32 output is saved beside the 16-bit probabilities
+    (4 more bytes per score element per layer); fused, only the 16-bit ones."""
+    from simulator.workload.memory import activation_bytes_per_layer
+
+    data = inline_scenario("megatron-1.7b", flash_attention=False)
+    fused = resolve_dict({**data, "software": "megatron-lm-2021"})
+    off = _fusion("megatron-lm-2021", scale_mask_softmax=False)
+    unfused = resolve_dict({**data, "software": off})
+    m = fused.model
+    scores = fused.training.micro_batch * m.heads * fused.training.seq_len**2
+    extra = activation_bytes_per_layer(unfused) - activation_bytes_per_layer(fused)
+    assert extra == pytest.approx(4 * scores / fused.tp)

@@ -179,6 +179,11 @@ def activation_bytes_per_layer(rs: ResolvedScenario) -> float:
         # the softmax output (what the product with V and the softmax's backward read), and
         # with dropout its output and its 1-byte mask
         inside += scores * (a + (a + 1 if m.dropout else 0))
+        fusion = rs.software.fusion
+        if not fusion.scale_mask_softmax.value and fusion.softmax_upcast is not None and a < 4:
+            # an unfused softmax in fp32 keeps its fp32 output for its own backward beside the
+            # 16-bit cast the product with V reads (elementwise.softmax_ops)
+            inside += scores * 4
     # Inside the MLP region: the activation's inputs (a) and the down-projection input (mm).
     inside += s * b * f * (a * (2 if m.mlp == "swiglu" else 1) + mm)
     return outside + inside / t + kv_held
