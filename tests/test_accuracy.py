@@ -285,6 +285,9 @@ BANDS = {
     "llama1-65b": 0.05,
     # Held out, 2026-12-06: SC21 Table 2's PTD rows (micro-batch 1, fixed batch, 384-2,240 GPUs)
     "sc21-table2": 0.03,
+    # Held out, 2026-12-06: torchtitan on 32-64 H200 (Trainy/WhiteFiber, June 2025), the first
+    # H200 rows: slow by 6.5-7.2%
+    "torchtitan-h200": 0.08,
 }
 
 
