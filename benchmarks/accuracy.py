@@ -4,7 +4,8 @@ Every scenario under ``scenarios/validation/<set>/`` carries a ``reference`` (wh
 states). This script simulates each one and prints predicted versus published per row, the
 step's breakdown, and the mean and maximum absolute error per set. ``nccl-tests`` scenarios
 compare the collective model's bus bandwidth with a published curve, size by size (from 1 MiB,
-and below 1 MiB separately).
+and below 1 MiB separately). Where a reference also gives the run's peak memory per GPU
+(``reference.memory``), the model's peak stage is compared with it in a section of its own.
 
     python benchmarks/accuracy.py                 # every set
     python benchmarks/accuracy.py --sets sc21-1f1b,korthikanti-table5 --json out.json
