@@ -109,7 +109,7 @@ def validation_error(
             "NetworkSpec": "a network profile name, or {profile: NAME, nics_per_node: N, ...}",
             "PricingSpec": "a price profile name, or {profile: NAME, tier: ...}",
             "SelectivePolicy": "{value: attention_core or alternate_matmuls, source: TEXT}",
-            "SoftmaxUpcast": "{value: scores or output, source: TEXT}",
+            "SoftmaxUpcast": "{value: scores_scaled, scores or output, source: TEXT}",
             "Schedules": "{value: [1f1b, interleaved, gpipe], source: TEXT}",
             "ZeroCap": "{value: 0 to 3, source: TEXT}",
         }.get((err.get("ctx") or {}).get("class_name", ""), "a mapping of fields")

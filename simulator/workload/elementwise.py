@@ -36,6 +36,16 @@ def fp8_casts(rs: ResolvedScenario, gemms: list[Op]) -> list[Op]:
     ]
 
 
+def fp32_softmax(rs: ResolvedScenario) -> str | None:
+    """How the stack's unfused softmax chain works in fp32 (``fusion.softmax_upcast``), or None:
+    the chain is fused, in 16 bits, or its scores are already fp32 (nothing to cast: Megatron's
+    input_in_float16 is false)."""
+    fusion = rs.software.fusion
+    if fusion.scale_mask_softmax.value or fusion.softmax_upcast is None or act_bytes(rs) >= 4:
+        return None
+    return fusion.softmax_upcast.value
+
+
 def softmax_ops(rs: ResolvedScenario, scores: float) -> list[Op]:
     """Unfused attention between the two batched GEMMs, over the s×s score tensor (``scores``
     bytes): scale, causal mask and softmax, one kernel each (read and write) unless the stack
@@ -44,12 +54,9 @@ def softmax_ops(rs: ResolvedScenario, scores: float) -> list[Op]:
     scores are 16-bit, its passes move 4-byte elements and casts come on either side (each
     backward as its own kernels, counted as they run)."""
     ops: list[Op] = []
-    fusion = rs.software.fusion
     a = act_bytes(rs)
-    up = fusion.softmax_upcast.value if fusion.softmax_upcast is not None else None
-    if a >= 4:
-        up = None  # fp32 scores: nothing to cast (Megatron's input_in_float16 is false)
-    if fusion.scale_mask_softmax.value:
+    up = fp32_softmax(rs)
+    if rs.software.fusion.scale_mask_softmax.value:
         ops.append(Op("scale_mask_softmax", "memory", bytes=2 * scores))
     elif up is None:
         ops += [

@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass
 
 from ..config.parallelism import FSDPSharding
 from ..config.scenario import ResolvedScenario
+from .elementwise import fp32_softmax
 from .model import alternate_recomputed, layer_matmuls
 from .ops import act_bytes, kv_per_rank, matmul_out_widths
 from .params import end_params, layer_params_per_rank, stage_params
@@ -179,8 +180,7 @@ def activation_bytes_per_layer(rs: ResolvedScenario) -> float:
         # the softmax output (what the product with V and the softmax's backward read), and
         # with dropout its output and its 1-byte mask
         inside += scores * (a + (a + 1 if m.dropout else 0))
-        fusion = rs.software.fusion
-        if not fusion.scale_mask_softmax.value and fusion.softmax_upcast is not None and a < 4:
+        if fp32_softmax(rs) is not None:
             # an unfused softmax in fp32 keeps its fp32 output for its own backward beside the
             # 16-bit cast the product with V reads (elementwise.softmax_ops)
             inside += scores * 4
