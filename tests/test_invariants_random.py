@@ -53,7 +53,7 @@ STACKS = [
 
 def _model(rnd: random.Random) -> dict[str, Any]:
     heads = rnd.choice([8, 16, 32])
-    return {
+    model = {
         "name": "rand",
         "layers": rnd.choice([4, 8, 12]),
         "hidden": heads * rnd.choice([64, 128]),
@@ -62,6 +62,10 @@ def _model(rnd: random.Random) -> dict[str, Any]:
         "vocab": rnd.choice([32000, 50304]),
         "mlp": rnd.choice(["swiglu", "gelu"]),
     }
+    # A share of the GELU models (GPT-J/NeoX-like) gets a parallel residual, decided from what
+    # was drawn so that the random stream, and every other layout, stays as it was.
+    model["parallel_residual"] = model["mlp"] == "gelu" and model["layers"] == 8
+    return model
 
 
 def _draw(rnd: random.Random) -> dict[str, Any]:

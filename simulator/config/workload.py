@@ -47,6 +47,11 @@ class ModelSpec(BaseModel):
     tied_embeddings: bool = False
     linear_bias: bool = Field(default=False, description="biases on the linear layers")
     dropout: bool = Field(default=False, description="dropout masks kept for backward")
+    parallel_residual: bool = Field(
+        default=False,
+        description="attention and MLP read the same layer input and their outputs are summed "
+        "before one tensor-parallel reduction (GPT-J, GPT-NeoX, PaLM, Falcon)",
+    )
     published_params: float | None = Field(
         default=None, strict=True, gt=0, le=1e16, description="published parameter count"
     )

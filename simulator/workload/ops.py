@@ -8,6 +8,8 @@ mirrored TP/CP collectives).
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from ..config.scenario import ResolvedScenario
 from .elementwise import (
     FP8_CAST_BYTES,
@@ -83,6 +85,22 @@ def _tp_comm(rs: ResolvedScenario, name: str, nbytes: float, closing: bool) -> l
     return []
 
 
+def _attn_out_comm(rs: ResolvedScenario, nbytes: float) -> list[Op]:
+    """The TP collective after the attention block. With a parallel residual (GPT-NeoX
+    ``gpt_j_residual``, megatron/model/transformer.py ParallelTransformerLayer: the attention's
+    and the MLP's row-parallel outputs are added and all-reduced once) the forward has no
+    reduction of its own here; its branch's input gradient is still all-reduced in the backward
+    (each branch opens its own TP region from its own norm), so without sequence parallelism
+    that all-reduce stays as a backward-only one. With sequence parallelism the forward's
+    reduce-scatter (and its backward all-gather) merges with the MLP's."""
+    ops = _tp_comm(rs, "tp_attn_out", nbytes, closing=True)
+    if not rs.model.parallel_residual:
+        return ops
+    if rs.parallelism.sequence_parallel:
+        return []
+    return [replace(op, only="backward") for op in ops]
+
+
 def _gemm(name: str, b: int, m: int, n: int, k: int, wide: bool = False, weight: bool = True) -> Op:
     return Op(name, "gemm", flops=2.0 * b * m * n * k, dims=(b, m, n, k), wide=wide, weight=weight)
 
@@ -133,7 +151,7 @@ def layer_ops(rs: ResolvedScenario) -> list[Op]:
         ops += [_gemm("attn_values", bh, sq, hd, s, wide=True, weight=False)]
     ops += [
         _gemm("out_proj", 1, T, h, h // t),
-        *_tp_comm(rs, "tp_attn_out", act, closing=True),
+        *_attn_out_comm(rs, act),
         *residual_ops(rs, norm_tokens * h),
         *norm_ops(rs, "mlp_norm", norm_tokens * h),
         *_tp_comm(rs, "tp_mlp_in", act, closing=False),

@@ -37,6 +37,24 @@ PRESETS: dict[str, ModelSpec] = {
         dropout=True,
         published_params=175e9,
     ),
+    # Black et al. 2022, "GPT-NeoX-20B: An Open-Source Autoregressive Language Model", and its
+    # training config (EleutherAI/gpt-neox configs/20B.yml @252ddc52: 44 layers, hidden 6144,
+    # 64 heads, rotary, "gpt_j_residual": true, "no-weight-tying": true, dropout 0, biases);
+    # the model card (EleutherAI/gpt-neox-20b): D_ff 24,576, vocabulary padded to 50,432,
+    # 20,556,201,984 parameters. Rotary on a quarter of each head is counted as full RoPE.
+    "gpt-neox-20b": ModelSpec(
+        name="gpt-neox-20b",
+        layers=44,
+        hidden=6144,
+        heads=64,
+        vocab=50432,
+        mlp="gelu",
+        norm="layernorm",
+        position="rope",
+        linear_bias=True,
+        parallel_residual=True,
+        published_params=20556201984,
+    ),
     # Touvron et al. 2023, "Llama 2: Open Foundation and Fine-Tuned Chat Models", Table 1 and
     # Sec. 2.2 (grouped-query attention with 8 KV heads for 70B only); hidden, layers, heads and
     # MLP widths from the released checkpoints' config.json (meta-llama/Llama-2-*-hf).

@@ -104,7 +104,9 @@ def recomputes_collective(rs: ResolvedScenario, op: Op) -> bool:
     """Whether recomputation runs a layer's forward collective ``op`` again: every TP and CP
     one under full recomputation; under torchtitan's op-level policy the TP ones whose output
     it does not keep (all but the reduce-scatters: SP's all-gathers, the all-reduces without
-    SP)."""
+    SP). A backward-only collective is never a forward one to run again."""
+    if op.only == "backward":
+        return False
     rc = rs.parallelism.recompute
     if rc == "full":
         if rs.recompute_early_stop:
