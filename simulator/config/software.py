@@ -296,6 +296,12 @@ class SoftwareProfile(_Profile):
         default=None,
         description="the highest ZeRO stage the stack runs with pipeline parallelism (unset: any)",
     )
+    logit_bytes: Num | None = Field(
+        default=None,
+        description="bytes per logit (token x vocabulary entry of the rank's shard) the loss "
+        "holds when the output layer's backward starts: what it saved for backward and the "
+        "gradient it writes (none: 8, fp32 logits and their fp32 gradient)",
+    )
     comm_sms: Num = Field(
         description="streaming multiprocessors a data-parallel collective's kernels hold while "
         "it overlaps computation: compute loses that share of the GPU for the overlap"

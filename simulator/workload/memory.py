@@ -340,8 +340,11 @@ def stage_memory(rs: ResolvedScenario, stage: int) -> StageMemory:
             act -= per_layer_act * (off * held / layers - 1)
     T = rs.training.micro_batch * rs.training.seq_len // rs.cp
     if stage == rs.pp - 1:
-        # fp32 logits and their gradient for one micro-batch over the vocabulary shard.
-        act += T * rs.model.vocab / rs.tp * (4 + 4)
+        # The loss's logits for one micro-batch over the vocabulary shard as the output
+        # layer's backward starts: what it saved and the gradient it writes (the stack's
+        # ``logit_bytes``; fp32 logits and their fp32 gradient where it gives none).
+        per_logit = rs.software.logit_bytes.value if rs.software.logit_bytes else 4.0 + 4.0
+        act += T * rs.model.vocab / rs.tp * per_logit
     if stage == 0:
         act += 2 * T * rs.model.hidden / (rs.tp if rs.parallelism.sequence_parallel else 1)
     return StageMemory(
