@@ -126,6 +126,7 @@ def nccl_rows(path: Path, overrides: list[str] | None = None) -> list[dict[str, 
             size,
             topo.fabric_tier(),
             topo.network_tier(0, "dp") if rs.nodes > 1 else None,
+            (ref.nccl_algo,) if ref.nccl_algo else None,
         )
         bus = size / t * bus_factor(ref.collective, rs.gpus) / 1e9
         pub = float(rec["busbw_gbps"])

@@ -267,7 +267,7 @@ BANDS = {
     "llmfoundry-h100-80gb-fp8": 0.11,
     "nemo-h100-fp8": 0.08,
     "nemo-b200-fp8": 0.07,
-    "nccl-tests": 0.12,
+    "nccl-tests": 0.10,
     "nccl-tests-pcie": 0.25,  # one PCIe host: host-staged (SHM) plateau 14.5 GB/s, modelled 18.7
     "h100-eager-layers": 0.06,
     # Held out: never used to set a profile value.
@@ -297,9 +297,10 @@ def test_accuracy_sets_stay_in_their_bands() -> None:
         s = report[name]["summary"]
         assert s["rows"] > 0, name
         assert s["mean_abs"] <= band, f"{name}: mean |error| {s['mean_abs']:.1%} > {band:.0%}"
-    # nccl-tests below 1 MiB (64 KiB up): the target is 30%.
+    # nccl-tests below 1 MiB (64 KiB up): the target is 30%, for every point.
     small = report["nccl-tests"]["summary_small"]
-    assert small["rows"] > 0 and small["mean_abs"] <= 0.27, small
+    assert small["rows"] > 0 and small["mean_abs"] <= 0.13, small
+    assert small["max_abs"] <= 0.30, small
     # Only the two points whose source's own in-place run contradicts them stay out of the
     # summaries (scenarios/validation/nccl/SOURCES.md); every other published point counts.
     odd = [r["row"] for r in report["nccl-tests"]["rows"] if r["outlier"]]

@@ -5,6 +5,8 @@ faster or lower-latency link ever makes a collective slower."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from simulator.network.collectives import GroupShape, bus_factor, choose, phase_time, phases
@@ -169,10 +171,11 @@ def test_network_hops_cost_nccl_software_latency_per_protocol() -> None:
     # A slower wire keeps its own α: no software latency is added on top of it.
     assert nccl_extra("ring", 10, 50e-6) == pytest.approx((6.6e-6, 8.4e-6))
     # A tiny tree all-reduce over 8 nodes pays the LL latency: base + 2*(7 NVLink steps +
-    # 3 levels) with NCCL's 5 us per network level.
+    # 3 levels) with NCCL's 5 us per network level, each NVLink hop at 1.8x its one-node α
+    # (NCCL's LL hop inside a node when the communicator spans nodes).
     _, ph, t = choose("all_reduce", GroupShape(64, 8), 1024.0, fab, net)
     lat = sum(p.latency for p in ph)
-    assert lat == pytest.approx(6.8e-6 + 2 * (7 * fab.alpha + 3 * 5e-6))
+    assert lat == pytest.approx(6.8e-6 + 2 * (7 * 1.8 * fab.alpha + 3 * 5e-6))
 
 
 @pytest.mark.parametrize(
@@ -259,3 +262,54 @@ def test_collective_time_never_falls_as_the_buffer_grows() -> None:
                 assert t >= prev * (1 - 1e-12), (shape, size)
                 prev = t
     assert tree_correction(2**20, "simple") == 0.5  # the table's own value at a power of two
+
+
+def _h100_node() -> TierLink:
+    from simulator.config.loading import load_scenario
+    from simulator.network.topology import Topology
+
+    rs = load_scenario(Path(__file__).resolve().parents[1] / "scenarios" / "llama3-8b-8xh100.yaml")
+    return Topology(rs).fabric_tier()
+
+
+def test_nvls_costs_a_fixed_latency_then_streams_at_the_switch_rate() -> None:
+    """A small NVLS all-reduce costs the fabric's two hops and NVLS_LATENCY (the ~42 us floor
+    of the NVLS-only curve); a large one tends to the switch's rate (480 GB/s busbw on eight
+    H100); a larger buffer never finishes sooner."""
+    from simulator.network.nccl import NVLS_LATENCY
+
+    fab = _h100_node()
+    shape = GroupShape(8, 1)
+    small = choose("all_reduce", shape, 1024.0, fab, None, ("nvls",))
+    assert small[0] == "nvls"
+    assert small[2] == pytest.approx(2 * fab.alpha + NVLS_LATENCY, rel=0.01)
+    size = 8.0 * 2**30
+    algo, _, t = choose("all_reduce", shape, size, fab, None, ("nvls",))
+    bus = size / t * bus_factor("all_reduce", 8)
+    assert algo == "nvls" and bus == pytest.approx(479e9, rel=0.02)
+    times = [choose("all_reduce", shape, 2.0**e, fab, None, ("nvls",))[2] for e in range(10, 34)]
+    assert all(b >= a for a, b in zip(times[:-1], times[1:], strict=True))
+
+
+def test_a_forced_algorithm_is_used_where_it_runs_and_ignored_where_it_cannot() -> None:
+    fab = _h100_node()
+    # NCCL's own choice at 64 KiB on one H100 node is a ring under LL; forced NVLS is slower
+    own = choose("all_reduce", GroupShape(8, 1), 65536.0, fab)
+    nvls = choose("all_reduce", GroupShape(8, 1), 65536.0, fab, None, ("nvls",))
+    assert own[0] == "ring" and nvls[0] == "nvls" and nvls[2] > own[2]
+    # a fabric without NVLink SHARP cannot run NVLS: NCCL's own choice stands
+    plain = TierLink(bandwidth=231e9, alpha=1.2e-6)
+    assert choose("all_reduce", GroupShape(8, 1), 65536.0, plain, None, ("nvls",)) == choose(
+        "all_reduce", GroupShape(8, 1), 65536.0, plain
+    )
+
+
+def test_nccl_algo_belongs_to_a_collective_benchmark_only() -> None:
+    from pydantic import ValidationError
+
+    from simulator.config.reference import Reference
+
+    ref = Reference(metric="busbw_gbps", curve="x.csv", nccl_algo="nvls", source="test")
+    assert ref.nccl_algo == "nvls"
+    with pytest.raises(ValidationError, match="nccl_algo"):
+        Reference(metric="step_time_s", value=1.0, nccl_algo="ring", source="test")

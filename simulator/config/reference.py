@@ -50,6 +50,11 @@ class Reference(BaseModel):
         default=None, max_length=300, description="CSV (message_bytes,busbw_gbps) beside the file"
     )
     collective: Literal["all_reduce", "all_gather", "reduce_scatter"] = "all_reduce"
+    nccl_algo: Literal["ring", "tree", "nvls", "nvls_tree"] | None = Field(
+        default=None,
+        description="the algorithm a collective benchmark restricted NCCL to (NCCL_ALGO); "
+        "none, or one that cannot run on the cluster: NCCL's own choice",
+    )
     source: str = Field(min_length=3, max_length=2000)
     assumes: str | None = Field(
         default=None,
@@ -67,6 +72,8 @@ class Reference(BaseModel):
             raise ValueError("a busbw_gbps reference gives a curve (a CSV file) and no value")
         if not curve and (self.value is None or self.curve is not None):
             raise ValueError(f"a {self.metric} reference gives a value and no curve")
+        if not curve and self.nccl_algo is not None:
+            raise ValueError("nccl_algo belongs to a busbw_gbps reference (a collective benchmark)")
         if curve and self.memory is not None:
             raise ValueError("a busbw_gbps reference (a collective benchmark) has no memory figure")
         return self

@@ -33,10 +33,13 @@ from typing import Literal
 
 from .nccl import (
     LL128_RING_FRACTION,
+    NCCL_MULTI_NODE_INTRA_LATENCY,
     NCCL_NET_STEP_LATENCY,
+    NVLS_LATENCY,
     Phase,
     Tier,
     TierLink,
+    fabric_step_bytes,
     ll128_extra,
     log2i,
     nccl_extra,
@@ -54,6 +57,22 @@ ALGOS: tuple[Algo, ...] = ("ring", "tree", "nvls", "nvls_tree")
 def _nvls_applies(coll: Coll, shape: GroupShape, fabric: TierLink) -> bool:
     """NVLS is an in-switch all-reduce inside one node of a fabric that has it."""
     return coll == "all_reduce" and shape.nodes <= 1 and fabric.switch_reduce > 0
+
+
+def _nvls(n: int, size: float, fabric: TierLink) -> Phase:
+    """NCCL's NVLS all-reduce inside one node: each GPU pushes its buffer into the switch,
+    which reduces it, and pulls the result, in chunks pipelined over the channels (Simple
+    protocol only). Its fixed cost and its pipeline's depth come from the nccl-tests curve of
+    eight H100 run with NCCL_ALGO=NVLS (scenarios/validation/nccl/, Azure ND H100 v5): the
+    time is flat at ~42 us from 64 KiB to 1 MiB and reaches half the 480 GB/s peak busbw near
+    16 MiB; a fixed NVLS_LATENCY on top of the fabric's two hops, and a fill of n-1 steps,
+    each no larger than a Simple step nor than the buffer's share of a step, follow it within
+    -16..+11% from 64 KiB to 8 GiB (and DGX H100's default curve, where NCCL picks NVLS from
+    ~2 MiB, within -4..+6%)."""
+    wire = size / fabric.switch_reduce
+    steps = float(n - 1)
+    step = min(fabric_step_bytes(fabric.bandwidth), wire / steps)
+    return Phase("fabric", 2 * fabric.alpha + NVLS_LATENCY, wire, steps, ll=False, step_bytes=step)
 
 
 # NCCL's tuner rates NVLS and NVLSTree at 5/6 of their modelled bandwidth (tuning.cc,
@@ -147,10 +166,7 @@ def phases(
     if algo == "nvls" and not _nvls_applies(coll, shape, fabric):
         algo = "ring"
     if algo == "nvls":
-        # One node: push the buffer into the switch and pull the reduced result. Its pipeline
-        # ramps up like a ring of n ranks: DGX H100 all_reduce_perf reaches half its 480 GB/s
-        # peak busbw near 16 MiB (scenarios/validation/nccl/, DGX H100 curve).
-        return [Phase("fabric", 2 * fabric.alpha, size / fabric.switch_reduce, 2 * (n - 1), False)]
+        return [_nvls(n, size, fabric)]
     if algo == "nvls_tree" and (network is None or not _nvls_tree_applies(coll, shape, fabric)):
         algo = "ring"
     if algo == "nvls_tree":
@@ -242,6 +258,10 @@ def phases(
         extra = (0.0, 0.0)
     elif algo == "tree" and coll == "all_reduce":
         extra = nccl_extra("tree", 2 * log2i(k), network.alpha)
+        # NCCL's tuning model charges an LL hop inside a node 1.8x when the tree spans nodes
+        # (NCCL_MULTI_NODE_INTRA_LATENCY): the chain's 2(g-1) hops, under LL only.
+        intra_ll = 2 * (g - 1) * fabric.alpha * (NCCL_MULTI_NODE_INTRA_LATENCY - 1.0)
+        extra = (extra[0] + intra_ll, extra[1])
     else:  # each step of the flat ring (or broadcast tree) already pays the slower tier's α
         crossings = log2i(k) if algo == "tree" else (2 if coll == "all_reduce" else 1) * (k - 1)
         steps = out[0].steps if out else 0.0
@@ -301,23 +321,37 @@ def collective_time(
     )
 
 
+def _applies(
+    algo: Algo, coll: Coll, shape: GroupShape, fabric: TierLink, network: TierLink | None
+) -> bool:
+    """Whether NCCL can run ``coll`` with ``algo`` on this group."""
+    if algo == "tree":
+        # NCCL's trees span nodes; inside one node a tree is a chain
+        return coll in ("all_reduce", "broadcast") and shape.nodes > 1
+    if algo == "nvls":
+        return _nvls_applies(coll, shape, fabric)
+    if algo == "nvls_tree":
+        return network is not None and _nvls_tree_applies(coll, shape, fabric)
+    return algo == "ring"
+
+
 def choose(
     coll: Coll,
     shape: GroupShape,
     size: float,
     fabric: TierLink,
     network: TierLink | None = None,
+    algos: tuple[Algo, ...] | None = None,
 ) -> tuple[Algo, list[Phase], float]:
-    """The fastest algorithm without contention, its phases and its time."""
+    """The fastest algorithm without contention, its phases and its time: among ``algos``
+    where a run restricted NCCL to them (``NCCL_ALGO``) and one of them applies, else among
+    all of NCCL's."""
+    allowed = ALGOS
+    if algos is not None and any(_applies(a, coll, shape, fabric, network) for a in algos):
+        allowed = algos
     best: tuple[Algo, list[Phase], float] | None = None
-    for algo in ALGOS:
-        if algo == "hierarchical" and (shape.nodes <= 1 or shape.per_node <= 1):
-            continue
-        if algo == "tree" and (coll not in ("all_reduce", "broadcast") or shape.nodes <= 1):
-            continue  # NCCL's trees span nodes; inside one node a tree is a chain
-        if algo == "nvls" and not _nvls_applies(coll, shape, fabric):
-            continue
-        if algo == "nvls_tree" and (network is None or not _nvls_tree_applies(coll, shape, fabric)):
+    for algo in allowed:
+        if not _applies(algo, coll, shape, fabric, network):
             continue
         ph = [
             as_fitted(p, coll, link)

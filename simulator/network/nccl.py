@@ -102,6 +102,17 @@ NCCL_NET_STEP_LATENCY = {
 NCCL_NVLINK_STEP_LATENCY = {("ring", "ll"): 0.6e-6, ("ring", "ll128"): 1.9e-6}
 
 
+# The same tuning model multiplies an LL hop inside a node by 1.8 when the communicator spans
+# nodes (tuning.cc: "if (comm->nNodes > 1 && p == NCCL_PROTO_LL) intraLat *= 1.8"): the
+# fabric's α, measured on one node, is charged that much more for a tree's hops inside each
+# node under LL (a ring across nodes already pays the slower tier's α at every step).
+NCCL_MULTI_NODE_INTRA_LATENCY = 1.8
+# NVLS's fixed cost per all-reduce beyond the fabric's two hops (collectives._nvls), fitted to
+# the nccl-tests curve of eight H100 run with NCCL_ALGO=NVLS (Azure ND H100 v5, NCCL 2.18.5:
+# ~42 us from 64 KiB to 1 MiB); NCCL's own tuning model charges 25 us (nvlink NVLS Simple).
+NVLS_LATENCY = 35e-6
+
+
 def log2i(k: int) -> int:
     """NCCL's log2i: floor(log2 k) for k >= 1."""
     return max(0, int(k).bit_length() - 1)
