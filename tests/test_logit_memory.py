@@ -53,3 +53,16 @@ def test_every_published_llm_foundry_run_fits() -> None:
         rs = load_scenario(path)
         peak = max(stage_memory(rs, s).total_gb for s in range(rs.pp))
         assert peak <= rs.gpu.capacity_gb, (path.name, peak)
+
+
+def test_under_fp32_training_the_logits_and_their_gradient_are_fp32() -> None:
+    """A stack's ``logit_bytes`` describes 16-bit logits; training in fp32, the loss keeps fp32
+    logits and writes an fp32 gradient whatever the stack."""
+    own, logits = _activations(["training.precision=fp32", "software=pytorch-fsdp"])
+    eight, _ = _activations(
+        [
+            "training.precision=fp32",
+            "software={profile: pytorch-fsdp, logit_bytes: {value: 8, source: test}}",
+        ]
+    )
+    assert own == pytest.approx(eight, rel=1e-12)

@@ -313,3 +313,14 @@ def test_nccl_algo_belongs_to_a_collective_benchmark_only() -> None:
     assert ref.nccl_algo == "nvls"
     with pytest.raises(ValidationError, match="nccl_algo"):
         Reference(metric="step_time_s", value=1.0, nccl_algo="ring", source="test")
+
+
+def test_a_calibrated_fabric_is_not_offered_nvls() -> None:
+    """The probe's fits timed whatever algorithm NCCL chose: a fitted fabric runs them as
+    measured, never the in-switch model on top."""
+    fitted = TierLink(
+        369e9, 1.2e-6, switch_reduce=0.744, fitted=True, fits=(("all_reduce", 3e-6, 300e9),)
+    )
+    algo, _, t = choose("all_reduce", GroupShape(8, 1), 1024.0, fitted, None, ("nvls",))
+    assert algo == "ring"
+    assert t == pytest.approx(14 * 3e-6 + 1024.0 * 14 / 8 / 300e9, rel=1e-6)

@@ -85,6 +85,7 @@ FIGURE_RANGES: dict[str, Range] = {
     # software
     "host_us_per_kernel": (0.0, 1e5, False, "microseconds"),
     "comm_sms": (0.0, 1e4, False, "streaming multiprocessors"),
+    "logit_bytes": (0.0, 64.0, True, "bytes per logit"),
     "dp_bucket_mb": (1e-3, 1e6, False, "MB"),
     "dp_bucket_params": (1.0, 1e13, False, "parameters"),
     "dp_bucket_params_per_dp_rank": (0.0, 1e12, False, "parameters"),

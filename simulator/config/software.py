@@ -299,8 +299,9 @@ class SoftwareProfile(_Profile):
     logit_bytes: Num | None = Field(
         default=None,
         description="bytes per logit (token x vocabulary entry of the rank's shard) the loss "
-        "holds when the output layer's backward starts: what it saved for backward and the "
-        "gradient it writes (none: 8, fp32 logits and their fp32 gradient)",
+        "holds when the output layer's backward starts, with 16-bit logits: what it saved for "
+        "backward and the gradient it writes (none, or fp32 training: 8, fp32 logits and their "
+        "fp32 gradient)",
     )
     comm_sms: Num = Field(
         description="streaming multiprocessors a data-parallel collective's kernels hold while "

@@ -55,8 +55,11 @@ ALGOS: tuple[Algo, ...] = ("ring", "tree", "nvls", "nvls_tree")
 
 
 def _nvls_applies(coll: Coll, shape: GroupShape, fabric: TierLink) -> bool:
-    """NVLS is an in-switch all-reduce inside one node of a fabric that has it."""
-    return coll == "all_reduce" and shape.nodes <= 1 and fabric.switch_reduce > 0
+    """NVLS is an in-switch all-reduce inside one node of a fabric that has it (not on a
+    calibrated fabric: the probe's fits timed whatever algorithm NCCL chose)."""
+    return (
+        coll == "all_reduce" and shape.nodes <= 1 and fabric.switch_reduce > 0 and not fabric.fitted
+    )
 
 
 def _nvls(n: int, size: float, fabric: TierLink) -> Phase:
@@ -67,8 +70,9 @@ def _nvls(n: int, size: float, fabric: TierLink) -> Phase:
     time is flat at ~42 us from 64 KiB to 1 MiB and reaches half the 480 GB/s peak busbw near
     16 MiB; a fixed NVLS_LATENCY on top of the fabric's two hops, and a fill of n-1 steps,
     each no larger than a Simple step nor than the buffer's share of a step, follow it within
-    -16..+11% from 64 KiB to 8 GiB (and DGX H100's default curve, where NCCL picks NVLS from
-    ~2 MiB, within -4..+6%)."""
+    -16..+11% from 64 KiB to 8 GiB. On DGX H100's default curve the model's own choice (a ring
+    under LL or LL128 up to 16 MiB, NVLS from 32 MiB) is within -5..+15% from 64 KiB, -4..+6%
+    from 4 MiB."""
     wire = size / fabric.switch_reduce
     steps = float(n - 1)
     step = min(fabric_step_bytes(fabric.bandwidth), wire / steps)

@@ -103,9 +103,11 @@ NCCL_NVLINK_STEP_LATENCY = {("ring", "ll"): 0.6e-6, ("ring", "ll128"): 1.9e-6}
 
 
 # The same tuning model multiplies an LL hop inside a node by 1.8 when the communicator spans
-# nodes (tuning.cc: "if (comm->nNodes > 1 && p == NCCL_PROTO_LL) intraLat *= 1.8"): the
-# fabric's α, measured on one node, is charged that much more for a tree's hops inside each
-# node under LL (a ring across nodes already pays the slower tier's α at every step).
+# nodes (tuning.cc: "if (comm->nNodes > 1 && p == NCCL_PROTO_LL) intraLat *= 1.8"). NCCL
+# applies it to rings and trees; here only a tree's hops inside each node take it, under LL: a
+# flat ring across nodes is charged the slower tier's α at every step, inside nodes too (the
+# form the multi-node curves were checked with), which is the larger charge wherever the
+# network's α is at least 1.8x the fabric's.
 NCCL_MULTI_NODE_INTRA_LATENCY = 1.8
 # NVLS's fixed cost per all-reduce beyond the fabric's two hops (collectives._nvls), fitted to
 # the nccl-tests curve of eight H100 run with NCCL_ALGO=NVLS (Azure ND H100 v5, NCCL 2.18.5:

@@ -342,8 +342,10 @@ def stage_memory(rs: ResolvedScenario, stage: int) -> StageMemory:
     if stage == rs.pp - 1:
         # The loss's logits for one micro-batch over the vocabulary shard as the output
         # layer's backward starts: what it saved and the gradient it writes (the stack's
-        # ``logit_bytes``; fp32 logits and their fp32 gradient where it gives none).
-        per_logit = rs.software.logit_bytes.value if rs.software.logit_bytes else 4.0 + 4.0
+        # ``logit_bytes``, which describes 16-bit logits; fp32 logits and their fp32 gradient
+        # where it gives none or the model trains in fp32).
+        lb = rs.software.logit_bytes
+        per_logit = lb.value if lb is not None and act_bytes(rs) < 4 else 4.0 + 4.0
         act += T * rs.model.vocab / rs.tp * per_logit
     if stage == 0:
         act += 2 * T * rs.model.hidden / (rs.tp if rs.parallelism.sequence_parallel else 1)
