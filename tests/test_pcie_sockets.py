@@ -36,6 +36,10 @@ def _pcie(gpn: int = 8, sockets: int = 2, uplink: float | None = None, **par: An
         {"tp": 2, "pp": 2},
         {"tp": 4, "sharding": {"kind": "zero", "stage": 3}},
         {"pp": 4, "sharding": {"kind": "zero", "stage": 1}},
+        # one GPU per socket: all four TP pairs (and both DP rings) cross the one socket link
+        # at once and divide it, in the analytic timing as in the flow network
+        {"tp": 2, "sockets": 8},
+        {"tp": 2, "pp": 2, "sockets": 4},
     ],
 )
 def test_symmetric_mode_agrees_with_full_mode_where_sockets_cut_groups_alike(

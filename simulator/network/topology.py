@@ -242,11 +242,14 @@ class Topology:
         ``kind``) on PCIe through the host, the socket link only where the group crosses it
         (without a group: a ring over the whole node's sockets)."""
         bw = self.fabric_bw
-        if self.pcie_root_bw is not None and (
-            rank is None or kind is None or self.socket_share(rank, kind) > 0.0
-        ):
-            # a ring over the sockets crosses each socket link once each way
-            bw = min(bw, self.pcie_root_bw)
+        if self.pcie_root_bw is not None:
+            if rank is None or kind is None:
+                # a ring over the sockets crosses each socket link once each way
+                bw = min(bw, self.pcie_root_bw)
+            elif self.socket_share(rank, kind) > 0.0:
+                # every group of this kind on the node runs its collective at once, and each
+                # one's ring crosses the socket link: they divide it
+                bw = min(bw, self.pcie_root_bw / self.socket_load(rank, kind))
         f = self.rs.fabric
         nvls = 0.0
         if f.switch_reduce_fraction is not None and bw > 0:
@@ -316,6 +319,19 @@ class Topology:
             spread = len({self.socket(r) for r in here}) > 1
             share = self._socket_share[key] = 1.0 / len(here) if spread else 0.0
         return share
+
+    def socket_load(self, rank: int, kind: str) -> float:
+        """Rings of group ``kind`` that cross the socket link of ``rank``'s node when all the
+        node's groups of that kind run at once: the sum of its ranks' shares of a crossing
+        edge (:meth:`socket_share`), one per group whose members sit on several sockets."""
+        key = (rank, "load:" + kind)
+        load = self._socket_share.get(key)
+        if load is None:
+            gpn = self.rs.gpus_per_node
+            first = self.layout.node(rank) * gpn
+            load = sum(self.socket_share(r, kind) for r in range(first, first + gpn))
+            self._socket_share[key] = load = max(1.0, load)
+        return load
 
     def fabric_links(
         self, rank: int, kind: str | None = None, peer: int | None = None
