@@ -56,15 +56,22 @@ def _key_figures(p: Any) -> str:
 
 @profiles_app.command("list")
 def profiles_list(
+    what: Annotated[
+        str | None, typer.Argument(metavar="[KIND]", help="only this kind (gpu, fabric, ...)")
+    ] = None,
     kind: Annotated[str | None, typer.Option(help="only this kind (gpu, fabric, ...)")] = None,
     fmt: Annotated[Fmt, typer.Option("--format")] = Fmt.table,
 ) -> None:
-    """Every GPU, fabric, network, storage, price and software-stack profile."""
+    """Every GPU, fabric, network, storage, price and software-stack profile
+    (`profiles list fabric` or `--kind fabric`: one kind)."""
     from .catalog import load_catalog
     from .report.tables import profiles_table
 
-    cat = load_catalog()
     order = ["gpu", "fabric", "network", "storage", "cloud_price", "ownership_price", "software"]
+    if what and kind and what != kind:
+        raise UserError(f"two kinds given: '{what}' and --kind '{kind}'", hint="give the kind once")
+    kind = kind or what
+    cat = load_catalog()
     items = sorted(cat.profiles.values(), key=lambda p: (order.index(p.kind), p.name))  # type: ignore[attr-defined]
     if kind:
         items = [p for p in items if p.kind == kind]  # type: ignore[attr-defined]

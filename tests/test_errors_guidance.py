@@ -193,3 +193,70 @@ def test_a_command_given_the_other_kind_of_file_says_which_it_is() -> None:
     assert res.returncode == 2 and "is a bundled scenario, not a sweep spec" in res.stderr
     res = run_cli("check", "llama3-8b-8xh100", "--set", "parallelism.recompute=no")
     assert res.returncode == 2 and "quote the word" in res.stderr
+
+
+def test_too_many_interleaved_chunks_are_told_which_virtual_stages_fit() -> None:
+    """32 layers over PP 2 cannot take 32 chunks per rank: the fix is the chunk count, and the
+    message names the counts that divide the layers (not a PP of 1)."""
+    res = run_cli(
+        "check",
+        "llama3-8b-8xh100",
+        "--set",
+        "parallelism.pp=2",
+        "--set",
+        "parallelism.pp_schedule={kind: interleaved, virtual_stages: 32}",
+    )
+    assert_user_error(
+        res,
+        file=None,
+        path="parallelism.pp_schedule.virtual_stages",
+        says=("more pipeline chunks than the 32 layers",),
+        hint=("virtual_stages", "16", "PP=2"),
+    )
+
+
+def test_a_misspelt_field_is_named_before_the_gap_it_leaves(tmp_path: Path) -> None:
+    """`layerz` for `layers` in an inline model: the message names the unknown field and the
+    field it was meant to be, rather than only that `layers` is missing."""
+    f = tmp_path / "typo.yaml"
+    f.write_text(
+        "name: t\n"
+        "cluster: {gpu: h100-sxm-80gb, gpus_per_node: 8, nodes: 1, fabric: nvlink4-nvswitch}\n"
+        "model: {hidden: 1024, layerz: 4, heads: 16, vocab: 32000}\n"
+        "training: {seq_len: 1024, global_batch: 8, micro_batch: 1}\n"
+    )
+    res = run_cli("check", str(f))
+    assert_user_error(res, file=f, path="model.layerz", hint=("did you mean 'layers'?",))
+
+
+def test_more_cpu_sockets_than_gpus_is_refused() -> None:
+    res = run_cli(
+        "check",
+        "llama3-8b-8xh100",
+        "--set",
+        "cluster.fabric=pcie4-host",
+        "--set",
+        "cluster.fabric.sockets=16",
+    )
+    assert_user_error(res, file=None, path="cluster.fabric.sockets", hint=("at most 8",))
+
+
+def test_the_kind_of_profile_to_list_may_be_given_as_a_word() -> None:
+    """The form the error hints give (`clustersim profiles list fabric`) works, as does
+    `--kind`; two different kinds are refused."""
+    word = run_cli("profiles", "list", "fabric", "--format", "json")
+    option = run_cli("profiles", "list", "--kind", "fabric", "--format", "json")
+    assert word.returncode == 0, word.stderr
+    assert json.loads(word.stdout) == json.loads(option.stdout)
+    assert {p["kind"] for p in json.loads(word.stdout)} == {"fabric"}
+    both = run_cli("profiles", "list", "gpu", "--kind", "fabric")
+    assert_user_error(both, file=None, path=None, says=("two kinds",))
+
+
+def test_a_16_bit_gradient_reduction_under_fp32_training_is_noted() -> None:
+    rs = load_scenario(
+        REPO / "scenarios" / "llama3-8b-8xh100.yaml",
+        ["training.precision=fp32", "training.grad_reduce_dtype=bf16"],
+    )
+    assert rs.grad_reduce_fp32
+    assert any("grad_reduce_dtype bf16 has no effect" in n for n in rs.model_notes())

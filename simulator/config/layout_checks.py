@@ -105,10 +105,8 @@ def check_layout(
                 else f"does not divide the {model.layers} layers of {model.name}"
             ),
             file=file,
-            path="parallelism.pp",
-            hint=f"pick a PP of at most {model.layers // v} that divides the layers"
-            if more
-            else "pick a PP that divides the layers, or give uneven parallelism.stage_layers",
+            path="parallelism.pp_schedule.virtual_stages" if v > 1 else "parallelism.pp",
+            hint=_chunks_hint(model.layers, par.pp, v, more),
         )
     if tr.global_batch % (dp * tr.micro_batch):
         raise UserError(
@@ -322,3 +320,21 @@ __all__ = [
     "check_pricing",
     "check_stack",
 ]
+
+
+def _chunks_hint(layers: int, pp: int, v: int, more: bool) -> str:
+    """What to change when PP × virtual stages does not divide the layers."""
+    if v > 1:
+        fits = [x for x in range(2, layers // pp + 1) if layers % (pp * x) == 0]
+        if fits:
+            return (
+                f"use virtual_stages {' or '.join(str(x) for x in fits[-3:])} with PP={pp} "
+                "(PP × virtual_stages must divide the layers), or give parallelism.stage_layers"
+            )
+        return (
+            f"no virtual stage count divides the {layers} layers over PP={pp}: use the 1f1b "
+            "schedule, another PP, or give parallelism.stage_layers"
+        )
+    if more:
+        return f"pick a PP of at most {layers} that divides the layers"
+    return "pick a PP that divides the layers, or give uneven parallelism.stage_layers"

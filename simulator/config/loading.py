@@ -260,6 +260,15 @@ def resolve(
             path="cluster.gpus_per_node",
             hint="lower gpus_per_node or pick another fabric",
         )
+    # (two, the default, also on a one-GPU node: one socket then holds nothing)
+    if fabric.technology == "pcie_host" and fabric.sockets > max(2, c.gpus_per_node):
+        raise UserError(
+            f"{fabric.sockets} CPU sockets for {c.gpus_per_node} GPUs per node: the sockets "
+            "split the node's GPUs, so each holds at least one",
+            file=file,
+            path="cluster.fabric.sockets",
+            hint=f"give at most {c.gpus_per_node} sockets (2 on a dual-socket host)",
+        )
     denom = par.tp * par.pp * par.cp
     if par.dp == "auto":
         if gpus % denom:

@@ -234,6 +234,13 @@ class ResolvedScenario(BaseModel):
                 f"position {m.max_positions} (set model.max_positions to extend the table; its "
                 "parameters are counted from that size)"
             )
+        tr = self.training
+        if tr.precision == "fp32" and tr.grad_reduce_dtype == "bf16":
+            out.append(
+                "training.grad_reduce_dtype bf16 has no effect under fp32 training: the "
+                "gradients are fp32 and are reduced in fp32 (bf16 or fp8 training reduces "
+                "them in 16-bit)"
+            )
         cluster = self.raw.get("cluster")
         if isinstance(cluster, dict) and self.raw and "storage" not in cluster:
             out.append(

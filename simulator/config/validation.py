@@ -85,11 +85,16 @@ def validation_error(
     root = root or Scenario
     errors = exc.errors(include_url=False)
 
-    def rank(e: Any) -> tuple[bool, bool, int]:
+    # A field missing beside an unknown one is most often that field misspelt: name the
+    # misspelling (with its 'did you mean'), not the gap it leaves.
+    missing_at = {tuple(e["loc"][:-1]) for e in errors if e["type"] == "missing"}
+
+    def rank(e: Any) -> tuple[bool, bool, bool, int]:
         # Prefer the most specific error: unions report one error per member. A mapping without
         # `preset` is an inline architecture: report its problems, not the missing preset.
         ref_missing = e["type"] == "missing" and "ModelPresetRef" in e["loc"]
-        return (e["type"] == "string_type", ref_missing, -len(e["loc"]))
+        typo = e["type"] == "extra_forbidden" and tuple(e["loc"][:-1]) in missing_at
+        return (e["type"] == "string_type", ref_missing, not typo, -len(e["loc"]))
 
     errors.sort(key=rank)
     err = errors[0]
@@ -212,28 +217,36 @@ def _union_point(loc: tuple[Any, ...]) -> tuple[tuple[Any, ...], Any]:
 
 def _walk(loc: tuple[Any, ...], root: Any) -> tuple[tuple[Any, ...], Any]:
     """``loc`` without pydantic's union-member and discriminator tags, and the model that holds
-    its last field (for 'did you mean' hints; None where the schema has no model there)."""
-    items = list(_clean_loc(loc))
+    its last field (for 'did you mean' hints; None where the schema has no model there). A
+    union member's tag (``ModelSpec``, ``function-after[_check(), ModelSpec]``) picks that
+    member as the model of the field before it."""
     out: list[Any] = []
     model: Any = root
     holder: Any = root
+    members: list[type[BaseModel]] = []
+    raw = list(loc)
     i = 0
-    while i < len(items):
-        item = items[i]
+    while i < len(raw):
+        item = raw[i]
         i += 1
+        if not _clean_loc((item,)):  # a union member's tag
+            named = [m for m in members if isinstance(item, str) and m.__name__ in item]
+            if named:
+                model = named[-1]
+            continue
         out.append(item)
         if isinstance(item, int):
             continue
         holder = model
         fields = getattr(model, "model_fields", {}) if model is not None else {}
         if item not in fields:
-            model = None
+            model, members = None, []
             continue
         members = _models_in(fields[item].annotation)
         model = members[0] if members else None
         tagged = {_tag(m): m for m in members if _tag(m)}
-        if len(tagged) > 1 and i < len(items) and items[i] in tagged:
-            model = tagged[items[i]]  # a discriminated union: skip the member's tag
+        if len(tagged) > 1 and i < len(raw) and raw[i] in tagged:
+            model = tagged[raw[i]]  # a discriminated union: skip the member's tag
             i += 1
     return tuple(out), holder
 
