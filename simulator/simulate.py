@@ -141,14 +141,14 @@ def _check_trace_size(rs: ResolvedScenario, full: bool) -> None:
 
 
 def _node_aligned(rs: ResolvedScenario) -> bool:
-    """Whether every group sits on nodes, leaf switches and (PCIe through the host) CPU
+    """Whether every group sits on nodes, leaf switches, NICs and (PCIe through the host) CPU
     sockets as the first of its kind does."""
     from .network.topology import Topology, layout_of
 
     if not layout_of(rs).node_aligned():
         return False
     topo = Topology(rs)
-    return topo.socket_aligned() and (rs.nodes <= 1 or topo.leaf_aligned())
+    return topo.socket_aligned() and topo.nic_aligned() and (rs.nodes <= 1 or topo.leaf_aligned())
 
 
 def _full_or_periodic(rs: ResolvedScenario) -> EngineResult:
@@ -171,16 +171,15 @@ def simulate(
             full = True
             notes.append(
                 "some TP/CP/shard/stage groups straddle node (or leaf switch, or CPU socket) "
-                "boundaries and "
-                "others do not, so every rank was simulated (full mode)"
+                "boundaries, or share NICs, and others do not, so every rank was simulated "
+                "(full mode)"
             )
         except UserError:
             notes.append(
                 "some TP/CP/shard/stage groups straddle node (or leaf switch, or CPU socket) "
-                "boundaries and "
-                "others do not; symmetric mode simulated one rank per stage and may be "
-                "optimistic: use GPUs per node (and per socket, and nodes per leaf) that the "
-                "group sizes divide (or that divide them)"
+                "boundaries, or share NICs, and others do not; symmetric mode simulated one "
+                "rank per stage and may be optimistic: use GPUs per node (and per socket, per "
+                "NIC, and nodes per leaf) that the group sizes divide (or that divide them)"
             )
     notes.extend(rs.override_notes)
     notes.extend(rs.sharding_notes())

@@ -191,6 +191,17 @@ class Topology:
         per = g // self.sockets
         return all(s % per == 0 or per % s == 0 for s in self.layout.group_spans() if s < g)
 
+    def nic_aligned(self) -> bool:
+        """Whether every NIC of a node serves as many of its GPUs as every other (GPU j uses
+        NIC j·nics // gpus_per_node): 5 NICs for 8 GPUs give some GPUs a NIC of their own and
+        pair others, and symmetric mode's one rank per stage may be of either kind."""
+        if self.rs.network is None or self.rs.nodes <= 1:
+            return True
+        counts: dict[int, int] = {}
+        for r in range(self.rs.gpus_per_node):
+            counts[self.nic_of(r)] = counts.get(self.nic_of(r), 0) + 1
+        return len(set(counts.values())) == 1
+
     # -- placement ---------------------------------------------------------------------------
     def leaf(self, node: int) -> int:
         return node // self.nodes_per_leaf
