@@ -39,6 +39,18 @@ class LaunchResult:
     seconds: float
 
 
+def _die_with_parent() -> None:
+    """In a worker, before it runs: SIGTERM when the launcher dies (Linux), so that a killed
+    or hung-up probe leaves no worker measuring on (and loading the machine) behind it."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        try:
+            ctypes.CDLL("libc.so.6").prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+        except OSError:
+            pass
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -120,6 +132,7 @@ def launch(
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.PIPE if log is None else log,
                 start_new_session=True,
+                preexec_fn=_die_with_parent,
             )
         while True:
             codes = {r: p.poll() for r, p in procs.items()}

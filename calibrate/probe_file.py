@@ -83,7 +83,7 @@ def load_probe(path: str | Path) -> dict[str, Any]:
     if data.get("version") != VERSION:
         raise UserError(
             f"probe file version {data.get('version')!r} is not supported "
-            f"(this clustersim reads version {VERSION})",
+            f"(this clustersim reads version {VERSION!r}, a whole number)",
             file=file,
             path="version",
             hint="re-run the probe with this version of clustersim",

@@ -104,6 +104,21 @@ def _check_fields(
             raise _refuse(file, f"{at}.{key}", v, want, kind)
 
 
+def _check_blocks(v: Any, per_rank: bool, file: str, at: str) -> None:
+    """Timed blocks of the speed check: per rank (a list per rank) or one list, each a
+    non-empty list of positive seconds."""
+    lists = v if per_rank and isinstance(v, list) else [v]
+    if per_rank and (not isinstance(v, list) or not v):
+        raise _refuse(file, at, v, "non-empty list of lists of seconds")
+    for i, times in enumerate(lists):
+        where = f"{at}[{i}]" if per_rank else at
+        if not isinstance(times, list) or not times:
+            raise _refuse(file, where, times, "non-empty list of seconds")
+        for j, t in enumerate(times):
+            if not _type_ok(t, POS):
+                raise _refuse(file, f"{where}[{j}]", t, POS)
+
+
 def check_shape(data: dict[str, Any], file: str) -> None:
     """Refuse (exit 2, with the field's path) a probe file whose sections or rows do not have
     the types the calibration reads. Absent sections are left to the caller's checks."""
@@ -142,7 +157,12 @@ def check_shape(data: dict[str, Any], file: str) -> None:
     for name, job in (data.get("job_ops") or {}).items():
         if not isinstance(job, dict):
             raise _refuse(file, f"job_ops.{name}", job, DICT)
-        _check_fields(job, {"time_s": NUM}, file, f"job_ops.{name}")
+        _check_fields(job, {"time_s": POS}, file, f"job_ops.{name}")
+    for section in ("speed_variation", "train_speed_check"):
+        block = data.get(section) or {}
+        for key in ("block_times_s", "alone_block_times_s"):
+            if key in block:
+                _check_blocks(block[key], key == "block_times_s", file, f"{section}.{key}")
     st = data.get("storage") or {}
     for key in ("read_gbps", "write_gbps", "first_byte_s", "bytes"):
         v = st.get(key)

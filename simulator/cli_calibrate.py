@@ -56,6 +56,7 @@ def probe(
     _need_torch("probe")
     if nproc < 1:
         raise UserError("--nproc must be at least 1", path="--nproc", hint="e.g. --nproc 2")
+    _check_procs(nproc, "--nproc")
     if not (math.isfinite(timeout) and timeout > 0):
         raise UserError(
             f"--timeout must be a positive number of seconds (got {timeout:g})",
@@ -74,7 +75,7 @@ def probe(
             path="--max-bytes",
             hint="the largest collective message timed, e.g. --max-bytes 67108864",
         )
-    if not time_budget > 0:
+    if not (math.isfinite(time_budget) and time_budget > 0):
         raise UserError(
             f"the time budget must be a positive number of seconds (got {time_budget:g})",
             path="--time-budget",
@@ -119,7 +120,15 @@ def probe(
             )
     kept = str(pending) if pending else out_file
     if storage_path:
-        output_path(Path(storage_path) / "probe-file", "--storage-path")  # creates the folder
+        if not Path(storage_path).is_dir():
+            # a mistyped mount point would be created and the root disk measured in its place
+            raise UserError(
+                f"--storage-path {storage_path} is not an existing folder",
+                path="--storage-path",
+                hint="give a folder on the storage to measure (e.g. a scratch folder on the "
+                "parallel file system), or leave it out for the output's folder",
+            )
+        output_path(Path(storage_path) / "probe-file", "--storage-path")
     err.print(f"probe: {nproc} process(es), budget {time_budget:g} s, writing {safe(out_file)}")
     _kept[0] = f"the measurements finished so far are kept in {kept} (complete: false)" + (
         f"; the complete probe in {out_file} is unchanged" if pending else ""
@@ -326,6 +335,7 @@ def validate(
         )
 
     nprocs, node_counts = ints(nproc, "--nproc"), ints(nodes, "--nodes")
+    _check_procs(max(nprocs) * max(node_counts), "--nproc")
     from .report.progress import progress_bar
 
     with progress_bar(err, "validate: live runs", 1) as update:
@@ -353,3 +363,19 @@ def validate(
     from .report.validation import print_validation
 
     print_validation(out, rep)
+
+
+def _check_procs(n: int, opt: str) -> None:
+    """Refuse more local processes than the machine can time: every one runs measurements of
+    its own, and beyond a few per core they would time only their contention."""
+    import os
+
+    cores = os.cpu_count() or 1
+    cap = max(8, 2 * cores)
+    if n > cap:
+        raise UserError(
+            f"{n} processes on this machine of {cores} cores: beyond {cap} the probe would "
+            "time only their contention",
+            path=opt,
+            hint=f"at most {cap}: one process per GPU (on a CPU machine, per core or two)",
+        )

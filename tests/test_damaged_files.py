@@ -45,6 +45,11 @@ def _probe(tmp_path: Path, edit=None, name: str = "p.json") -> Path:  # type: ig
         (lambda d: d["collectives"][0].update(group_size=1), "collectives[0].group_size"),
         (lambda d: d["collectives"][0].update(bytes=-1024), "collectives[0].bytes"),
         (lambda d: d["matmul"][0].update(time_s=0), "matmul[0].time_s"),
+        (lambda d: d.update(job_ops={"gelu": {"time_s": -1e-3}}), "job_ops.gelu.time_s"),
+        (lambda d: d.update(speed_variation={"reps": 4, "block_times_s": [[], []]}),
+         "speed_variation.block_times_s[0]"),
+        (lambda d: d.update(train_speed_check={"reps": 4, "block_times_s": [[0.1, -0.1]]}),
+         "train_speed_check.block_times_s[0][1]"),
     ],
 )  # fmt: skip
 def test_a_damaged_probe_file_names_the_field(tmp_path: Path, edit, path: str) -> None:  # type: ignore[no-untyped-def]
@@ -219,6 +224,7 @@ def test_validate_refuses_when_no_layout_can_run(calibrated: Path) -> None:
         (("--nodes", "0"), "--nodes"),
         (("--steps", "0"), "--steps"),
         (("--repeats", "0"), "--repeats"),
+        (("--nproc", "1000"), "--nproc"),
     ],
 )
 def test_validate_options_are_checked_first(args: tuple[str, ...], path: str) -> None:
@@ -233,6 +239,9 @@ def test_validate_options_are_checked_first(args: tuple[str, ...], path: str) ->
         (("--threads", "-3"), "--threads"),
         (("--max-bytes", "0"), "--max-bytes"),
         (("--nproc", "0"), "--nproc"),
+        (("--nproc", "1000"), "--nproc"),
+        (("--time-budget", "inf"), "--time-budget"),
+        (("--storage-path", "/nonexistent/scratch"), "--storage-path"),
     ],
 )
 def test_probe_options_are_checked_before_launching(

@@ -282,3 +282,47 @@ def test_a_terminated_probe_stops_its_ranks(tmp_path: Path) -> None:
     while _ranks_writing(out) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not _ranks_writing(out)
+
+
+def test_a_killed_launcher_takes_its_ranks_with_it(tmp_path: Path) -> None:
+    """`kill -9` of the launcher cannot run its handler: the ranks end by themselves (their
+    parent-death signal) instead of measuring on at full load as orphans."""
+    import shutil
+    import signal
+    import subprocess
+    import time
+
+    out = tmp_path / "p.json"
+    exe = shutil.which("clustersim")
+    assert exe
+    p = subprocess.Popen(
+        [
+            exe,
+            "probe",
+            "--nproc",
+            "2",
+            "--out",
+            str(out),
+            "--time-budget",
+            "300",
+            "--timeout",
+            "300",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        cwd=tmp_path,
+    )
+    deadline = time.monotonic() + 60
+    while len(_ranks_writing(out)) < 2 and time.monotonic() < deadline and p.poll() is None:
+        time.sleep(0.2)
+    assert len(_ranks_writing(out)) == 2, "the probe did not start its two ranks"
+    time.sleep(3)  # past their start-up, whose writes to the launcher's pipes would fail
+    p.send_signal(signal.SIGKILL)
+    p.wait(timeout=30)
+    # orphans measured on until their own hang watchdog (--timeout) or the budget's end; with
+    # the parent-death signal (SIGTERM, which they do not handle) they end at once. Without
+    # it they ran on here for 25-30 s, until a write to the dead launcher's pipe failed.
+    deadline = time.monotonic() + 10
+    while _ranks_writing(out) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not _ranks_writing(out)
