@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from rich.console import Console
@@ -98,10 +99,49 @@ def _differs(x: float, y: float) -> bool:
     return abs(x - y) > 1e-6 * max(abs(x), abs(y))
 
 
+def _goodput_why(a: dict[str, Any], b: dict[str, Any]) -> str:
+    """Why ``a`` loses less wall time to interruptions than ``b``: fewer of them, a shorter
+    checkpoint write, a faster restart (the figures of ``reliability``)."""
+    ra, rb = a.get("reliability") or {}, b.get("reliability") or {}
+    if not ra:
+        return "nothing interrupts it (no failure rate or preemptions given)"
+    reasons = []
+    ia, ib = ra.get("interruptions_per_hour") or 0.0, rb.get("interruptions_per_hour") or 0.0
+    if ia < ib and _differs(ia, ib):
+        reasons.append(f"{ia * 24:.3g} vs {ib * 24:.3g} interruptions a day")
+    wa, wb = ra.get("checkpoint_write_s"), rb.get("checkpoint_write_s")
+    if wa is not None and wb is not None and wa < wb and _differs(wa, wb):
+        reasons.append(
+            f"a checkpoint written in {wa:,.0f} s vs {wb:,.0f} s "
+            f"({ra.get('checkpoint_gb', 0):,.0f} vs {rb.get('checkpoint_gb', 0):,.0f} GB)"
+        )
+    sa, sb = ra.get("restart_s"), rb.get("restart_s")
+    if sa is not None and sb is not None and sa < sb and _differs(sa, sb):
+        reasons.append(f"a restart of {sa / 60:.1f} vs {sb / 60:.1f} min")
+    return "; ".join(reasons) if reasons else "the same interruptions, checkpoints and restarts"
+
+
+def _commitment_why(a: dict[str, Any], b: dict[str, Any]) -> str:
+    """Why ``a`` commits less money up front than ``b``: how each is paid for."""
+    ca, cb = a.get("cost") or {}, b.get("cost") or {}
+    held = ca.get("usd_commitment") or 0.0
+    how_a, how_b = (
+        str(c.get("model", "?")).replace("cloud:", "cloud ").replace("_", "-") for c in (ca, cb)
+    )
+    if not held:
+        return f"{how_a} is paid by the hour and commits nothing, against {how_b}"
+    return f"{how_a} against {how_b}"
+
+
 def _why(a: dict[str, Any], b: dict[str, Any], key: str) -> str:
     """What makes result ``a`` better than ``b`` on metric ``key``: for time and money, a lower
     price per GPU-hour and more wall time making progress where ``a`` has them, and the step
-    category that differs most where the step or the throughput differs."""
+    category that differs most where the step or the throughput differs; for goodput, the
+    interruptions and checkpoints; for the money committed up front, how each is paid for."""
+    if key == "goodput":
+        return _goodput_why(a, b)
+    if key == "usd_commitment":
+        return _commitment_why(a, b)
     reasons = []
     if key in ("usd_per_million_tokens", "usd_total"):
         pa = (a.get("cost") or {}).get("usd_per_gpu_hour")
@@ -255,9 +295,11 @@ def compare_results(results: list[dict[str, Any]]) -> dict[str, Any]:
             )
         else:
             word = "lower" if better == "low" else "higher"
+            # (against a best of zero no ratio says anything)
+            by = f"{ratio:.2f}× {word}; " if math.isfinite(ratio) and bx else ""
             verdict = (
                 f"{label}: {names[bi]} is best, {_show(fmt, bx)} against {_show(fmt, wx)} "
-                f"for {names[wi]} ({ratio:.2f}× {word}; {word} is better)"
+                f"for {names[wi]} ({by}{word} is better)"
             )
             if key != "memory_gb_per_gpu":
                 verdict += f"; why: {_why(results[bi], results[wi], key)}"

@@ -171,20 +171,38 @@ class RunReport:
     goodput: float
     time_to_train_days: float | None
     notes: list[str]
+    reliability: dict[str, float | None] | None = None
+    """The figures behind ``goodput`` where anything interrupts the run (None otherwise):
+    ``interruptions_per_hour`` (GPU and other failures, spot preemptions), ``checkpoint_gb``,
+    ``checkpoint_write_s``, ``checkpoint_interval_s`` and ``checkpoint_interval_steps`` (the
+    interval that loses least), ``restart_s`` (an interruption to training again) and
+    ``expected_interruptions`` over the run's wall time (None without ``run.tokens``)."""
 
 
 def run_report(rs: ResolvedScenario, step_s: float) -> RunReport:
     notes: list[str] = []
-    g = run_goodput(rs, step_s, notes)
+    figures: dict[str, float | None] = {}
+    g = run_goodput(rs, step_s, notes, figures)
     days = None
     if rs.run.tokens is not None:
         days = rs.run.tokens / rs.training.tokens_per_step * step_s / g / 86400.0
-    return RunReport(g, days, notes)
+    if figures:
+        rate = figures["interruptions_per_hour"]
+        figures["expected_interruptions"] = (
+            rate * days * 24.0 if days is not None and rate is not None else None
+        )
+    return RunReport(g, days, notes, figures or None)
 
 
-def run_goodput(rs: ResolvedScenario, step_s: float, notes: list[str]) -> float:
+def run_goodput(
+    rs: ResolvedScenario,
+    step_s: float,
+    notes: list[str],
+    figures: dict[str, float | None] | None = None,
+) -> float:
     """The scenario's goodput with the best checkpoint interval, and lines for ``notes`` that
-    say where the interruptions come from and what they cost."""
+    say where the interruptions come from and what they cost (and, into ``figures``, the
+    numbers those lines give: see :attr:`RunReport.reliability`)."""
     rates: list[str] = []
     per_hour = 0.0
     if rs.gpu.mtbf_hours is None:
@@ -222,6 +240,15 @@ def run_goodput(rs: ResolvedScenario, step_s: float, notes: list[str]) -> float:
         return 1.0
     ck = checkpoint(rs)
     g = goodput(per_hour, ck, step_s)
+    if figures is not None:
+        figures.update(
+            interruptions_per_hour=per_hour,
+            checkpoint_gb=ck.bytes / 1e9,
+            checkpoint_write_s=ck.write_s,
+            checkpoint_interval_s=g.interval_s,
+            checkpoint_interval_steps=g.interval_s / step_s if step_s > 0 else None,
+            restart_s=g.restart_s,
+        )
     if rs.storage.technology == "local_nvme":
         notes.append(
             f"checkpoints go to {rs.storage.name}, node-local storage a failed or reclaimed "

@@ -71,6 +71,7 @@ class SimResult:
             "run_tokens": rs.run.tokens,
             "time_to_train_days": self.run.time_to_train_days,
             "interruptions": self.run.notes,
+            "reliability": self.run.reliability,
             "notes": self.notes,
             "cost": self.cost.as_dict() if self.cost else None,
         }

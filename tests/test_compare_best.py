@@ -84,3 +84,27 @@ def test_an_owned_cluster_named_cheapest_shows_its_commitment_and_spot_its_lost_
     assert m["usd_total"]["best"] == "own" and "committed up front" in m["usd_total"]["verdict"]
     progress = m["goodput"]["values"]
     assert progress[1] < progress[0] == progress[2]
+    # on-demand and spot tie at zero committed: no best, and no ratio against a zero
+    assert m["usd_commitment"]["best"] is None
+    assert "×" not in m["usd_commitment"]["verdict"]
+
+
+def test_commitment_and_goodput_verdicts_give_their_own_reasons(tmp_path: Path) -> None:
+    """A plan that commits nothing is best against an owned one without a ratio against zero,
+    because it is paid by the hour; slower checkpoint storage loses wall time because its
+    checkpoints take longer to write, which no part of the step shows."""
+    data = read_yaml(SC)
+    own = dict(data, name="own")
+    own["cluster"] = dict(data["cluster"], pricing={"profile": "own-dgx-h100"})
+    nfs = dict(data, name="nfs")
+    nfs["cluster"] = dict(data["cluster"], storage="nfs")
+    for name, d in (("own", own), ("nfs", nfs)):
+        (tmp_path / f"{name}.yaml").write_text(yaml.safe_dump(d))
+    res = run_cli("compare", str(SC), str(tmp_path / "own.yaml"), "--format", "json")
+    m = {x["metric"]: x for x in json.loads(res.stdout)["metrics"]}
+    v = m["usd_commitment"]["verdict"]
+    assert m["usd_commitment"]["best"] == SC.stem and "×" not in v and "commits nothing" in v
+    res = run_cli("compare", str(SC), str(tmp_path / "nfs.yaml"), "--format", "json")
+    m = {x["metric"]: x for x in json.loads(res.stdout)["metrics"]}
+    v = m["goodput"]["verdict"]
+    assert m["goodput"]["best"] == SC.stem and "checkpoint written in" in v, v

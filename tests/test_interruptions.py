@@ -267,3 +267,30 @@ def test_a_node_of_several_instances_rents_exactly_its_gpus() -> None:
     r = cost(load_scenario(REPO / "scenarios" / "dp-over-pcie.yaml"))
     assert r.usd_per_hour == pytest.approx(8 * 2.86)
     assert not any("whole instances" in a for a in r.assumptions)
+
+
+def test_the_reliability_figures_are_the_ones_goodput_is_made_of() -> None:
+    """The numbers behind goodput, as a planner reads them: the interruption rate is N/MTBF an
+    hour, the checkpoint interval near Young's sqrt(2 δ / λ) and a whole number of steps, and
+    the expected interruptions that rate over the run's wall time."""
+    from simulator.interruptions import run_report
+
+    rs = _failing(1000.0)
+    step = 10.0
+    rep = run_report(rs, step)
+    rel = rep.reliability
+    assert rel is not None
+    lam = rs.gpus / 1000.0
+    ck = checkpoint(rs)
+    assert rel["interruptions_per_hour"] == pytest.approx(lam)
+    assert rel["checkpoint_gb"] == pytest.approx(ck.bytes / 1e9)
+    assert rel["checkpoint_write_s"] == pytest.approx(ck.write_s)
+    young = (2 * ck.write_s / (lam / 3600.0)) ** 0.5
+    assert rel["checkpoint_interval_s"] == pytest.approx(young, rel=0.05)
+    steps = rel["checkpoint_interval_steps"]
+    assert steps is not None and steps == int(steps)
+    assert rel["restart_s"] >= RESTART_MIN * 60
+    assert rep.time_to_train_days is not None
+    assert rel["expected_interruptions"] == pytest.approx(lam * rep.time_to_train_days * 24)
+    # nothing interrupts a run without failure figures: no figures
+    assert run_report(priced(CLOUD), step).reliability is None

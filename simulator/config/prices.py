@@ -56,7 +56,11 @@ class OwnershipPrice(_Profile):
     as_of: dt.date
     capex_per_node_usd: Num = Field(description="server with GPUs, CPUs, memory, local disk")
     capex_per_network_port_usd: Num = Field(description="NIC + switch port + cable share")
-    power_per_gpu_w: Num = Field(description="average draw per GPU under training load")
+    power_per_gpu_w: Num = Field(
+        description="draw per GPU while it computes (its board power under a training "
+        "kernel, with its share of the host): the cost model takes 0.3 of it for the step's "
+        "idle share, so give the computing draw, not a run's average"
+    )
     power_per_node_w: Num = Field(description="non-GPU draw per node: CPUs, fans, NICs")
     pue: Num
     usd_per_kwh: Num

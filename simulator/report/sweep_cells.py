@@ -16,6 +16,10 @@ def _schedule(r: dict[str, Any]) -> str:
     return f" ({r.get('schedule')})"
 
 
+def _days(d: float) -> str:
+    return f"{d:,.1f}" if d >= 10 else f"{d:.3g}"
+
+
 def sweep_cells(r: dict[str, Any], labelled: bool = False) -> list[str]:
     days, usd, per_m, committed = (
         r.get("time_to_train_days"),
@@ -30,7 +34,8 @@ def sweep_cells(r: dict[str, Any], labelled: bool = False) -> list[str]:
             f"mb{r['micro_batch']} {r['sharding']} {r['recompute']}"
         ),
         safe(r.get("tier") or "-"),
-        "-" if days in (None, "") else f"{float(days):.1f}",
+        # (three significant figures below ten days: a 31-minute run is 0.0215, not 0.0)
+        "-" if days in (None, "") else _days(float(days)),
         "-" if usd in (None, "") else f"{float(usd):,.0f}",
         "-" if per_m in (None, "") else f"{float(per_m):.3f}",
         f"{100 * float(r['mfu']):.1f}%",
