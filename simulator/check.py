@@ -79,16 +79,32 @@ def _candidate_changes(rs: ResolvedScenario) -> list[str]:
         # it too (the copy is plain DP's only), so ZeRO comes paired with this change.
         out.append("parallelism.dp_bucket_copy=false")
     if rs.dp_cp > 1:
+        # Written as the field where the plan already gives a ZeRO mapping: a user's own
+        # `--set parallelism.sharding.stage=0` outranks a whole-mapping --set (more specific),
+        # so only the field form applied on the same command line takes effect.
+        given = (rs.raw.get("parallelism") or {}).get("sharding")
+        leaf = isinstance(given, dict) and given.get("kind", "zero") == "zero"
         for stage in range(par.zero_stage + 1, 4):
-            out.append(f"parallelism.sharding={{kind: zero, stage: {stage}}}")
+            out.append(
+                f"parallelism.sharding.stage={stage}"
+                if leaf
+                else f"parallelism.sharding={{kind: zero, stage: {stage}}}"
+            )
     if rs.training.micro_batch > 1:
         out.append("training.micro_batch=1")
     if rs.tp > 1 and not par.sequence_parallel:
         out.append("parallelism.sequence_parallel=true")
     m = rs.model
-    tp2 = rs.tp * 2
-    if m.heads % tp2 == 0 and tp2 <= rs.gpus_per_node:
-        out.append(f"parallelism.tp={tp2}")
+    # more tensor parallelism inside a node, and context parallelism (long sequences): each
+    # divides the activations, the weights too for TP (the pairs below add recomputation)
+    for k in (2, 4, 8):
+        tp = rs.tp * k
+        if m.heads % tp == 0 and tp <= rs.gpus_per_node and rs.gpus % (tp * rs.pp * rs.cp) == 0:
+            out.append(f"parallelism.tp={tp}")
+    for k in (2, 4, 8):
+        cp = rs.cp * k
+        if rs.training.seq_len % (2 * cp) == 0 and rs.gpus % (rs.tp * rs.pp * cp) == 0:
+            out.append(f"parallelism.cp={cp}")
     if (
         rs.pp == 1
         and par.recompute == "none"
@@ -119,11 +135,15 @@ _USUAL_COST = (
     ("parallelism.dp_bucket_copy", 0),
     ("parallelism.sharding={kind: zero, stage: 1}", 1),
     ("parallelism.sharding={kind: zero, stage: 2}", 1),
+    ("parallelism.sharding.stage=1", 1),
+    ("parallelism.sharding.stage=2", 1),
     ("parallelism.recompute=selective", 2),
     ("training.micro_batch", 3),
     ("parallelism.pp", 4),
     ("parallelism.tp", 5),
+    ("parallelism.cp", 5),
     ("parallelism.sharding={kind: zero, stage: 3}", 6),
+    ("parallelism.sharding.stage=3", 6),
     ("parallelism.offload_activation_layers", 6),
     ("parallelism.recompute=full", 7),
 )
@@ -134,8 +154,11 @@ def _usual_cost(change: str) -> int:
 
 
 def find_levers(rs: ResolvedScenario, limit: int = 5) -> list[Lever]:
-    """Single changes (then pairs) to the plan that make it fit, in the order of what they
-    usually cost in step time (``_USUAL_COST``; simulate them to compare for this plan)."""
+    """Single changes to the plan that make it fit, and pairs of them that usually cost less
+    than any single one that fits (all pairs where none does), in the order of what they
+    usually cost in step time (``_USUAL_COST``, the costlier change of a pair; simulate them to
+    compare for this plan). A pair that holds a change fitting alone is left out, and of the
+    degrees (TP, PP, CP) only the smallest that fits."""
     base = dict(rs.raw)
     if not base:
         return []
@@ -143,11 +166,17 @@ def find_levers(rs: ResolvedScenario, limit: int = 5) -> list[Lever]:
     if base.get("parallelism", {}).get("dp") not in (None, "auto"):
         extra = ["parallelism.dp=auto"]
     cands = _candidate_changes(rs)
+    degrees = ("parallelism.tp", "parallelism.pp", "parallelism.cp")
     found: list[Lever] = []
+    alone: set[str] = set()
+    seen: set[tuple[str, ...]] = set()
     for size in (1, 2):
         for combo in combinations(cands, size):
             keys = [c.split("=")[0] for c in combo]
-            if len(set(keys)) < len(keys):
+            # the degrees come smallest first: where TP 4 fits, TP 8 is not news
+            if len(set(keys)) < len(keys) or tuple(keys) in seen:
+                continue
+            if any(c in alone or c.split("=")[0] in alone for c in combo):
                 continue
             try:
                 alt = resolve_dict(base, list(combo) + extra)
@@ -157,12 +186,30 @@ def find_levers(rs: ResolvedScenario, limit: int = 5) -> list[Lever]:
             if rep.fits:
                 # A scenario with an explicit DP needs it re-derived when a model-parallel
                 # degree changes: the lever says so, so that applying it as printed works.
-                degrees = ("parallelism.tp", "parallelism.pp", "parallelism.cp")
                 needs = extra if any(k in degrees for k in keys) else []
                 found.append(Lever(list(combo) + needs, rep.peak.total_gb))
-        if found:
-            break
-    found.sort(key=lambda lv: max(_usual_cost(c) for c in lv.change))
+                if size == 1:
+                    # (a larger degree of one that fits alone is not news in a pair either)
+                    alone.add(keys[0] if keys[0] in degrees else combo[0])
+                if any(k in degrees for k in keys):
+                    seen.add(tuple(keys))
+    # a pair is worth reading only where it usually costs less than every single change
+    singles = [max(_usual_cost(c) for c in lv.change) for lv in found if len(lv.change) == 1]
+    if singles:
+        cheapest = min(singles)
+        found = [
+            lv
+            for lv in found
+            if len([c for c in lv.change if c not in extra]) == 1
+            or max(_usual_cost(c) for c in lv.change) < cheapest
+        ]
+    found.sort(
+        key=lambda lv: (
+            max(_usual_cost(c) for c in lv.change),
+            len(lv.change),
+            sum(_usual_cost(c) for c in lv.change),
+        )
+    )
     return found[:limit]
 
 

@@ -269,6 +269,13 @@ def test_a_trace_never_replaces_another_file_but_replaces_its_own_trace(tmp_path
     res = run_cli("simulate", str(sc), "--trace", str(mine))
     assert_user_error(res, file=None, path="--trace", says=("not a trace",), hint=("own file",))
     assert mine.read_text() == "my notes\n"
+    # a trace another tool wrote (PyTorch's profiler, json.dump) is the user's too
+    other = tmp_path / "profiler.json"
+    for text in ('{"traceEvents": []}\n', '{"traceEvents":[{"ph":"X","ts":0,"dur":1}]}\n'):
+        other.write_text(text)
+        res = run_cli("simulate", str(sc), "--trace", str(other))
+        assert_user_error(res, file=None, path="--trace", says=("not a trace",))
+        assert other.read_text() == text
     trace = tmp_path / "t.json"
     for _ in range(2):  # a trace of its own is replaced by the next run's
         res = run_cli("simulate", str(sc), "--trace", str(trace))

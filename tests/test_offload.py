@@ -93,7 +93,13 @@ def test_check_offers_offloading_where_it_makes_a_layout_fit() -> None:
 
     rs = load_scenario(
         REPO / "scenarios" / "llama3-8b-8xh100.yaml",
-        ["training.micro_batch=4", "parallelism.recompute=none", "training.seq_len=16384"],
+        # (TP 8 fills the node, so neither more TP nor CP is on offer)
+        [
+            "training.micro_batch=4",
+            "parallelism.recompute=none",
+            "training.seq_len=16384",
+            "parallelism.tp=8",
+        ],
     )
     levers = check(rs).levers
     offload = [lv for lv in levers if any("offload_activation_layers" in c for c in lv.change)]

@@ -132,7 +132,11 @@ def test_trace_never_replaces_a_pipe_and_writes_through_a_link(tmp_path: Path) -
     assert res.returncode == 2 and "not a regular file" in res.stderr
     assert fifo.is_fifo()
     real = tmp_path / "real.json"
-    real.write_text('{"traceEvents":[]}\n')  # an earlier trace (any other file is refused)
+    # an earlier trace of this tool's (any other file is refused)
+    real.write_text(
+        '{"traceEvents":[],"displayTimeUnit":"ms","otherData":{"scenario":"x","mode":"symmetric",'
+        '"step_time_s":1.0}}\n'
+    )
     link = tmp_path / "link.json"
     link.symlink_to(real)
     res = run_cli("simulate", SCENARIO, "--no-scaling", "--trace", str(link))

@@ -266,7 +266,7 @@ def test_levers_make_the_plan_fit(tmp_path: Path) -> None:
     # The table prints them as shell-ready --set flags.
     table = run_cli("check", str(f)).stdout
     assert "changes that make it fit" in table
-    assert "--set 'parallelism.sharding={kind: zero, stage: 3}'" in table
+    assert "--set 'parallelism.sharding={kind: zero, stage: 2}'" in table
 
 
 def test_levers_apply_as_printed_when_dp_is_explicit(tmp_path: Path) -> None:

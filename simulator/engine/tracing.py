@@ -78,7 +78,8 @@ class Tracing:
                 if self.full:
                     rank = (pid - 1) * self.rs.gpus_per_node + local
                     t, c, d, stage = self.lay.coords(rank)
-                    name += f" (gpu {local}: rank {rank}, stage {stage}, tp {t}, dp {d})"
+                    cp = f", cp {c}" if self.rs.cp > 1 else ""
+                    name += f" (gpu {local}: rank {rank}, stage {stage}, tp {t}{cp}, dp {d})"
                 meta.append(
                     {
                         "name": "thread_name",

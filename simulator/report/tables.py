@@ -131,7 +131,10 @@ def print_check(rep: CheckReport, console: Console) -> None:
                 sets = " ".join(f"--set {shlex.quote(c)}" for c in lv.change)
                 console.print(f"  {safe(sets)}   (peak {lv.peak_gb:.1f} GB)")
         else:
-            console.print("no single change to the plan fits: use more GPUs or a larger GPU")
+            console.print(
+                "no single change to the plan, nor any pair of them, fits: use more GPUs or a "
+                "larger GPU"
+            )
 
 
 def _recompute(lay: dict[str, Any]) -> str:

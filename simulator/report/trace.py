@@ -17,8 +17,10 @@ def chrome_trace(events: list[dict[str, Any]], meta: dict[str, Any]) -> dict[str
     return {"traceEvents": events, "displayTimeUnit": "ms", "otherData": meta}
 
 
-# How every trace this tool writes begins (write_json's compact separators).
-TRACE_HEAD = b'{"traceEvents":'
+# How every trace this tool writes begins (write_json's compact separators) and what its last
+# bytes hold: the step's metadata, which a trace written by another tool does not carry.
+TRACE_HEAD = b'{"traceEvents":['
+TRACE_TAIL = b'"otherData":{"scenario":'
 
 
 def check_trace_target(path: str | Path) -> None:
@@ -28,7 +30,10 @@ def check_trace_target(path: str | Path) -> None:
     def ours(p: Path) -> bool:
         try:
             with open(p, "rb") as fh:
-                return fh.read(len(TRACE_HEAD)) == TRACE_HEAD
+                if fh.read(len(TRACE_HEAD)) != TRACE_HEAD:
+                    return False
+                fh.seek(max(0, p.stat().st_size - 4096))
+                return TRACE_TAIL in fh.read()
         except OSError:
             return False
 

@@ -1,0 +1,69 @@
+"""`check`'s changes that make a plan fit, applied as a user applies them: added to the same
+command line, after the user's own --set, they still make it fit; and where only a pair of
+changes fits, tensor and context parallelism are among the candidates."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from conftest import run_cli, write_yaml
+
+
+def _check(*args: str) -> dict:  # type: ignore[type-arg]
+    res = run_cli("check", *args, "--format", "json")
+    assert res.returncode == 0, res.stderr
+    return json.loads(res.stdout)  # type: ignore[no-any-return]
+
+
+def test_a_lever_added_after_the_users_own_set_takes_effect() -> None:
+    """The user set `parallelism.sharding.stage=0`; a lever written as the whole sharding
+    mapping would be outranked by that more specific --set and change nothing."""
+    base = [
+        "llama3-70b-64xh100",
+        "--set",
+        "cluster.nodes=4",
+        "--set",
+        "parallelism.pp=2",
+        "--set",
+        "parallelism.sharding.stage=0",
+    ]
+    d = _check(*base)
+    assert d["fits"] is False and d["levers"]
+    for lv in d["levers"]:
+        args = list(base)
+        for s in lv["set"]:
+            args += ["--set", s]
+        again = _check(*args)
+        assert again["fits"] is True, lv
+        assert again["memory_gb_per_gpu"]["total"] == lv["peak_gb"]
+
+
+def test_a_long_sequence_is_offered_tensor_or_context_parallelism(tmp_path: Path) -> None:
+    """Llama 3 8B at 128k tokens on one node: no single change fits, but recomputation with
+    TP 8 or more CP does; before, only TP 2 was tried and `check` said to buy more GPUs."""
+    f = write_yaml(
+        tmp_path / "long.yaml",
+        {
+            "cluster": {
+                "gpu": "h100-sxm-80gb",
+                "gpus_per_node": 8,
+                "nodes": 1,
+                "fabric": "nvlink4-nvswitch",
+                "storage": "local-nvme",
+            },
+            "model": "llama3-8b",
+            "training": {"seq_len": 131072, "global_batch": 8, "micro_batch": 1},
+            "parallelism": {"tp": 1, "sharding": {"kind": "zero", "stage": 1}},
+        },
+    )
+    d = _check(str(f))
+    assert d["fits"] is False
+    sets = [" ".join(lv["set"]) for lv in d["levers"]]
+    assert any("parallelism.tp=8" in s for s in sets), sets
+    assert any("parallelism.cp=" in s for s in sets), sets
+    for lv in d["levers"]:
+        args = [str(f)]
+        for s in lv["set"]:
+            args += ["--set", s]
+        assert _check(*args)["fits"] is True, lv
