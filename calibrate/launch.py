@@ -39,16 +39,23 @@ class LaunchResult:
     seconds: float
 
 
-def _die_with_parent() -> None:
-    """In a worker, before it runs: SIGTERM when the launcher dies (Linux), so that a killed
-    or hung-up probe leaves no worker measuring on (and loading the machine) behind it."""
-    if sys.platform.startswith("linux"):
-        import ctypes
+def _die_with_parent(launcher: int) -> Callable[[], None]:
+    """For a worker, run before it starts: SIGTERM when the launcher dies (Linux), so that a
+    killed or hung-up probe leaves no worker measuring on (and loading the machine) behind
+    it; a launcher already gone by then ends the worker at once."""
 
-        try:
-            ctypes.CDLL("libc.so.6").prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-        except OSError:
-            pass
+    def arm() -> None:
+        if sys.platform.startswith("linux"):
+            import ctypes
+
+            try:
+                ctypes.CDLL("libc.so.6").prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+            except OSError:
+                return
+            if os.getppid() != launcher:
+                os._exit(1)
+
+    return arm
 
 
 def free_port() -> int:
@@ -132,7 +139,7 @@ def launch(
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.PIPE if log is None else log,
                 start_new_session=True,
-                preexec_fn=_die_with_parent,
+                preexec_fn=_die_with_parent(os.getpid()),
             )
         while True:
             codes = {r: p.poll() for r, p in procs.items()}

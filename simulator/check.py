@@ -193,23 +193,20 @@ def find_levers(rs: ResolvedScenario, limit: int = 5) -> list[Lever]:
                     alone.add(keys[0] if keys[0] in degrees else combo[0])
                 if any(k in degrees for k in keys):
                     seen.add(tuple(keys))
+
     # a pair is worth reading only where it usually costs less than every single change
-    singles = [max(_usual_cost(c) for c in lv.change) for lv in found if len(lv.change) == 1]
+    # (the re-derived DP a lever may carry is not a change of its own)
+    def own(lv: Lever) -> list[str]:
+        return [c for c in lv.change if c not in extra]
+
+    def cost(lv: Lever) -> tuple[int, int, int]:
+        costs = [_usual_cost(c) for c in own(lv)]
+        return max(costs), len(costs), sum(costs)
+
+    singles = [cost(lv)[0] for lv in found if len(own(lv)) == 1]
     if singles:
-        cheapest = min(singles)
-        found = [
-            lv
-            for lv in found
-            if len([c for c in lv.change if c not in extra]) == 1
-            or max(_usual_cost(c) for c in lv.change) < cheapest
-        ]
-    found.sort(
-        key=lambda lv: (
-            max(_usual_cost(c) for c in lv.change),
-            len(lv.change),
-            sum(_usual_cost(c) for c in lv.change),
-        )
-    )
+        found = [lv for lv in found if len(own(lv)) == 1 or cost(lv)[0] < min(singles)]
+    found.sort(key=cost)
     return found[:limit]
 
 

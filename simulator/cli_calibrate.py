@@ -335,7 +335,9 @@ def validate(
         )
 
     nprocs, node_counts = ints(nproc, "--nproc"), ints(nodes, "--nodes")
-    _check_procs(max(nprocs) * max(node_counts), "--nproc")
+    _check_procs(
+        max(nprocs) * max(node_counts), "--nodes" if max(node_counts) > max(nprocs) else "--nproc"
+    )
     from .report.progress import progress_bar
 
     with progress_bar(err, "validate: live runs", 1) as update:

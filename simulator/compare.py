@@ -130,6 +130,8 @@ def _commitment_why(a: dict[str, Any], b: dict[str, Any]) -> str:
     )
     if not held:
         return f"{how_a} is paid by the hour and commits nothing, against {how_b}"
+    if how_a == how_b:
+        return f"{how_a} of {a['gpus']:,} GPUs against {b['gpus']:,}"
     return f"{how_a} against {how_b}"
 
 

@@ -246,7 +246,7 @@ def run_goodput(
             checkpoint_gb=ck.bytes / 1e9,
             checkpoint_write_s=ck.write_s,
             checkpoint_interval_s=g.interval_s,
-            checkpoint_interval_steps=g.interval_s / step_s if step_s > 0 else None,
+            checkpoint_interval_steps=round(g.interval_s / step_s) if step_s > 0 else None,
             restart_s=g.restart_s,
         )
     if rs.storage.technology == "local_nvme":
@@ -257,7 +257,8 @@ def run_goodput(
     how = (
         f"a checkpoint of {ck.bytes / 1e9:,.0f} GB takes {ck.write_s:.0f} s to write to "
         f"{rs.storage.name}; written every {g.interval_s / 60:,.1f} min of work "
-        f"({g.interval_s / step_s:,.0f} steps, the interval that loses least)"
+        + (f"({g.interval_s / step_s:,.0f} steps, " if step_s > 0 else "(")
+        + "the interval that loses least)"
     )
     if g.goodput < 0.01:
         hint = "use fewer GPUs, faster checkpoint storage or a more reliable part"

@@ -130,14 +130,17 @@ TRACE_EVENT_LIMIT = 2_000_000
 def _check_trace_size(rs: ResolvedScenario, full: bool) -> None:
     """Refuse a trace past TRACE_EVENT_LIMIT events. A traced layer pass draws its compute
     spans around each collective on the compute stream, each collective, and its memory-bound
-    and gradient-bucket work: about 4 + 2 x (collectives per layer) events, within 10% of the
-    traces of the bundled scenarios (11 a layer for TP 8 with sequence parallelism, 4 for
-    plain DP); a pass adds its send, receive and wait."""
+    and gradient-bucket work: about 4 + 2 x (collectives per layer) events, and 2 more where
+    ZeRO-3/FSDP gathers the layer's weights; within about 15% of the traces of the bundled and
+    tested layouts (11 a layer for TP 8 with sequence parallelism, 4 for plain DP). A pass adds
+    its sends, receives and waits (4)."""
     from .workload.ops import layer_ops
 
     ranks = rs.gpus if full else rs.pp
     passes = rs.micro_batches * rs.parallelism.virtual_stages * 2
     per_layer = 4 + 2 * sum(1 for op in layer_ops(rs) if op.kind == "collective")
+    if rs.zero_stage >= 3:
+        per_layer += 2
     per_pass = max(1, rs.model.layers // (rs.pp * rs.parallelism.virtual_stages)) * per_layer + 4
     events = ranks * passes * per_pass
     if events > TRACE_EVENT_LIMIT:

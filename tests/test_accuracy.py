@@ -265,8 +265,8 @@ BANDS = {
     "llmfoundry-a100-40gb": 0.10,
     "llmfoundry-h100-80gb": 0.07,  # optimistic (+5.9% mean), see README "Accuracy"
     "llmfoundry-h100-80gb-fp8": 0.11,
-    # all twelve NeMo 24.07 rows from 2026-12-06: its single-node and 5-22B rows run 11-21%
-    # slower than the model (and than the same models on Megatron-Bridge 25.11)
+    # all twelve NeMo 24.07 rows from 2026-12-06: its 5-22B rows (but GPT-3 20B) run 12-21%
+    # slower than the model (Llama 3 8B also than on Megatron-Bridge 25.11)
     "nemo-h100-fp8": 0.095,
     "nemo-b200-fp8": 0.07,
     "nccl-tests": 0.10,

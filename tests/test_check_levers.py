@@ -67,3 +67,29 @@ def test_a_long_sequence_is_offered_tensor_or_context_parallelism(tmp_path: Path
         for s in lv["set"]:
             args += ["--set", s]
         assert _check(*args)["fits"] is True, lv
+
+
+def test_an_explicit_dp_lists_the_same_levers() -> None:
+    """A plan that gives DP gets `parallelism.dp=auto` beside each degree lever; that is not a
+    change of its own, so the levers listed and their order are those of the same plan with
+    DP left to auto."""
+    base = [
+        "llama3-70b-64xh100",
+        "--set",
+        "parallelism.tp=2",
+        "--set",
+        "parallelism.pp=1",
+        "--set",
+        "parallelism.sharding.stage=3",
+        "--set",
+        "training.micro_batch=2",
+        "--set",
+        "parallelism.recompute=none",
+        "--set",
+        "parallelism.pp_schedule={kind: 1f1b}",
+    ]
+    auto = _check(*base)["levers"]
+    explicit = _check(*base, "--set", "parallelism.dp=32")["levers"]
+    assert auto
+    strip = [[s for s in lv["set"] if s != "parallelism.dp=auto"] for lv in explicit]
+    assert strip == [lv["set"] for lv in auto]

@@ -95,6 +95,8 @@ def check_layout(
                 hint=f"give each rank at least {v} layers, or list all {par.pp * v} chunks",
             )
     elif model.layers % (par.pp * v):
+        if model.layers % par.pp or par.pp > model.layers:
+            v = 1  # PP itself does not fit the layers: that is the setting to change first
         what = f"PP={par.pp}" + (f" × {v} virtual stages" if v > 1 else "")
         more = par.pp * v > model.layers
         raise UserError(

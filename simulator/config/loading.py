@@ -267,7 +267,7 @@ def resolve(
             "split the node's GPUs, so each holds at least one",
             file=file,
             path="cluster.fabric.sockets",
-            hint=f"give at most {c.gpus_per_node} sockets (2 on a dual-socket host)",
+            hint=f"give at most {max(2, c.gpus_per_node)} sockets (2 on a dual-socket host)",
         )
     denom = par.tp * par.pp * par.cp
     if par.dp == "auto":

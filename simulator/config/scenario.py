@@ -238,8 +238,8 @@ class ResolvedScenario(BaseModel):
         if tr.precision == "fp32" and tr.grad_reduce_dtype == "bf16":
             out.append(
                 "training.grad_reduce_dtype bf16 has no effect under fp32 training: the "
-                "gradients are fp32 and are reduced in fp32 (bf16 or fp8 training reduces "
-                "them in 16-bit)"
+                "gradients are fp32 and are reduced in fp32 (under bf16 or fp8 training the "
+                "setting selects a 16-bit reduction)"
             )
         cluster = self.raw.get("cluster")
         if isinstance(cluster, dict) and self.raw and "storage" not in cluster:

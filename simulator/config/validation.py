@@ -3,6 +3,7 @@ the field path as the user wrote it, and a hint (closest field names, allowed va
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
@@ -85,15 +86,22 @@ def validation_error(
     root = root or Scenario
     errors = exc.errors(include_url=False)
 
-    # A field missing beside an unknown one is most often that field misspelt: name the
+    # A field missing beside an unknown one that resembles it is that field misspelt: name the
     # misspelling (with its 'did you mean'), not the gap it leaves.
-    missing_at = {tuple(e["loc"][:-1]) for e in errors if e["type"] == "missing"}
+    missing_at: dict[tuple[Any, ...], list[str]] = {}
+    for e in errors:
+        if e["type"] == "missing" and e["loc"]:
+            missing_at.setdefault(tuple(e["loc"][:-1]), []).append(str(e["loc"][-1]))
 
     def rank(e: Any) -> tuple[bool, bool, bool, int]:
         # Prefer the most specific error: unions report one error per member. A mapping without
         # `preset` is an inline architecture: report its problems, not the missing preset.
         ref_missing = e["type"] == "missing" and "ModelPresetRef" in e["loc"]
-        typo = e["type"] == "extra_forbidden" and tuple(e["loc"][:-1]) in missing_at
+        typo = (
+            e["type"] == "extra_forbidden"
+            and bool(e["loc"])
+            and bool(closest(str(e["loc"][-1]), missing_at.get(tuple(e["loc"][:-1]), [])))
+        )
         return (e["type"] == "string_type", ref_missing, not typo, -len(e["loc"]))
 
     errors.sort(key=rank)
@@ -230,7 +238,7 @@ def _walk(loc: tuple[Any, ...], root: Any) -> tuple[tuple[Any, ...], Any]:
         item = raw[i]
         i += 1
         if not _clean_loc((item,)):  # a union member's tag
-            named = [m for m in members if isinstance(item, str) and m.__name__ in item]
+            named = [m for m in members if isinstance(item, str) and m.__name__ in _names(item)]
             if named:
                 model = named[-1]
             continue
@@ -249,6 +257,12 @@ def _walk(loc: tuple[Any, ...], root: Any) -> tuple[tuple[Any, ...], Any]:
             model = tagged[raw[i]]  # a discriminated union: skip the member's tag
             i += 1
     return tuple(out), holder
+
+
+def _names(tag: str) -> set[str]:
+    """The class names a union member's tag mentions (``function-after[_check(), ModelSpec]``
+    names ModelSpec)."""
+    return set(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", tag))
 
 
 def _models_in(ann: Any) -> list[type[BaseModel]]:

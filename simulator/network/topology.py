@@ -249,9 +249,10 @@ class Topology:
 
     # -- contention-free per-rank view (for algorithm choice) --------------------------------
     def fabric_tier(self, rank: int | None = None, kind: str | None = None) -> TierLink:
-        """The fabric as one rank sees it without contention; for a group (``rank``,
-        ``kind``) on PCIe through the host, the socket link only where the group crosses it
-        (without a group: a ring over the whole node's sockets)."""
+        """The fabric as one rank sees it, without contention from other traffic; for a group
+        (``rank``, ``kind``) on PCIe through the host, the socket link where the group crosses
+        it, shared with the node's other groups of that kind, which run their collectives at
+        the same time (without a group: a ring over the whole node's sockets)."""
         bw = self.fabric_bw
         if self.pcie_root_bw is not None:
             if rank is None or kind is None:

@@ -17,7 +17,9 @@ def _schedule(r: dict[str, Any]) -> str:
 
 
 def _days(d: float) -> str:
-    return f"{d:,.1f}" if d >= 10 else f"{d:.3g}"
+    if d >= 10:
+        return f"{d:,.1f}"
+    return f"{d:.3g}" if d >= 0.001 else "<0.001"
 
 
 def sweep_cells(r: dict[str, Any], labelled: bool = False) -> list[str]:
