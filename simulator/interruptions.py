@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from .config.prices import CloudPrice
 from .config.scenario import ResolvedScenario
 from .errors import UserError
-from .network.topology import layout_of
+from .network.layout import layout_of
 from .workload.memory import bytes_per_param, shard_group
 from .workload.model import param_count
 

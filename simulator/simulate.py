@@ -156,7 +156,8 @@ def _check_trace_size(rs: ResolvedScenario, full: bool) -> None:
 def _node_aligned(rs: ResolvedScenario) -> bool:
     """Whether every group sits on nodes, leaf switches, NICs and (PCIe through the host) CPU
     sockets as the first of its kind does."""
-    from .network.topology import Topology, layout_of
+    from .network.layout import layout_of
+    from .network.topology import Topology
 
     if not layout_of(rs).node_aligned():
         return False

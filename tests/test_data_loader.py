@@ -16,7 +16,7 @@ from simulator.engine.setup import (
     loader_bytes_per_node,
     loader_latency_s,
 )
-from simulator.network.topology import Layout
+from simulator.network.layout import Layout
 from simulator.simulate import simulate
 
 READ_GBPS = 10.0  # conftest's test storage, per node, no aggregate ceiling

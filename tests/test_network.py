@@ -18,8 +18,9 @@ from simulator.network.collectives import (
     phase_time,
     phases,
 )
+from simulator.network.layout import Layout
 from simulator.network.nccl import Phase, TierLink, with_protocol
-from simulator.network.topology import Layout, Topology
+from simulator.network.topology import Topology
 
 REL = 1e-12
 

@@ -15,7 +15,8 @@ from ..config.scenario import ResolvedScenario
 from ..config.software import on
 from ..network.collectives import choose
 from ..network.flows import FlowNetwork
-from ..network.topology import Layout, Topology
+from ..network.layout import Layout
+from ..network.topology import Topology
 from ..workload.buckets import end_params, layer_tensors
 from ..workload.comm import (
     gather_bytes_per_param,

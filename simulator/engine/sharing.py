@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from ..config.parallelism import Overlap
 from ..config.scenario import ResolvedScenario
-from ..network.topology import Layout, Topology
+from ..network.layout import Layout
+from ..network.topology import Topology
 from ..workload.memory import shard_group
 from .comm import Comm
 

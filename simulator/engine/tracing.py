@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..config.scenario import ResolvedScenario
-from ..network.topology import Layout
+from ..network.layout import Layout
 from .program import Program
 from .results import STREAMS, span_stream
 
