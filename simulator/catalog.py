@@ -140,8 +140,10 @@ def load_profile_file(path: Path) -> _Profile:
         ) from None
     except (yaml.YAMLError, ValueError, OSError) as exc:  # ValueError: bad date, not UTF-8
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         raise UserError(
-            f"not valid YAML: {problem}", file=str(path), hint="fix the profile file"
+            f"not valid YAML{where}: {problem}", file=str(path), hint="fix the profile file"
         ) from None
     return validate_profile(data, str(path))
 
@@ -170,7 +172,8 @@ def validate_profile(data: Any, file: str) -> _Profile:
 def _load(dirs: tuple[Path, ...]) -> Catalog:
     cat = Catalog()
     for d in dirs:
-        for path in sorted(d.rglob("*.yaml")):
+        # (.yml too: a profile a user names that way is not silently left out)
+        for path in sorted([*d.rglob("*.yaml"), *d.rglob("*.yml")]):
             try:
                 prof = load_profile_file(path)
                 if prof.name != path.stem:

@@ -74,7 +74,9 @@ def profiles_list(
     cat = load_catalog()
     items = sorted(cat.profiles.values(), key=lambda p: (order.index(p.kind), p.name))  # type: ignore[attr-defined]
     if kind:
-        items = [p for p in items if p.kind == kind]  # type: ignore[attr-defined]
+        # "price" (the README's word for them): both kinds of price profile
+        kinds = ("cloud_price", "ownership_price") if kind == "price" else (kind,)
+        items = [p for p in items if p.kind in kinds]  # type: ignore[attr-defined]
         if not items:
             raise UserError(f"no profiles of kind '{kind}'", hint=f"kinds: {', '.join(order)}")
     if fmt == Fmt.json:

@@ -212,9 +212,19 @@ def check_pricing(
     if price is not None and price.gpu != gpu.name:
         from ..catalog import load_catalog
 
+        cat = load_catalog()
+        if price.gpu not in cat.by_kind("gpu"):
+            # the price profile itself names no GPU there is: a typo in its gpu: field
+            raise UserError(
+                f"pricing profile '{price.name}' is for GPU '{price.gpu}', which no GPU profile is",
+                file=str(cat.files.get(price.name, file)),
+                path="gpu",
+                hint=f"fix the price profile's gpu: field (this cluster's GPU is '{gpu.name}'; "
+                "`clustersim profiles list gpu` shows the others)",
+            )
         for_gpu = sorted(
             n
-            for n, p in load_catalog().by_kind("cloud_price", "ownership_price").items()
+            for n, p in cat.by_kind("cloud_price", "ownership_price").items()
             if getattr(p, "gpu", None) == gpu.name
         )
         raise UserError(

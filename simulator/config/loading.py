@@ -172,12 +172,18 @@ def resolve(
     """Look profiles up, expand the model, derive DP and check the layout."""
     c = sc.cluster
     gpu = _resolve_profile(c.gpu, GPUProfile, ("gpu",), file, "cluster.gpu")
-    if sc.training.precision == "fp32" and "fp32" not in gpu.peak_tflops:
+    # fp32 training needs the fp32 peak; the others a 16-bit one (fp8 keeps attention and the
+    # logits at the 16-bit rate)
+    prec = sc.training.precision
+    wants = ("fp32",) if prec == "fp32" else ("bf16", "fp16")
+    if not any(d in gpu.peak_tflops for d in wants):
         raise UserError(
-            f"precision fp32 needs an fp32 peak, and GPU profile '{gpu.name}' has none",
+            f"precision {prec} needs a {' or '.join(wants)} peak, and GPU profile "
+            f"'{gpu.name}' has none",
             file=file,
             path="training.precision",
-            hint="add cluster.gpu.peak_tflops.fp32 {value, source}, or train in bf16",
+            hint=f"add cluster.gpu.peak_tflops.{wants[0]} {{value, source}}"
+            + (", or train in bf16" if prec == "fp32" else ""),
         )
     if sc.run.stragglers == "expected" and gpu.speed_cv is None:
         raise UserError(

@@ -1,0 +1,89 @@
+"""A user's own profiles (CLUSTERSIM_PROFILE_PATH), as a user writes them: a GPU without the
+peak its precision needs is refused before simulating, a `.yml` file is read, a YAML slip is
+placed by line, a price profile naming no GPU is blamed in its own file, and `price` lists both
+kinds of price profile."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from conftest import REPO, run_cli
+from test_errors import assert_user_error
+
+H100 = REPO / "hardware_profiles" / "gpus" / "h100-sxm-80gb.yaml"
+
+
+def _gpu(folder: Path, name: str, drop: tuple[str, ...] = (), suffix: str = ".yaml") -> Path:
+    lines = [
+        line
+        for line in H100.read_text().splitlines()
+        if not any(line.startswith(f"  {d}:") for d in drop)
+    ]
+    text = "\n".join(lines).replace("name: h100-sxm-80gb", f"name: {name}", 1) + "\n"
+    (folder / "gpus").mkdir(parents=True, exist_ok=True)
+    path = folder / "gpus" / f"{name}{suffix}"
+    path.write_text(text)
+    return path
+
+
+@pytest.mark.parametrize("precision", ["bf16", "fp16", "fp8"])
+def test_a_gpu_without_a_16_bit_peak_is_refused_not_crashed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, precision: str
+) -> None:
+    _gpu(tmp_path, "x1", drop=("bf16", "fp16"))
+    monkeypatch.setenv("CLUSTERSIM_PROFILE_PATH", str(tmp_path))
+    for cmd in ("check", "simulate"):
+        res = run_cli(
+            cmd,
+            "llama3-8b-8xh100",
+            "--set",
+            "cluster.gpu=x1",
+            "--set",
+            "cluster.pricing=null",
+            "--set",
+            f"training.precision={precision}",
+        )
+        assert_user_error(res, file=None, path="training.precision", hint=("peak_tflops.bf16",))
+
+
+def test_a_yml_profile_is_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _gpu(tmp_path, "x2", suffix=".yml")
+    monkeypatch.setenv("CLUSTERSIM_PROFILE_PATH", str(tmp_path))
+    res = run_cli(
+        "check", "llama3-8b-8xh100", "--set", "cluster.gpu=x2", "--set", "cluster.pricing=null"
+    )
+    assert res.returncode == 0, res.stderr
+
+
+def test_a_yaml_slip_in_a_profile_is_placed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "gpus").mkdir()
+    (tmp_path / "gpus" / "x3.yaml").write_text(
+        "kind: gpu\nname: x3\nmemory_gb: {value: 80, source: x\n"
+    )
+    monkeypatch.setenv("CLUSTERSIM_PROFILE_PATH", str(tmp_path))
+    res = run_cli("check", "llama3-8b-8xh100", "--set", "cluster.gpu=x3")
+    assert_user_error(res, file=None, path="cluster.gpu", says=("not valid YAML at line 4",))
+
+
+def test_a_price_profile_naming_no_gpu_is_blamed_in_its_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    src = REPO / "hardware_profiles" / "prices" / "aws-p5-h100.yaml"
+    text = src.read_text().replace("name: aws-p5-h100", "name: my-price", 1)
+    text = text.replace("gpu: h100-sxm-80gb", "gpu: nosuchgpu", 1)
+    (tmp_path / "prices").mkdir()
+    mine = tmp_path / "prices" / "my-price.yaml"
+    mine.write_text(text)
+    monkeypatch.setenv("CLUSTERSIM_PROFILE_PATH", str(tmp_path))
+    res = run_cli("check", "llama3-8b-8xh100", "--set", "cluster.pricing.profile=my-price")
+    assert_user_error(res, file=mine, path="gpu", says=("nosuchgpu",), hint=("gpu: field",))
+
+
+def test_price_lists_both_kinds_of_price_profile() -> None:
+    res = run_cli("profiles", "list", "price", "--format", "json")
+    assert res.returncode == 0, res.stderr
+    assert {p["kind"] for p in json.loads(res.stdout)} == {"cloud_price", "ownership_price"}
