@@ -6,7 +6,7 @@ GPU, its node size and the chosen tier. Each failure is one
 from __future__ import annotations
 
 from ..errors import UserError
-from .hardware import GPUProfile
+from .hardware import FabricProfile, GPUProfile
 from .parallelism import FSDPSharding, ParallelismSpec
 from .prices import CloudPrice, OwnershipPrice
 from .software import SoftwareProfile
@@ -350,3 +350,47 @@ def _chunks_hint(layers: int, pp: int, v: int, more: bool) -> str:
     if more:
         return f"pick a PP of at most {layers} that divides the layers"
     return "pick a PP that divides the layers, or give uneven parallelism.stage_layers"
+
+
+def check_fabric(
+    gpu: GPUProfile, fabric: FabricProfile, gpus_per_node: int, file: str | None
+) -> None:
+    """The fabric against the GPU it joins and the node's GPU count."""
+    # NVLink/NVSwitch joins NVIDIA GPUs only, Infinity Fabric AMD ones (PCIe joins any).
+    needs = {"nvswitch": "nvidia", "infinity_fabric": "amd"}.get(fabric.technology)
+    if needs is not None and gpu.vendor != needs:
+        raise UserError(
+            f"fabric '{fabric.name}' ({fabric.technology}) joins {needs.upper()} GPUs only, "
+            f"and '{gpu.name}' is a {gpu.vendor.upper()} GPU",
+            file=file,
+            path="cluster.fabric",
+            hint="pick a fabric for this GPU (clustersim profiles list fabric), e.g. a PCIe one",
+        )
+    if fabric.technology == "nvswitch":
+        link = gpu.nvlink_gbps
+        if link is None:
+            raise UserError(
+                f"fabric '{fabric.name}' is NVLink through NVSwitch, and '{gpu.name}' has no "
+                "NVLink to a switch",
+                file=file,
+                path="cluster.fabric",
+                hint="pick a PCIe fabric for this GPU (clustersim profiles list fabric), or "
+                "give the GPU profile its nvlink_gbps",
+            )
+    if gpus_per_node > fabric.max_gpus:
+        raise UserError(
+            f"{gpus_per_node} GPUs per node but fabric '{fabric.name}' joins at most "
+            f"{fabric.max_gpus}",
+            file=file,
+            path="cluster.gpus_per_node",
+            hint="lower gpus_per_node or pick another fabric",
+        )
+    # (two, the default, also on a one-GPU node: one socket then holds nothing)
+    if fabric.technology == "pcie_host" and fabric.sockets > max(2, gpus_per_node):
+        raise UserError(
+            f"{fabric.sockets} CPU sockets for {gpus_per_node} GPUs per node: the sockets "
+            "split the node's GPUs, so each holds at least one",
+            file=file,
+            path="cluster.fabric.sockets",
+            hint=f"give at most {max(2, gpus_per_node)} sockets (2 on a dual-socket host)",
+        )

@@ -1,5 +1,5 @@
 """Scenario resolution: profiles by name with inline overrides, the model, DP, and the checks
-(the layout's and the price's live in :mod:`simulator.config.layout_checks`).
+(the fabric's, the layout's and the price's live in :mod:`simulator.config.layout_checks`).
 
 Reading the YAML and applying ``--set`` overrides live in :mod:`simulator.config.reading`.
 
@@ -23,7 +23,13 @@ from .hardware import (
     NetworkProfile,
     StorageProfile,
 )
-from .layout_checks import check_layout, check_offload, check_pricing, check_stack
+from .layout_checks import (
+    check_fabric,
+    check_layout,
+    check_offload,
+    check_pricing,
+    check_stack,
+)
 from .parallelism import Overlap
 from .prices import CloudPrice, OwnershipPrice
 from .reading import apply_sets, parse_yaml, read_yaml, replaced_fields
@@ -237,44 +243,7 @@ def resolve(
     gpus = c.gpus_per_node * c.nodes
     tr = sc.training
 
-    # NVLink/NVSwitch joins NVIDIA GPUs only, Infinity Fabric AMD ones (PCIe joins any).
-    needs = {"nvswitch": "nvidia", "infinity_fabric": "amd"}.get(fabric.technology)
-    if needs is not None and gpu.vendor != needs:
-        raise UserError(
-            f"fabric '{fabric.name}' ({fabric.technology}) joins {needs.upper()} GPUs only, "
-            f"and '{gpu.name}' is a {gpu.vendor.upper()} GPU",
-            file=file,
-            path="cluster.fabric",
-            hint="pick a fabric for this GPU (clustersim profiles list fabric), e.g. a PCIe one",
-        )
-    if fabric.technology == "nvswitch":
-        link = gpu.nvlink_gbps
-        if link is None:
-            raise UserError(
-                f"fabric '{fabric.name}' is NVLink through NVSwitch, and '{gpu.name}' has no "
-                "NVLink to a switch",
-                file=file,
-                path="cluster.fabric",
-                hint="pick a PCIe fabric for this GPU (clustersim profiles list fabric), or "
-                "give the GPU profile its nvlink_gbps",
-            )
-    if c.gpus_per_node > fabric.max_gpus:
-        raise UserError(
-            f"{c.gpus_per_node} GPUs per node but fabric '{fabric.name}' joins at most "
-            f"{fabric.max_gpus}",
-            file=file,
-            path="cluster.gpus_per_node",
-            hint="lower gpus_per_node or pick another fabric",
-        )
-    # (two, the default, also on a one-GPU node: one socket then holds nothing)
-    if fabric.technology == "pcie_host" and fabric.sockets > max(2, c.gpus_per_node):
-        raise UserError(
-            f"{fabric.sockets} CPU sockets for {c.gpus_per_node} GPUs per node: the sockets "
-            "split the node's GPUs, so each holds at least one",
-            file=file,
-            path="cluster.fabric.sockets",
-            hint=f"give at most {max(2, c.gpus_per_node)} sockets (2 on a dual-socket host)",
-        )
+    check_fabric(gpu, fabric, c.gpus_per_node, file)
     denom = par.tp * par.pp * par.cp
     if par.dp == "auto":
         if gpus % denom:
