@@ -11,7 +11,7 @@ import pytest
 from conftest import inline_scenario
 
 from simulator.config.loading import resolve_dict
-from simulator.engine.setup import (
+from simulator.engine.loader import (
     LOADER_REQUESTS_IN_FLIGHT,
     loader_bytes_per_node,
     loader_latency_s,

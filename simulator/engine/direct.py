@@ -26,10 +26,11 @@ from ..network.flows import Link
 from ..workload.comm import gather_buckets, grad_bytes_per_param, pp_message_bytes
 from ..workload.memory import shard_group
 from .linkbusy import LinkBusy, solo_time
+from .loader import loader_bytes_per_node, loader_latency_s
 from .program import Program
 from .results import EngineResult, RankResult
 from .schedule import schedule_arrays
-from .setup import PROGRAMS, loader_bytes_per_node, loader_latency_s
+from .setup import PROGRAMS
 from .sim import Simulation
 
 if TYPE_CHECKING:  # numpy loads with the walk, not with the simulate path

@@ -15,7 +15,6 @@ from ..config.scenario import ResolvedScenario
 from ..config.software import on
 from ..network.collectives import choose
 from ..network.flows import FlowNetwork
-from ..network.layout import Layout
 from ..network.topology import Topology
 from ..workload.buckets import end_params, layer_tensors
 from ..workload.comm import (
@@ -38,37 +37,12 @@ from ..workload.tp_backward import stack_backward
 from .clock import BucketEnvironment
 from .comm import Comm, Job, Stream
 from .compute import OpTimer
+from .loader import loader_bytes_per_node, loader_latency_s
 from .program import Program, build_program, offload_wait, twin_suffixes
 from .results import RankResult
 from .sharing import LinkSharing
 from .stragglers import pace as straggler_pace
 from .tracing import Tracing
-
-# Read requests a data loader keeps in flight per reader rank: Megatron-LM's --num-workers
-# default of 2 (megatron/training/arguments.py) times PyTorch DataLoader's default
-# prefetch_factor of 2 (torch.utils.data.DataLoader). The storage's first-byte latency is paid
-# once per wave of requests, not once per micro-batch in series.
-LOADER_REQUESTS_IN_FLIGHT = 4
-
-
-def loader_latency_s(rs: ResolvedScenario, micro_batches: int) -> float:
-    """The storage latency a step's input reads pay: the first request's in full, then the
-    others streaming through the loader's in-flight window (linear in the micro-batches, so
-    a pipeline's steady state extrapolates exactly)."""
-    waves = 1.0 + max(0, micro_batches - 1) / LOADER_REQUESTS_IN_FLIGHT
-    return rs.storage.latency_ms.value * 1e-3 * waves
-
-
-def loader_bytes_per_node(rs: ResolvedScenario, lay: Layout) -> list[float]:
-    """Training data each node reads per step: every reader rank (under a Megatron-style stack
-    TP rank 0 on the first and last pipeline stages, else every rank:
-    :meth:`Layout.loader_ranks_per_node`) reads its DP replica's share of the step's samples
-    in full."""
-    total = rs.training.tokens_per_step * rs.training.input_bytes_per_token
-    per_reader = total / rs.dp
-    ends = on(rs.software.loader_on_pipeline_ends)
-    return [n * per_reader for n in lay.loader_ranks_per_node(ends)]
-
 
 # The per-pass programs a simulation builds (``_build_programs``).
 PROGRAMS = (
