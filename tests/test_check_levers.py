@@ -4,10 +4,11 @@ changes fits, tensor and context parallelism are among the candidates."""
 
 from __future__ import annotations
 
+import copy
 import json
 from pathlib import Path
 
-from conftest import run_cli, write_yaml
+from conftest import CATALOG_SCENARIO, run_cli, write_yaml
 
 
 def _check(*args: str) -> dict:  # type: ignore[type-arg]
@@ -42,21 +43,10 @@ def test_a_lever_added_after_the_users_own_set_takes_effect() -> None:
 def test_a_long_sequence_is_offered_tensor_or_context_parallelism(tmp_path: Path) -> None:
     """Llama 3 8B at 128k tokens on one node: no single change fits, but recomputation with
     TP 8 or more CP does; before, only TP 2 was tried and `check` said to buy more GPUs."""
-    f = write_yaml(
-        tmp_path / "long.yaml",
-        {
-            "cluster": {
-                "gpu": "h100-sxm-80gb",
-                "gpus_per_node": 8,
-                "nodes": 1,
-                "fabric": "nvlink4-nvswitch",
-                "storage": "local-nvme",
-            },
-            "model": "llama3-8b",
-            "training": {"seq_len": 131072, "global_batch": 8, "micro_batch": 1},
-            "parallelism": {"tp": 1, "sharding": {"kind": "zero", "stage": 1}},
-        },
-    )
+    data = copy.deepcopy(CATALOG_SCENARIO)
+    data["training"].update(seq_len=131072, global_batch=8)
+    data["parallelism"]["tp"] = 1
+    f = write_yaml(tmp_path / "long.yaml", data)
     d = _check(str(f))
     assert d["fits"] is False
     sets = [" ".join(lv["set"]) for lv in d["levers"]]

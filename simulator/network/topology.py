@@ -15,6 +15,8 @@ Bandwidths are effective: the profile's figure times its achievable fraction.
 
 from __future__ import annotations
 
+from collections import Counter
+
 from ..config.cluster import FatTree, RailOptimized
 from ..config.hardware import Fitted
 from ..config.scenario import ResolvedScenario
@@ -38,6 +40,7 @@ class Topology:
             self.pcie_root_bw = f.shared_uplink_gbps.value * 1e9 * f.achievable_fraction.value
             self.sockets = min(f.sockets, rs.gpus_per_node)
         self._socket_share: dict[tuple[int, str], float] = {}
+        self._socket_load: dict[tuple[int, str], float] = {}  # per (node, kind)
         # PCIe GPUs reach their NICs through the same x16 port as their peers.
         self.carries_nic = f.technology in ("pcie_host", "pcie_switch")
         self.nics = max(1, rs.nics_per_node)
@@ -100,9 +103,7 @@ class Topology:
         pair others, and symmetric mode's one rank per stage may be of either kind."""
         if self.rs.network is None or self.rs.nodes <= 1:
             return True
-        counts: dict[int, int] = {}
-        for r in range(self.rs.gpus_per_node):
-            counts[self.nic_of(r)] = counts.get(self.nic_of(r), 0) + 1
+        counts = Counter(self.nic_of(r) for r in range(self.rs.gpus_per_node))
         return len(set(counts.values())) == 1
 
     # -- placement ---------------------------------------------------------------------------
@@ -239,13 +240,13 @@ class Topology:
         """Rings of group ``kind`` that cross the socket link of ``rank``'s node when all the
         node's groups of that kind run at once: the sum of its ranks' shares of a crossing
         edge (:meth:`socket_share`), one per group whose members sit on several sockets."""
-        key = (rank, "load:" + kind)
-        load = self._socket_share.get(key)
+        key = (self.layout.node(rank), kind)
+        load = self._socket_load.get(key)
         if load is None:
             gpn = self.rs.gpus_per_node
-            first = self.layout.node(rank) * gpn
+            first = key[0] * gpn
             load = sum(self.socket_share(r, kind) for r in range(first, first + gpn))
-            self._socket_share[key] = load = max(1.0, load)
+            self._socket_load[key] = load = max(1.0, load)
         return load
 
     def fabric_links(
