@@ -27,10 +27,10 @@ from .layout_checks import (
     check_fabric,
     check_layout,
     check_offload,
-    check_pricing,
     check_stack,
 )
 from .parallelism import Overlap
+from .price_checks import check_pricing
 from .prices import CloudPrice, OwnershipPrice
 from .reading import apply_sets, parse_yaml, read_yaml, replaced_fields
 from .scenario import ModelPresetRef, ResolvedScenario, Scenario, gathers_once

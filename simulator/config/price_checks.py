@@ -1,0 +1,79 @@
+"""The check that a price profile makes sense for the cluster: its tier, its node size and its
+GPU. A failure is one :class:`~simulator.errors.UserError` naming the file, the field path and
+what to do."""
+
+from __future__ import annotations
+
+from ..errors import UserError
+from .hardware import GPUProfile
+from .prices import CloudPrice, OwnershipPrice
+
+
+def check_pricing(
+    price: CloudPrice | OwnershipPrice | None,
+    tier: str,
+    gpu: GPUProfile,
+    gpus_per_node: int,
+    file: str | None,
+) -> None:
+    """The price profile against the chosen tier, the cluster's node size and its GPU."""
+    if isinstance(price, CloudPrice):
+        rates = price.tier_rates()
+        if rates[tier] is None:
+            have = ", ".join(t for t, r in rates.items() if r is not None)
+            raise UserError(
+                f"pricing profile '{price.name}' has no {tier} price",
+                file=file,
+                path="cluster.pricing.tier",
+                hint=f"use a tier the profile has ({have}), or add {tier}_usd_per_gpu_hour to "
+                "the profile",
+            )
+    if (
+        isinstance(price, OwnershipPrice)
+        and price.gpus_per_node is not None
+        and price.gpus_per_node.value != gpus_per_node
+    ):
+        n = f"{price.gpus_per_node.value:g}"
+        raise UserError(
+            f"pricing profile '{price.name}' prices {n}-GPU nodes but the cluster has "
+            f"{gpus_per_node} GPUs per node",
+            file=file,
+            path="cluster.gpus_per_node",
+            hint=f"use {n} GPUs per node, or a price profile for {gpus_per_node}-GPU nodes "
+            f"(a copy of {price.name} with that node's capex_per_node_usd and gpus_per_node)",
+        )
+    if price is not None and price.gpu != gpu.name:
+        from ..catalog import load_catalog
+
+        cat = load_catalog()
+        if price.gpu not in cat.by_kind("gpu"):
+            # the price profile itself names no GPU there is: a typo in its gpu: field
+            raise UserError(
+                f"pricing profile '{price.name}' is for GPU '{price.gpu}', which no GPU profile is",
+                file=str(cat.files.get(price.name, file)),
+                path="gpu",
+                hint=f"fix the price profile's gpu: field (this cluster's GPU is '{gpu.name}'; "
+                "`clustersim profiles list gpu` shows the others)",
+            )
+        for_gpu = sorted(
+            n
+            for n, p in cat.by_kind("cloud_price", "ownership_price").items()
+            if getattr(p, "gpu", None) == gpu.name
+        )
+        raise UserError(
+            f"pricing profile '{price.name}' is for GPU '{price.gpu}' but the cluster uses "
+            f"'{gpu.name}'",
+            file=file,
+            path="cluster.pricing.profile",
+            hint=(
+                f"price it with {' or '.join(for_gpu[:4])} (e.g. --set "
+                f"cluster.pricing.profile={for_gpu[0]}), or leave it unpriced (--set "
+                "cluster.pricing=null)"
+                if for_gpu
+                else f"no price profile is for {gpu.name}: add one (`clustersim profiles "
+                "list` shows the others), or leave it unpriced (--set cluster.pricing=null)"
+            ),
+        )
+
+
+__all__ = ["check_pricing"]
