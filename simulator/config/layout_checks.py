@@ -145,6 +145,19 @@ def check_layout(
             path="parallelism.dp_bucket_copy",
             hint="set dp_bucket_copy: false, or sharding: {kind: zero, stage: 0}",
         )
+    if tr.param_gather_dtype == "fp8" and (tr.precision != "fp8" or par.zero_stage < 3):
+        raise UserError(
+            "param_gather_dtype fp8 gathers the float8 weights of fp8 training, layer by layer "
+            "under ZeRO-3/FSDP; "
+            + (
+                f"this plan trains in {tr.precision}"
+                if tr.precision != "fp8"
+                else f"sharding {_sharding_name(par)} gathers no layer's weights as it computes"
+            ),
+            file=file,
+            path="training.param_gather_dtype",
+            hint="use bf16, or train in fp8 with sharding: {kind: fsdp} (or ZeRO stage 3)",
+        )
     if v > 1 and par.pp == 1:
         raise UserError(
             "the interleaved schedule needs PP > 1",

@@ -130,10 +130,12 @@ class TrainingSpec(BaseModel):
         "(bf16: the 16-bit training dtype; unset: the software stack's grad_reduce_fp32 under "
         "bf16/fp8, else 16-bit; fp32 training always reduces fp32)",
     )
-    param_gather_dtype: Literal["bf16", "fp32"] = Field(
+    param_gather_dtype: Literal["bf16", "fp32", "fp8"] = Field(
         default="bf16",
         description="dtype of ZeRO/FSDP parameter all-gathers (FSDP MixedPrecision param_dtype; "
-        "fp32 as Composer's 'DEFAULT' mixed precision, which casts under autocast)",
+        "fp32 as Composer's 'DEFAULT' mixed precision, which casts under autocast; fp8: fp8 "
+        "training under ZeRO-3/FSDP casts the linear layers' weight shards to float8 before "
+        "gathering them, as torchtitan's enable_fsdp_float8_all_gather)",
     )
     memory_reserve_gb: float = Field(
         default=2.0,

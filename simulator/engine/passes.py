@@ -19,6 +19,7 @@ from ..workload.comm import (
     gather_bytes_per_param,
     grad_bucket_bytes,
 )
+from ..workload.memory import layer_gather_bytes_per_param
 from .comm import DONE, Job
 from .program import Program
 from .results import span_stream
@@ -286,7 +287,7 @@ class PassRunner(SimulationBase):
     def _gather_hook(self, gather: Any, layers: int) -> Any:
         """Before each layer: the event its parameters arrive by (None if they have), with the
         next layer's gather queued behind it (prefetch one layer ahead)."""
-        size = self.layer_params * gather_bytes_per_param(self.rs)
+        size = self.layer_params * layer_gather_bytes_per_param(self.rs)
         pending: dict[int, Job] = {}
 
         def hook(i: int) -> simpy.Event | None:

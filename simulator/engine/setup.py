@@ -22,7 +22,12 @@ from ..workload.comm import (
     grad_bytes_per_param,
     tied_embedding_bytes,
 )
-from ..workload.memory import bytes_per_param, layer_params_per_rank, shard_group
+from ..workload.memory import (
+    bytes_per_param,
+    layer_gather_bytes_per_param,
+    layer_params_per_rank,
+    shard_group,
+)
 from ..workload.model import param_tensors
 from ..workload.ops import (
     Op,
@@ -215,7 +220,7 @@ class SimulationBase(Tracing, LinkSharing):
         sharded = rs.dp_cp > 1 and self.z >= 3 and self.layer_params > 0  # gathers per layer
         if on(sw.gather_copy_out) and sharded:
             # Each pass's gather of the layer, copied out of the all-gather buffer.
-            nbytes = 2 * gather_bytes_per_param(rs) * self.layer_params
+            nbytes = 2 * layer_gather_bytes_per_param(rs) * self.layer_params
             p_fwd.extend(mem("gather_copy_out", nbytes))
             p_bwd.extend(mem("gather_copy_out", nbytes))
         if on(sw.grad_flatten_copy) and sharded:

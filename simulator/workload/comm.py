@@ -11,7 +11,13 @@ from dataclasses import dataclass
 
 from ..config.scenario import ResolvedScenario
 from .buckets import chunk_bucket_count, end_params, gather_groups
-from .memory import gather_bytes_per_param, layer_params_per_rank, shard_group, stage_params
+from .memory import (
+    gather_bytes_per_param,
+    layer_gather_bytes_per_param,
+    layer_params_per_rank,
+    shard_group,
+    stage_params,
+)
 from .model import param_breakdown
 from .ops import (
     Op,
@@ -211,7 +217,7 @@ def step_comm(rs: ResolvedScenario, stage: int = 0) -> list[CommItem]:
                 emb, head = end_params(rs)
                 ends = (emb if stage == 0 else 0.0) + (head if stage == rs.pp - 1 else 0.0)
                 width = gather_bytes_per_param(rs)
-                layers_b = (params - ends) * width
+                layers_b = (params - ends) * layer_gather_bytes_per_param(rs)
                 items.append(CommItem("dp", "all_gather", layers_b, 2.0 * m, n, "forward+backward"))
                 if ends > 0:
                     items.append(CommItem("dp", "all_gather", ends * width, m, n, "forward"))

@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass
 from ..config.parallelism import FSDPSharding
 from ..config.scenario import ResolvedScenario
 from .elementwise import fp32_softmax
-from .model import alternate_recomputed, layer_matmuls
+from .model import alternate_recomputed, layer_matmuls, param_breakdown
 from .ops import act_bytes, kv_per_rank, matmul_out_widths
 from .params import end_params, layer_params_per_rank, stage_params
 
@@ -132,6 +132,21 @@ def gather_bytes_per_param(rs: ResolvedScenario) -> float:
     fp32 where FSDP gathers fp32 parameters (Composer's 'DEFAULT') or training is fp32."""
     fp32 = rs.training.param_gather_dtype == "fp32" or rs.training.precision == "fp32"
     return 4.0 if fp32 else 2.0
+
+
+def layer_gather_bytes_per_param(rs: ResolvedScenario) -> float:
+    """Bytes per parameter of one layer's ZeRO-3/FSDP all-gather, and of the gathered copy held
+    while it computes: the working weights' width, or with float8 all-gathers
+    (``param_gather_dtype: fp8``) one byte for the linear layers' weights, the norms keeping
+    their width (torchtitan docs/float8.md: FSDP casts each rank's shard of a Float8Linear
+    weight to float8 before the all-gather; norms are not linear layers, and the output layer,
+    outside the blocks, is left in high precision by torchtitan's filter_fqns)."""
+    width = gather_bytes_per_param(rs)
+    if rs.training.param_gather_dtype != "fp8":
+        return width
+    per = layer_params_per_rank(rs)
+    norms = param_breakdown(rs.model, rs.training.seq_len).norms_per_layer
+    return (per - norms + width * norms) / per if per > 0 else width
 
 
 def shard_group(rs: ResolvedScenario) -> int:
@@ -305,7 +320,7 @@ def stage_memory(rs: ResolvedScenario, stage: int) -> StageMemory:
         # Two layers' full TP shard live at once: the one computing and the one prefetched
         # (with one rank in the shard group nothing is sharded, so nothing is gathered).
         per_layer = layer_params_per_rank(rs)
-        gathered = min(2, layers) * per_layer * gather_bytes_per_param(rs)
+        gathered = min(2, layers) * per_layer * layer_gather_bytes_per_param(rs)
     if z >= 3 and n > 1:
         # The root unit (the embedding on the first stage, the output layer and final norm
         # on the last) is gathered as each micro-batch's forward begins and kept through its
