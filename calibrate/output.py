@@ -66,6 +66,9 @@ def _loads(prof: dict[str, Any], probe_file: str) -> None:
         ) from None
 
 
+MAX_NAME = 100
+
+
 def check_name(name: str) -> None:
     import re
 
@@ -74,6 +77,13 @@ def check_name(name: str) -> None:
             f"profile name '{name}' is not allowed",
             path="--name",
             hint="use lower-case letters, digits, '.', '_' and '-'",
+        )
+    if len(name) > MAX_NAME:
+        # (the profiles' display names carry it beside the device's name, 200 characters in all)
+        raise UserError(
+            f"profile name of {len(name)} characters is too long (at most {MAX_NAME})",
+            path="--name",
+            hint="give a shorter name",
         )
 
 

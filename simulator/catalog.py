@@ -48,13 +48,27 @@ def bundled_scenarios_dir() -> Path:
     return _data_dir("scenarios")
 
 
+def _env_dir(entry: str) -> bool:
+    """Whether a ``$CLUSTERSIM_PROFILE_PATH`` entry is a folder; one the system cannot even look
+    up (a name too long, a NUL) is refused naming the variable."""
+    try:
+        return Path(entry).is_dir()
+    except (OSError, ValueError) as exc:
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise UserError(
+            f"an entry of {len(entry)} characters cannot be looked up: {why}",
+            path="CLUSTERSIM_PROFILE_PATH",
+            hint=f"give folders of profile YAML files (separated by '{os.pathsep}'), or unset it",
+        ) from None
+
+
 def check_profile_path() -> list[str]:
     """Refuse a ``$CLUSTERSIM_PROFILE_PATH`` entry that is a file (the CLI checks it once per
     command), and return a note for each entry that does not exist (yet: calibrate may be about
     to create it), so that a mistyped folder does not leave its profiles silently unused."""
     notes = []
     for extra in os.environ.get("CLUSTERSIM_PROFILE_PATH", "").split(os.pathsep):
-        if not extra or Path(extra).is_dir():
+        if not extra or _env_dir(extra):
             continue
         if Path(extra).exists():
             raise UserError(
@@ -76,13 +90,23 @@ def profile_dirs() -> tuple[Path, ...]:
     if local.is_dir():
         dirs.append(local.resolve())
     for extra in os.environ.get("CLUSTERSIM_PROFILE_PATH", "").split(os.pathsep):
-        if extra and Path(extra).is_dir():
+        if extra and _env_dir(extra):
             dirs.append(Path(extra).resolve())
     seen: list[Path] = []
     for d in dirs:
         if d not in seen:
             seen.append(d)
     return tuple(seen)
+
+
+# Profile files sit in a profile folder, in a folder per kind (gpus/, calibrated/) or one more
+# level down; a deeper search would let a folder such as / walk the whole disk.
+_PROFILE_GLOBS = tuple(f"{'*/' * depth}*.{ext}" for depth in range(3) for ext in ("yaml", "yml"))
+
+
+def profile_files(d: Path) -> list[Path]:
+    """The profile files of folder ``d`` (YAML files up to two folders down), sorted."""
+    return sorted({p for pattern in _PROFILE_GLOBS for p in d.glob(pattern)})
 
 
 @dataclass
@@ -173,7 +197,7 @@ def _load(dirs: tuple[Path, ...]) -> Catalog:
     cat = Catalog()
     for d in dirs:
         # (.yml too: a profile a user names that way is not silently left out)
-        for path in sorted([*d.rglob("*.yaml"), *d.rglob("*.yml")]):
+        for path in profile_files(d):
             try:
                 prof = load_profile_file(path)
                 if prof.name != path.stem:

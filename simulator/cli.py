@@ -23,6 +23,7 @@ from .cli_common import (
     _kept,
     app,
     err,
+    os_error_text,
     out,
     profiles_app,
     simulate_csv_row,
@@ -377,12 +378,8 @@ def _main() -> None:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         sys.exit(0)
     except OSError as exc:  # the file system refused something a check did not foresee
-        where = f" ({exc.filename})" if exc.filename else ""
-        err.print(
-            f"[red]error:[/red] {safe(exc.strerror or str(exc))}{safe(where)}\n"
-            "  what to do: check the paths given and that they are writable",
-            highlight=False,
-        )
+        what, hint = os_error_text(exc)
+        err.print(f"[red]error:[/red] {safe(what)}\n  what to do: {safe(hint)}", highlight=False)
         sys.exit(2)
     except Exception as exc:  # click usage errors arrive here in non-standalone mode
         # Recent typer vendors click (typer._click), so match ClickException by name, not by

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -17,6 +18,7 @@ from .report.text import safe
 
 # A probe that overruns its --time-budget by more than this says so.
 BUDGET_SLACK = 1.1
+MAX_PROBE_BYTES = 1 << 34
 
 
 def _need_torch(command: str) -> None:
@@ -63,15 +65,18 @@ def probe(
             path="--timeout",
             hint="seconds without progress before a rank counts as hung, e.g. --timeout 60",
         )
-    if threads < 0:
+    cores = os.cpu_count() or 1
+    if not 0 <= threads <= cores:
         raise UserError(
-            f"--threads must be 0 (cores // nproc) or more (got {threads})",
+            f"--threads must be 0 (cores // nproc) up to this machine's {cores} cores "
+            f"(got {threads}): more threads than cores only slow each process down",
             path="--threads",
-            hint="e.g. --threads 1",
+            hint="e.g. --threads 1, or leave it out",
         )
-    if max_bytes < 4096:
+    if not 4096 <= max_bytes <= MAX_PROBE_BYTES:
         raise UserError(
-            f"--max-bytes must be at least 4096 bytes, for two message sizes (got {max_bytes})",
+            f"--max-bytes must be from 4096 bytes (two message sizes) to {MAX_PROBE_BYTES:,} "
+            f"(16 GiB, nccl-tests' largest) (got {max_bytes})",
             path="--max-bytes",
             hint="the largest collective message timed, e.g. --max-bytes 67108864",
         )
@@ -317,9 +322,11 @@ def validate(
             )
         return out
 
-    for opt, n in (("--steps", steps), ("--repeats", repeats)):
-        if n < 1:
-            raise UserError(f"{opt} must be at least 1 (got {n})", path=opt, hint=f"e.g. {opt} 3")
+    for opt, n, most in (("--steps", steps, 1000), ("--repeats", repeats, 100)):
+        if not 1 <= n <= most:
+            raise UserError(
+                f"{opt} must be from 1 to {most} (got {n})", path=opt, hint=f"e.g. {opt} 3"
+            )
 
     if not (math.isfinite(timeout) and timeout > 0):
         raise UserError(

@@ -134,3 +134,39 @@ def _csv_rows(keys: list[str], rows: list[dict[str, Any]]) -> None:
 # What an interrupted command leaves behind, said in one line on Ctrl-C; commands that write as
 # they go replace it.
 _kept = ["nothing was written (every output file is written whole or not at all)"]
+
+
+def os_error_text(exc: OSError) -> tuple[str, str]:
+    """What an error of the file system a check did not foresee says, and what to do: the file
+    (a long path shortened), and a hint for the kind of error."""
+    import errno
+    import os
+
+    name = str(exc.filename) if exc.filename else ""
+    if len(name) > 160:
+        name = f"{name[:100]}…{name[-40:]} ({len(name)} characters)"
+    what = exc.strerror or str(exc)
+    try:
+        os.getcwd()
+    except OSError:
+        return (
+            f"{what}: the current folder no longer exists",
+            "change to an existing folder and run the command again",
+        )
+    hints = {
+        errno.ENOENT: "check that the paths given exist",
+        errno.EACCES: f"check the permissions of {name or 'the paths given'}",
+        errno.EPERM: f"check the permissions of {name or 'the paths given'}",
+        errno.ENAMETOOLONG: "give a shorter path",
+        errno.ENOSPC: "free space where the output goes (a file, or where the output is "
+        "redirected)",
+        errno.EISDIR: "give a file, not a folder",
+    }
+    hint = hints.get(
+        exc.errno or 0,
+        "check the paths given: that each exists and can be read, "
+        "and that the outputs' folders can be written",
+    )
+    if not name and exc.errno == errno.ENOSPC:
+        what += " (writing the output)"
+    return (what + (f" ({name})" if name else ""), hint)

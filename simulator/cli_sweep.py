@@ -153,6 +153,7 @@ def sweep(
         from .report.plots import is_our_plot, plot_paths
 
         for png in plot_paths(Path(plot), spec.name):
+            output_path(png, "--plot")  # a folder or a device of that name: refused now
             refuse_foreign(
                 png,
                 is_our_plot,

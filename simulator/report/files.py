@@ -38,6 +38,10 @@ def output_path(path: str | Path, option: str, folder: bool = False) -> Path:
         if p.is_dir() or raw.endswith(("/", os.sep)):
             raise UserError(f"{raw} is a folder", path=option, hint="give a file name inside it")
         _refuse_special(p, option)
+        if p.is_file() and not os.access(p, os.W_OK):
+            # (a rename could still replace it, but a read-only file is one its owner meant
+            # to keep)
+            raise UserError(f"{raw} is read-only", path=option, hint="give another path")
         target = Path(os.path.realpath(p)).parent
     try:
         target.mkdir(parents=True, exist_ok=True)

@@ -115,20 +115,20 @@ def read_rows(path: Path) -> Rows:
             except Exception:  # not readable as Parquet (or no pyarrow): evaluate afresh
                 return []
         return []
-    written = j.read_text(encoding="utf-8")
+    raw = j.read_bytes()
     rows: Rows = []
     if _fmt(j) == "csv":
-        lines = written.splitlines(keepends=True)
-        if lines and not lines[-1].endswith("\n"):
-            lines = lines[:-1]
-        for r in csv.DictReader(io.StringIO("".join(lines))):
+        # A torn last line (no newline yet) is dropped as bytes: it may end inside a multi-byte
+        # character; a damaged byte elsewhere spoils only its own row's values.
+        written = raw[: raw.rfind(b"\n") + 1].decode("utf-8", errors="replace")
+        for r in csv.DictReader(io.StringIO(written)):
             if None in r or any(v is None for v in r.values()):
                 continue
             # Text columns stay text: a point key such as '004201359279' or '37876569e336'
             # is not a number.
             rows.append({k: v if k in TEXT_COLUMNS else _parse(v) for k, v in r.items()})
     else:
-        for line in written.splitlines():
+        for line in raw.decode("utf-8", errors="replace").splitlines():
             try:
                 rows.append(json.loads(line))
             except (json.JSONDecodeError, RecursionError):

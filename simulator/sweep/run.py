@@ -156,7 +156,7 @@ def _profiles_digest(names: set[str]) -> str:
     code: such a profile edited or replaced (by `calibrate`, say), or another version of the
     model, between two runs changes what a point's rows would be. A profile no point names
     (another calibrated fabric, say) does not."""
-    from ..catalog import profile_dirs
+    from ..catalog import profile_dirs, profile_files
     from ..config.reading import _default_software
 
     named = names | {_default_software()}
@@ -164,8 +164,10 @@ def _profiles_digest(names: set[str]) -> str:
     # Read from disk each time (a profile file's name is its stem): the catalogue is cached
     # for the life of the process, and a file may have changed since.
     for d in profile_dirs():
-        for f in sorted(d.rglob("*.yaml")):
-            if f.stem in named:
+        for f in profile_files(d):
+            # (only regular files: reading a FIFO there would wait for ever; the catalogue
+            # reports such a file where its name is asked for)
+            if f.stem in named and f.is_file():
                 h.update(str(f.relative_to(d)).encode())
                 h.update(f.read_bytes())
     code = Path(__file__).resolve().parents[1]

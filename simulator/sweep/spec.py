@@ -256,6 +256,13 @@ def load_spec(path: str | Path) -> tuple[SweepSpec, dict[str, Any], Path]:
         spec = SweepSpec.model_validate(data)
     except ValidationError as exc:
         raise validation_error(exc, str(p), root=SweepSpec) from None
+    if "\0" in spec.base:
+        raise UserError(
+            "the base scenario's path contains a NUL character",
+            file=str(p),
+            path="base",
+            hint="give the path of the scenario file, relative to the spec",
+        )
     base_path = (p.parent / spec.base).resolve()
     if not base_path.is_file():
         raise UserError(
@@ -283,15 +290,17 @@ def load_spec(path: str | Path) -> tuple[SweepSpec, dict[str, Any], Path]:
             path="base",
             hint=f"name the scenario that sweep varies (its base: {base['base']!s:.200})",
         )
-    _check_base(base, base_path)
+    _check_base(base, base_path, spec)
     return spec, base, base_path
 
 
-def _check_base(base: Any, base_path: Path) -> None:
+def _check_base(base: Any, base_path: Path, spec: SweepSpec) -> None:
     """Faults of the base scenario no axis can mend, named in the base file before anything
     runs (they would otherwise fail every point and read as the axes' fault): not a mapping,
-    or a field the scenario format does not have (a typo)."""
-    from ..config.loading import parse_scenario
+    a field the scenario format does not have (a typo), and a field's own fault (a value out
+    of range, a section missing, a profile that does not exist) where no axis and no
+    enumerated parallelism choice sets that field."""
+    from ..config.loading import parse_scenario, resolve_dict
 
     if not isinstance(base, dict):
         raise UserError(
@@ -299,10 +308,25 @@ def _check_base(base: Any, base_path: Path) -> None:
             file=str(base_path),
             hint="give the sweep a scenario file as its base",
         )
+    mended = [p for i, a in enumerate(spec.axes) for p in axis_paths(i, a)]
+    if spec.parallelism == "auto" or spec.parallelism.fields():
+        mended += ["parallelism", "training.micro_batch"]
+
+    def own_fault(err: UserError) -> bool:
+        return err.path is not None and not any(_overlap(err.path, m) for m in mended)
+
     try:
         parse_scenario(base, str(base_path))
     except UserError as err:
-        if "unknown field" in err.message:
+        if "unknown field" in err.message or own_fault(err):
+            raise
+        return
+    try:
+        resolve_dict(base, file=str(base_path))
+    except UserError as err:
+        # (a fault between fields, such as a batch DP does not divide, is the points' own)
+        named = "unknown" in err.message or "could not be loaded" in err.message
+        if named and "profile" in err.message and own_fault(err):
             raise
 
 
