@@ -145,6 +145,14 @@ class Catalog:
                 f"'{name}' is a {kind} profile, not a {what} profile",
                 hint=f"name a {what} profile here (`clustersim profiles list`)",
             )
+        from .workload.presets import PRESETS
+
+        if name in PRESETS:
+            raise UserError(
+                f"'{name}' is a model preset, not a {what} profile",
+                hint=f"a scenario names it as model: {name} (`clustersim profiles list` shows "
+                "the profiles)",
+            )
         near = closest(name, pool)
         hint = f"did you mean {', '.join(near)}?" if near else "see `clustersim profiles list`"
         if not near:
@@ -277,6 +285,13 @@ def find_sweep(name: str) -> Path:
             file=name,
             hint=f"run it with clustersim simulate {p.stem}, or give a sweep spec whose "
             f"base is it (bundled sweeps: {sweeps})",
+        )
+    near = closest(p.stem, [q.stem for q in bundled.glob("*.yaml")])
+    if near:
+        raise UserError(
+            "no such sweep spec file",
+            file=name,
+            hint=f"bundled sweeps that look close: {', '.join(near)}",
         )
     return p
 

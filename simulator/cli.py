@@ -281,7 +281,8 @@ def schema(
 
         if profile not in PROFILE_KINDS:
             raise UserError(
-                f"no profile kind '{profile}'",
+                f"no profile kind '{profile}'"
+                + (": price profiles are of two kinds, each its schema" * (profile == "price")),
                 path="--profile",
                 hint=f"kinds: {', '.join(PROFILE_KINDS)}",
             )

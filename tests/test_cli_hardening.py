@@ -148,3 +148,21 @@ def test_file_system_errors_say_what_to_do() -> None:
     assert "400 characters" in what and len(what) < 250 and "shorter" in hint
     what, hint = os_error_text(OSError(errno.EACCES, "Permission denied", "/x/y.yaml"))
     assert "/x/y.yaml" in what and "permissions of /x/y.yaml" in hint
+
+
+@pytest.mark.parametrize(
+    ("args", "says", "hint"),
+    [
+        (["sweep", "llama3-70b-buy-orr-rent"], "no such sweep spec", "llama3-70b-buy-or-rent"),
+        (
+            ["simulate", str(REPO / "hardware_profiles" / "gpus" / "h100-sxm-80gb.yaml")],
+            "this is a gpu profile",
+            "cluster.gpu: NAME",
+        ),
+        (["profiles", "show", "llama3-8b"], "is a model preset", "model: llama3-8b"),
+        (["schema", "--profile", "price"], "two kinds", "cloud_price"),
+    ],
+)
+def test_a_thing_of_another_kind_is_named(args: list[str], says: str, hint: str) -> None:
+    res = run_cli(*args)
+    assert res.returncode == 2 and says in res.stderr and hint in res.stderr, res.stderr
