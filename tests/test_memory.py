@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 from conftest import resolve_inline
 
+from simulator.workload.activations import activation_bytes_per_layer
 from simulator.workload.memory import (
-    activation_bytes_per_layer,
     layer_params_per_rank,
     memory_report,
     stage_params,

@@ -10,7 +10,8 @@ import pytest
 from conftest import CATALOG_SCENARIO
 
 from simulator.config.loading import resolve_dict
-from simulator.workload.memory import activation_bytes_per_layer, memory_report
+from simulator.workload.activations import activation_bytes_per_layer
+from simulator.workload.memory import memory_report
 
 
 def _rs(precision: str, software: str, flash: bool = True, tp: int = 2) -> Any:

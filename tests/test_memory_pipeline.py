@@ -11,8 +11,8 @@ from conftest import REPO, resolve_inline
 from test_memory import _dp64
 
 from simulator.errors import UserError
+from simulator.workload.activations import activation_bytes_per_layer
 from simulator.workload.memory import (
-    activation_bytes_per_layer,
     inflight_microbatches,
     memory_report,
     stage_params,

@@ -89,11 +89,11 @@ def test_an_op_level_policy_saving_more_than_autograd_brings_nothing_back() -> N
     from conftest import CATALOG_SCENARIO
 
     from simulator.config.loading import resolve_dict
-    from simulator.workload.memory import (
+    from simulator.workload.activations import (
         _alternate_saved_per_layer,
         activation_bytes_per_layer,
-        held_layer_microbatches,
     )
+    from simulator.workload.memory import held_layer_microbatches
 
     data = {**CATALOG_SCENARIO, "name": "sac", "model": "llama2-7b"}  # MHA: K and V full width
     data["training"] = {

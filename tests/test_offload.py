@@ -13,7 +13,8 @@ from conftest import REPO
 from simulator.config.loading import load_scenario
 from simulator.errors import UserError
 from simulator.simulate import simulate
-from simulator.workload.memory import activation_bytes_per_layer, memory_report
+from simulator.workload.activations import activation_bytes_per_layer
+from simulator.workload.memory import memory_report
 
 GB200 = REPO / "scenarios" / "validation" / "nemo-gb200-fp8" / "mbridge-llama3-70b-64xgb200.yaml"
 

@@ -321,7 +321,7 @@ def test_torchtitan_selective_reruns_sp_gathers_and_keeps_the_reduce_scatters() 
         o.collective for o in recomputed_ops(no_sp, layer_ops(no_sp)) if o.kind == "collective"
     } == {"all_reduce"}
     # SP's reduce-scatter outputs stay in memory: two a*h/t per token per layer.
-    from simulator.workload.memory import _alternate_saved_per_layer
+    from simulator.workload.activations import _alternate_saved_per_layer
 
     plain = resolve_dict(_titan(tp=4, sequence_parallel=True))
     tokens = plain.training.micro_batch * plain.training.seq_len

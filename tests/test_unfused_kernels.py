@@ -155,7 +155,7 @@ def test_fused_operators_gain_what_sc21_measured(row: str, gain: float) -> None:
 def test_an_fp32_softmax_keeps_its_fp32_output_for_backward() -> None:
     """Unfused and upcast, the softmax's fp32 output is saved beside the 16-bit probabilities
     (4 more bytes per score element per layer); fused, only the 16-bit ones."""
-    from simulator.workload.memory import activation_bytes_per_layer
+    from simulator.workload.activations import activation_bytes_per_layer
 
     data = inline_scenario("megatron-1.7b", flash_attention=False)
     fused = resolve_dict({**data, "software": "megatron-lm-2021"})

@@ -102,7 +102,7 @@ def offload_wait(rs: ResolvedScenario, layer_s: float) -> Program:
     link = rs.gpu.host_link_gbps
     if not n or link is None:
         return Program()
-    from ..workload.memory import activation_bytes_per_layer
+    from ..workload.activations import activation_bytes_per_layer
 
     copy = activation_bytes_per_layer(rs) / (link.value * 1e9)
     stall = max(0.0, copy - layer_s) * n / rs.model.layers
