@@ -8,6 +8,7 @@ import pytest
 from conftest import REPO, resolve_inline
 
 from simulator.config.loading import resolve_dict
+from simulator.config.sourced import Flag
 from simulator.workload.buckets import end_params, layer_tensors
 from simulator.workload.comm import dp_bucket_bytes, gather_buckets, step_comm
 from simulator.workload.memory import stage_params
@@ -65,8 +66,13 @@ def test_without_sp_the_embedding_reduces_forward_and_the_output_layer_backward(
 def test_sp_replaces_all_reduce_by_reduce_scatter_and_all_gather() -> None:
     kw = dict(tp=8, pp=1, global_batch=16, seq_len=4096)
     no_sp = resolve_inline("llama3-8b", **kw)
-    # without the asynchronous TP backward's re-gathers (tests/test_tp_backward.py)
+    # a stack that keeps the gathered input, so without the backward's re-gathers
+    # (tests/test_sp_regather.py)
     sp = resolve_inline("llama3-8b", sequence_parallel=True, overlap={"tp_backward": False}, **kw)
+    keeps = Flag(value=True, source="test")
+    sp = sp.model_copy(
+        update={"software": sp.software.model_copy(update={"sp_keeps_gathered_input": keeps})}
+    )
     ops = {it.op for it in _comm(sp, group="tp") if it.bytes > 1e6}
     assert ops == {"all_gather", "reduce_scatter"}
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 from conftest import resolve_inline
 
+from simulator.config.sourced import Flag
 from simulator.engine.compute import OpTimer
 from simulator.engine.program import build_program
 from simulator.simulate import simulate
@@ -83,22 +84,28 @@ def test_under_sp_the_regather_hides_behind_the_input_gradient() -> None:
     assert prog.categories["comm_tp"] == pytest.approx(2 * t + 4 * t - hidden)
 
 
+def gathers_of(rs) -> float:
+    return sum(
+        it.calls * it.bytes for it in step_comm(rs) if it.group == "tp" and it.op == "all_gather"
+    )
+
+
 def test_the_overlap_never_slows_a_step_and_sp_pays_for_its_regather() -> None:
     off, on = _rs(False, on=False), _rs(False)
     s_off = simulate(off, scaling=False).metrics
     s_on = simulate(on, scaling=False).metrics
     assert s_on.step_time_s < s_off.step_time_s
-    # SP re-gathers each column-parallel input in the backward: two more all-gathers per
-    # layer and micro-batch, on the wire whatever hides them
-    sp_off, sp_on = _rs(True, on=False), _rs(True)
+    # SP re-gathers each column-parallel input in the backward, whether or not the overlap
+    # hides it: two more all-gathers per layer and micro-batch than a stack that keeps the
+    # gathered input (software.sp_keeps_gathered_input)
+    sp_on = _rs(True)
+    keeps = sp_on.software.model_copy(
+        update={"sp_keeps_gathered_input": Flag(value=True, source="test")}
+    )
+    sp_off = sp_on.model_copy(update={"software": keeps})
+    assert gathers_of(_rs(True, on=False)) == gathers_of(sp_on)
 
-    def gathers(rs) -> float:
-        return sum(
-            it.calls * it.bytes
-            for it in step_comm(rs)
-            if it.group == "tp" and it.op == "all_gather"
-        )
-
+    gathers = gathers_of
     layers, m = sp_on.model.layers, sp_on.micro_batches
     act = sp_on.training.seq_len * sp_on.model.hidden * 2
     # and the output layer's input, once per micro-batch

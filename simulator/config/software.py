@@ -259,6 +259,14 @@ class SoftwareProfile(_Profile):
         "their input they cast for the forward GEMM (1 byte per element) instead of its 16-bit "
         "original (unset: the 16-bit input, as torchao's float8 training keeps)",
     )
+    sp_keeps_gathered_input: SourcedFlag | None = Field(
+        default=None,
+        description="under sequence parallelism the column-parallel layers keep for backward "
+        "the all-gathered input (DTensor's PrepareModuleInput gathers the block input once and "
+        "the matmuls save it) instead of their sequence shard, so the backward gathers nothing "
+        "again (unset: the shard, re-gathered in the backward, as Megatron's and "
+        "TransformerEngine's linear layers do)",
+    )
     zero1_grad_all_reduce: SourcedFlag | None = Field(
         default=None,
         description="ZeRO-1 all-reduces the whole gradient (each rank then updates its shard) "

@@ -7,6 +7,7 @@ full, selective and op-level selective recomputation keep of it. The stage total
 from __future__ import annotations
 
 from ..config.scenario import ResolvedScenario
+from ..config.software import on
 from .elementwise import fp32_softmax
 from .model import alternate_recomputed, layer_matmuls
 from .ops import act_bytes, kv_per_rank, matmul_out_widths
@@ -24,11 +25,16 @@ def activation_bytes_per_layer(rs: ResolvedScenario) -> float:
     a = act_bytes(rs)  # 2 bytes per element in Korthikanti et al.'s 16-bit accounting
     mm = matmul_input_bytes(rs)  # what a linear layer keeps of its input for the weight gradient
     # Tensors outside the TP regions: norm inputs (a bytes each) and the matmul inputs they feed
-    # (mm bytes each), plus dropout masks (1 byte). SP shards them over TP; otherwise every TP
-    # rank holds them.
-    outside = float((2 * a + 2 * mm) * sbh + (2 * sbh if m.dropout else 0))
+    # (mm bytes each), plus dropout masks (1 byte). SP shards them over TP (the matmul inputs
+    # only where the stack keeps the shard and gathers it again in the backward: Megatron's
+    # layers; DTensor keeps the gathered input); otherwise every TP rank holds them.
+    outside = float(2 * a * sbh + (2 * sbh if m.dropout else 0))
+    kept_inputs = float(2 * mm * sbh)
     if sp:
         outside /= t
+        if not on(rs.software.sp_keeps_gathered_input):
+            kept_inputs /= t
+    outside += kept_inputs
     # Inside the attention region: Q (h) and the output-projection input (h), split over TP;
     # K and V at this rank's width (a whole head each where TP exceeds the KV heads). A fused
     # attention kernel keeps its output for its own backward; where the projection keeps an fp8

@@ -23,6 +23,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ..config.scenario import ResolvedScenario
+from ..config.software import on
 from .ops import Op, backward_ops
 
 # The column-parallel GEMMs (``ops.layer_ops``, ``ops.head_ops``: Megatron's output layer runs
@@ -76,13 +77,39 @@ def async_tp_backward(bwd: list[Op], sequence_parallel: bool, regather: bool = T
     return out
 
 
+def regather_backward(bwd: list[Op]) -> list[Op]:
+    """``bwd`` (one layer's backward under sequence parallelism, as ``ops.backward_ops`` gives
+    it) with each column-parallel GEMM's input gathered again over TP just before the GEMM, on
+    the compute stream: the layer kept only its sequence shard, and with nothing overlapped the
+    gather is exposed (its size is the forward's all-gather, whose mirror, the reduce-scatter
+    of the input gradient, follows the GEMM)."""
+    out: list[Op] = []
+    for i, op in enumerate(bwd):
+        nxt = bwd[i + 1] if i + 1 < len(bwd) else None
+        if (
+            op.kind == "gemm"
+            and op.name in COLUMN_PARALLEL
+            and nxt is not None
+            and nxt.kind == "collective"
+            and nxt.group == "tp"
+        ):
+            out.append(replace(nxt, name=op.name[:-4] + "_regather", collective="all_gather"))
+        out.append(op)
+    return out
+
+
 def stack_backward(rs: ResolvedScenario, forward: list[Op]) -> list[Op]:
     """The backward of ``forward`` as ``rs``'s stack runs it: with the asynchronous TP backward,
     or with TP communication overlap (whose collectives can only start once the GEMM that
     produces their input has run), each column-parallel GEMM's collectives sit beside its own
-    backward products; otherwise where ``ops.backward_ops`` puts them."""
+    backward products; otherwise where ``ops.backward_ops`` puts them. Under sequence
+    parallelism a stack that keeps only the sequence shard of a column-parallel layer's input
+    gathers it again in the backward (``software.sp_keeps_gathered_input`` unset), beside the
+    input-gradient GEMM where the backward is asynchronous, else exposed before it."""
     bwd = backward_ops(forward)
     ov = rs.parallelism.overlap
+    sp = rs.tp > 1 and rs.parallelism.sequence_parallel
+    regather = sp and not on(rs.software.sp_keeps_gathered_input)
     if rs.tp > 1 and (ov.tp_backward or ov.tp_comm):
-        return async_tp_backward(bwd, rs.parallelism.sequence_parallel, ov.tp_backward)
-    return bwd
+        return async_tp_backward(bwd, rs.parallelism.sequence_parallel, regather)
+    return regather_backward(bwd) if regather else bwd
