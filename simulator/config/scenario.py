@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from .cluster import (
     MAX_NODES,
     ClusterSpec,
+    FatTree,
     Ref,
     Topology,
 )
@@ -259,6 +260,18 @@ class ResolvedScenario(BaseModel):
                     "the leaves and spines it needs)"
                 )
         link, f = self.gpu.nvlink_gbps, self.fabric
+        topo = self.topology
+        if net is not None and isinstance(topo, FatTree) and topo.nodes_per_leaf is None:
+            npl = max(1, net.switch_ports // (2 * max(1, self.nics_per_node)))
+            if topo.oversubscription > 1.0 and self.nodes > npl:
+                out.append(
+                    f"the fat tree's leaf switches take {npl} nodes each (half of a "
+                    f"{net.switch_ports}-port '{net.name}' switch down to {self.nics_per_node} "
+                    f"NICs per node), and traffic between leaves shares their "
+                    f"{topo.oversubscription:g}:1 up-links: more NICs per node mean fewer "
+                    "nodes per leaf (cluster.network.topology.nodes_per_leaf sets another "
+                    "wiring)"
+                )
         if f.technology == "nvswitch" and link is not None:
             if f.bandwidth_gbps.value > link.value * 1.001:
                 out.append(
