@@ -286,14 +286,17 @@ class PassRunner(SimulationBase):
 
     def _gather_hook(self, gather: Any, layers: int) -> Any:
         """Before each layer: the event its parameters arrive by (None if they have), with the
-        next layer's gather queued behind it (prefetch one layer ahead)."""
+        next layer's gather queued behind it (prefetch one layer ahead); without prefetching
+        (``overlap.param_gather`` off) each layer's gather starts only as the layer is reached,
+        and the layer waits for all of it."""
         size = self.layer_params * layer_gather_bytes_per_param(self.rs)
         pending: dict[int, Job] = {}
+        ahead = self.ov.param_gather
 
         def hook(i: int) -> simpy.Event | None:
-            if i == 0:
-                pending[0] = gather(size, "layer all_gather")
-            if i + 1 < layers:
+            if i == 0 or not ahead:
+                pending[i] = gather(size, "layer all_gather")
+            if ahead and i + 1 < layers:
                 pending[i + 1] = gather(size, "layer all_gather")
             return pending.pop(i).event(self.env)
 

@@ -228,9 +228,11 @@ def stage_memory(rs: ResolvedScenario, stage: int) -> StageMemory:
     layers = rs.stage_layers()[stage]
     if z >= 3 and layers and n > 1:
         # Two layers' full TP shard live at once: the one computing and the one prefetched
-        # (with one rank in the shard group nothing is sharded, so nothing is gathered).
+        # (one without prefetching; with one rank in the shard group nothing is sharded, so
+        # nothing is gathered).
         per_layer = layer_params_per_rank(rs)
-        gathered = min(2, layers) * per_layer * layer_gather_bytes_per_param(rs)
+        live = 2 if rs.parallelism.overlap.param_gather else 1
+        gathered = min(live, layers) * per_layer * layer_gather_bytes_per_param(rs)
     if z >= 3 and n > 1:
         # The root unit (the embedding on the first stage, the output layer and final norm
         # on the last) is gathered as each micro-batch's forward begins and kept through its
