@@ -83,25 +83,33 @@ class PassRunner(SimulationBase):
             return
         items = prog.items
         for rep in range(reps):
-            early: Job | None = None  # a TP collective started under the span before it
+            early: list[Job] = []  # collectives started under the span before them
             for i, it in enumerate(items):
                 t0 = env.now
-                if rest is not None and early is None and not any(st.busy for st in guards):
+                if rest is not None and not early and not any(st.busy for st in guards):
                     # The guard streams are idle (and nothing is launched on them before the
                     # pass ends): the rest of the pass has TP to itself.
                     yield from self._run_rest(rank, rest[i], rest[0], reps - rep - 1)
                     return
                 if it.kind == "span":
                     busy0 = self._dp_busy(rank)
-                    nxt = items[i + 1] if i + 1 < len(items) else None
-                    if nxt is not None and nxt.hide > 0:
-                        h = min(nxt.hide, it.dur)
+                    # the collectives right after the span that may start under it (a TP
+                    # one behind its GEMM; a CP ring's, all of them behind the attention)
+                    nxts = []
+                    for nxt in items[i + 1 :]:
+                        if nxt.kind == "span" or nxt.hide <= 0:
+                            break
+                        nxts.append(nxt)
+                    if nxts:
+                        h = min(max(n.hide for n in nxts), it.dur)
                         if it.dur > h:
                             yield Timeout(env, it.dur - h)
-                        ep = self.comm.endpoint(rank, nxt.group or "tp")
-                        early = collective(ep, nxt.coll or "", nxt.size)
-                        if not early.done:
-                            early.begin(env.now)
+                        for nxt in nxts:
+                            ep = self.comm.endpoint(rank, nxt.group or "tp")
+                            job = collective(ep, nxt.coll or "", nxt.size)
+                            if not job.done:
+                                job.begin(env.now)
+                            early.append(job)
                         if h > 0:
                             yield Timeout(env, h)
                     else:
@@ -118,8 +126,8 @@ class PassRunner(SimulationBase):
                     if extra:
                         yield from self._pay(rank, extra)
                 else:
-                    if early is not None:
-                        job, early = early, None
+                    if early:
+                        job = early.pop(0)
                     else:
                         ep = self.comm.endpoint(rank, it.group or "tp")
                         job = collective(ep, it.coll or "", it.size)

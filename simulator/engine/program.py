@@ -138,6 +138,9 @@ def build_program(
     # host_us_per_kernel: eager frameworks); ``gemm_at``, when the latest GEMM began.
     end = issued = 0.0
     gemm_at: float | None = None
+    # A CP ring's exchange hides behind the attention kernel before it (``attn``: its
+    # duration, paced); what one collective leaves of it covers the next (``ring_left``).
+    attn = ring_left = 0.0
     pending_name: list[str] = []
 
     def hide() -> float:
@@ -168,7 +171,14 @@ def build_program(
         if op.kind == "collective":
             assert op.group is not None and op.collective is not None
             t = coll_time.get(f"{op.group}:{op.collective}:{op.msg_bytes}")
-            covered = hide() if op.overlapped or (overlap_tp and op.group == "tp") else 0.0
+            if op.group == "cp" and op.overlapped:
+                if t is None:  # through the flows: each beside the kernel, all at once
+                    covered = attn * op.cover
+                else:  # one after another: what the first leaves of the kernel, the next
+                    covered = ring_left if ring_left > 0 else attn * op.cover
+                    ring_left, attn = max(0.0, covered - t), 0.0
+            else:
+                covered = hide() if op.overlapped or (overlap_tp and op.group == "tp") else 0.0
             if t is None:
                 flush()
                 prog.items.append(
@@ -190,6 +200,8 @@ def build_program(
                 prog.items.append(Item("span", op.name, t, f"comm_{op.group}"))
             continue
         dt = timer.time(op)
+        if op.kind == "attention":
+            attn, ring_left = dt * pace, 0.0
         # An op starts when the GPU is free and the host has issued it, and ends no sooner
         # than the host has issued all its kernels: a span of short kernels runs at the
         # host's pace, not the GPU's (the stack's host_us_per_kernel).

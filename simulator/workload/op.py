@@ -47,8 +47,10 @@ class Op:
     # Backward GEMM: both products (dIn and dW), or only one of them where a stack runs a
     # collective between the two (see workload.tp_backward).
     part: Literal["both", "dgrad", "wgrad"] = "both"
-    # Collective: the stack launches it asynchronously beside the GEMM before it.
+    # Collective: the stack launches it asynchronously beside the GEMM before it (a CP one:
+    # beside the attention kernel before it, for ``cover`` of that kernel's time).
     overlapped: bool = False
+    cover: float = 1.0
     # Collective: the pass it runs in, where it has no mirror in the other (an all-reduce
     # whose conjugate is the identity: the embedding's forward one, the output layer's backward
     # one without sequence parallelism).

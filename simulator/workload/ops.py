@@ -9,6 +9,7 @@ mirrored TP/CP collectives).
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Literal
 
 from ..config.scenario import ResolvedScenario
 from .elementwise import (
@@ -123,17 +124,27 @@ def layer_ops(rs: ResolvedScenario) -> list[Op]:
         *_tp_comm(rs, "tp_attn_in", act, closing=False),
         _gemm("qkv_proj", 1, T, int(h // t + 2 * kv_per_rank(rs)), h),
     ]
+    cp_ring: list[Op] = []
     if rs.cp > 1:
-        kv_bytes = 2 * T * kv_per_rank(rs) * a
-        ops.append(
-            Op(
-                "cp_kv_gather",
-                "collective",
-                collective="all_gather",
-                group="cp",
-                msg_bytes=kv_bytes * rs.cp,
-            )
-        )
+        # Ring attention (Liu et al. 2023; TransformerEngine's and Megatron-Core's default
+        # 'p2p' context parallelism): K and V chunks pass round the CP ring while each rank
+        # computes attention over the chunk it holds, so the exchange hides behind the kernel
+        # but for its first chunk's share. The backward passes K and V round again (each rank
+        # kept only its own) and the K and V gradients the other way: an all-gather's and a
+        # reduce-scatter's worth of traffic beside the attention backward.
+        kv_bytes = 2 * T * kv_per_rank(rs) * a * rs.cp
+
+        def ring(name: str, coll: CollKind, only: Literal["forward", "backward"]) -> Op:
+            return Op(name, "collective", collective=coll, group="cp", msg_bytes=kv_bytes,
+                      overlapped=True, cover=(rs.cp - 1) / rs.cp, only=only)  # fmt: skip
+
+        cp_ring = [ring("cp_kv_gather", "all_gather", "forward")]
+        # (listed before the kernel, backward-only: the backward runs them after its own, as
+        # ``backward_ops`` reverses the list; each mirrors to the other collective)
+        ops += [
+            ring("cp_dkv_reduce", "all_gather", "backward"),
+            ring("cp_kv_regather", "reduce_scatter", "backward"),
+        ]
     core = attention_core_flops_per_token(m, s) * T / t
     qkvo_bytes = T * (2 * h / t + 2 * kv_per_rank(rs)) * a
     if rs.flash_attention:
@@ -149,6 +160,7 @@ def layer_ops(rs: ResolvedScenario) -> list[Op]:
         ops += [_gemm("attn_scores", bh, sq, s, hd, wide=True, weight=False)]
         ops += softmax_ops(rs, scores)
         ops += [_gemm("attn_values", bh, sq, hd, s, wide=True, weight=False)]
+    ops += cp_ring
     ops += [
         _gemm("out_proj", 1, T, h, h // t),
         *_attn_out_comm(rs, act),
@@ -247,9 +259,11 @@ def backward_op(op: Op) -> Op:
             "reduce_scatter": "all_gather",
         }
         coll = mirror.get(op.collective or "", op.collective)
-        return Op(
-            op.name + "_bwd", "collective", collective=coll, group=op.group, msg_bytes=op.msg_bytes
-        )  # (a backward-only one runs here: the copy's ``only`` is "both")
+        # (a backward-only one runs here: the copy's ``only`` is "both"; a CP ring's keeps
+        # its overlap with the attention kernel)
+        ring = op.overlapped and op.group == "cp"
+        return Op(op.name + "_bwd", "collective", collective=coll, group=op.group,
+                  msg_bytes=op.msg_bytes, overlapped=ring, cover=op.cover)  # fmt: skip
     return Op(
         op.name + "_bwd",
         op.kind,
