@@ -257,7 +257,7 @@ def simulate(
 
 
 # Registered here so that `--help` lists them after check and simulate.
-from . import cli_calibrate, cli_sweep  # noqa: E402, F401
+from . import cli_calibrate, cli_compare, cli_sweep  # noqa: E402, F401
 
 
 @app.command()
