@@ -271,7 +271,11 @@ def _searchable(out_dir: str) -> str | None:
     from .catalog import profile_dirs
 
     target = Path(out_dir).resolve()
-    if any(target == d or d in target.parents for d in profile_dirs()):
+
+    def searched(d: Path) -> bool:  # (two levels down: catalog.profile_files)
+        return target == d or (d in target.parents and len(target.relative_to(d).parts) <= 2)
+
+    if any(searched(d) for d in profile_dirs()):
         return None
     old = os.environ.get("CLUSTERSIM_PROFILE_PATH", "")
     os.environ["CLUSTERSIM_PROFILE_PATH"] = os.pathsep.join(p for p in (str(target), old) if p)

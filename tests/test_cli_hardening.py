@@ -166,3 +166,23 @@ def test_file_system_errors_say_what_to_do() -> None:
 def test_a_thing_of_another_kind_is_named(args: list[str], says: str, hint: str) -> None:
     res = run_cli(*args)
     assert res.returncode == 2 and says in res.stderr and hint in res.stderr, res.stderr
+
+
+def test_calibrate_deeper_than_the_search_reaches_adds_the_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Profile folders are searched two levels down; a calibration written deeper under
+    ./hardware_profiles is found through the search path for the rest of the command (and the
+    note says how to find it later), where it failed after writing its files."""
+    import json
+
+    from conftest import h100_probe_two_ranks
+
+    probe = tmp_path / "p.json"
+    probe.write_text(json.dumps(h100_probe_two_ranks()))
+    monkeypatch.delenv("CLUSTERSIM_PROFILE_PATH", raising=False)
+    deep = "hardware_profiles/calibrated/siteA/2026"
+    res = run_cli("calibrate", str(probe), "--name", "deep1", "--out-dir", deep, cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    assert (tmp_path / deep / "deep1.yaml").is_file()
+    assert "CLUSTERSIM_PROFILE_PATH" in res.stdout + res.stderr

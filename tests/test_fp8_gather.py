@@ -98,7 +98,7 @@ def test_symmetric_equals_full() -> None:
         (["training.precision=bf16"], "this plan trains in bf16"),
         (
             ["parallelism.sharding={kind: zero, stage: 1}"],
-            "sharding ZeRO-1 gathers no layer's weights",
+            "sharding ZeRO-1 is modelled with one gather a step",
         ),
     ],
 )

@@ -152,7 +152,8 @@ def check_layout(
             + (
                 f"this plan trains in {tr.precision}"
                 if tr.precision != "fp8"
-                else f"sharding {_sharding_name(par)} gathers no layer's weights as it computes"
+                else f"sharding {_sharding_name(par)} is modelled with one gather a step (as "
+                "ZeRO-1/2), not a gather per layer"
             ),
             file=file,
             path="training.param_gather_dtype",

@@ -101,17 +101,24 @@ class PassRunner(SimulationBase):
                             break
                         nxts.append(nxt)
                     if nxts:
-                        h = min(max(n.hide for n in nxts), it.dur)
-                        if it.dur > h:
-                            yield Timeout(env, it.dur - h)
-                        for nxt in nxts:
-                            ep = self.comm.endpoint(rank, nxt.group or "tp")
-                            job = collective(ep, nxt.coll or "", nxt.size)
-                            if not job.done:
-                                job.begin(env.now)
-                            early.append(job)
-                        if h > 0:
-                            yield Timeout(env, h)
+                        # each starts its own hide before the span ends (in the items' order
+                        # where they start together)
+                        starts = sorted(
+                            (it.dur - min(n.hide, it.dur), k) for k, n in enumerate(nxts)
+                        )
+                        jobs: list[Job] = [DONE] * len(nxts)
+                        at = 0.0
+                        for start, k in starts:
+                            if start > at:
+                                yield Timeout(env, start - at)
+                                at = start
+                            ep = self.comm.endpoint(rank, nxts[k].group or "tp")
+                            jobs[k] = collective(ep, nxts[k].coll or "", nxts[k].size)
+                            if not jobs[k].done:
+                                jobs[k].begin(env.now)
+                        early.extend(jobs)
+                        if it.dur > at:
+                            yield Timeout(env, it.dur - at)
                     else:
                         yield Timeout(env, it.dur)
                     it.book(acc)

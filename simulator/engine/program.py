@@ -109,6 +109,11 @@ def offload_wait(rs: ResolvedScenario, layer_s: float) -> Program:
     return Program([Item("span", "activation offload", stall, "offload")] if stall > 0 else [])
 
 
+# The attention's kernels without a fused one (``ops.layer_ops``; the softmax between them is
+# a memory-bound op), whose time a CP ring's exchange hides behind.
+ATTENTION_OPS = ("attn_scores", "attn_values")
+
+
 def build_program(
     ops: list[Op],
     timer: OpTimer,
@@ -141,6 +146,7 @@ def build_program(
     # A CP ring's exchange hides behind the attention kernel before it (``attn``: its
     # duration, paced); what one collective leaves of it covers the next (``ring_left``).
     attn = ring_left = 0.0
+    in_attn = False  # within the attention's kernels (one fused, or scores-softmax-values)
     pending_name: list[str] = []
 
     def hide() -> float:
@@ -200,8 +206,11 @@ def build_program(
                 prog.items.append(Item("span", op.name, t, f"comm_{op.group}"))
             continue
         dt = timer.time(op)
-        if op.kind == "attention":
-            attn, ring_left = dt * pace, 0.0
+        if op.kind == "attention" or op.name.startswith(ATTENTION_OPS):
+            attn, ring_left = (attn if in_attn else 0.0) + dt * pace, 0.0
+            in_attn = True
+        elif op.kind != "memory":
+            in_attn = False
         # An op starts when the GPU is free and the host has issued it, and ends no sooner
         # than the host has issued all its kernels: a span of short kernels runs at the
         # host's pace, not the GPU's (the stack's host_us_per_kernel).

@@ -142,16 +142,20 @@ def gather_bytes_per_param(rs: ResolvedScenario) -> float:
 def layer_gather_bytes_per_param(rs: ResolvedScenario) -> float:
     """Bytes per parameter of one layer's ZeRO-3/FSDP all-gather, and of the gathered copy held
     while it computes: the working weights' width, or with float8 all-gathers
-    (``param_gather_dtype: fp8``) one byte for the linear layers' weights, the norms keeping
-    their width (torchtitan docs/float8.md: FSDP casts each rank's shard of a Float8Linear
-    weight to float8 before the all-gather; norms are not linear layers, and the output layer,
-    outside the blocks, is left in high precision by torchtitan's filter_fqns)."""
+    (``param_gather_dtype: fp8``) one byte for the linear layers' weights, the norms and
+    biases keeping their width (torchtitan docs/float8.md: FSDP casts each rank's shard of a
+    Float8Linear weight to float8 before the all-gather; norms are not linear layers, and the
+    output layer, outside the blocks, is left in high precision by torchtitan's filter_fqns)."""
     width = gather_bytes_per_param(rs)
     if rs.training.param_gather_dtype != "fp8":
         return width
     per = layer_params_per_rank(rs)
-    norms = param_breakdown(rs.model, rs.training.seq_len).norms_per_layer
-    return (per - norms + width * norms) / per if per > 0 else width
+    m = rs.model
+    rest = float(param_breakdown(m, rs.training.seq_len).norms_per_layer)
+    if m.linear_bias:  # biases stay in high precision (torchao's Float8Linear casts weights)
+        n_in = 2 if m.mlp == "swiglu" else 1
+        rest += (m.hidden + 2 * m.kv_dim + n_in * m.ffn) / rs.tp + 2 * m.hidden
+    return (per - rest + width * rest) / per if per > 0 else width
 
 
 def shard_group(rs: ResolvedScenario) -> int:
