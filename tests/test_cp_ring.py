@@ -54,3 +54,17 @@ def test_across_a_slow_network_a_short_sequence_shows_what_the_kernel_cannot_hid
     full = simulate(rs, full=True, scaling=False).metrics
     assert m.breakdown_s["comm_cp"] > 0
     assert m.step_time_s == pytest.approx(full.step_time_s, rel=1e-9)
+
+
+def test_the_engine_runs_the_ring_and_recomputation_repeats_the_forward_one() -> None:
+    from simulator.engine.sim import Simulation
+
+    rs = _rs(4, 32768)
+    sim = Simulation(rs)
+    names = lambda prog: [i.name for i in prog.items if "cp_" in i.name]  # noqa: E731
+    # (a layer's programs: the ring after the attention kernel, both ways in the backward)
+    assert names(sim.p_fwd) == ["cp_kv_gather"]
+    assert names(sim.p_bwd) == ["cp_kv_regather_bwd", "cp_dkv_reduce_bwd"]
+    full = resolve_dict({**rs.raw, "parallelism": {**rs.raw["parallelism"], "recompute": "full"}})
+    again = [i for i in step_comm(full) if i.group == "cp" and i.phase == "recompute"]
+    assert [(i.op, i.calls) for i in again] == [("all_gather", rs.model.layers * rs.micro_batches)]
