@@ -96,10 +96,10 @@ class PassRunner(SimulationBase):
                     # the collectives right after the span that may start under it (a TP
                     # one behind its GEMM; a CP ring's, all of them behind the attention)
                     nxts = []
-                    for nxt in items[i + 1 :]:
-                        if nxt.kind == "span" or nxt.hide <= 0:
-                            break
-                        nxts.append(nxt)
+                    j = i + 1
+                    while j < len(items) and items[j].kind != "span" and items[j].hide > 0:
+                        nxts.append(items[j])
+                        j += 1
                     if nxts:
                         # each starts its own hide before the span ends (in the items' order
                         # where they start together)
