@@ -186,3 +186,21 @@ def test_calibrate_deeper_than_the_search_reaches_adds_the_folder(
     assert res.returncode == 0, res.stderr
     assert (tmp_path / deep / "deep1.yaml").is_file()
     assert "CLUSTERSIM_PROFILE_PATH" in res.stdout + res.stderr
+
+
+@pytest.mark.parametrize(
+    ("path", "says"),
+    [
+        ("model.layers.99=4", "'99' is not a field name"),
+        ("training.seq_len.3=4", "training.seq_len is not a list here"),
+        ("parallelism.stage_layers.1=4", "a list item cannot be set on its own"),
+    ],
+)
+def test_a_number_in_a_set_path_is_explained(path: str, says: str) -> None:
+    res = run_cli("simulate", "llama3-8b-8xh100", "--set", path)
+    assert res.returncode == 2 and says in res.stderr, res.stderr
+
+
+def test_a_control_character_in_a_field_name_is_shown_escaped() -> None:
+    res = run_cli("simulate", "llama3-8b-8xh100", "--set", "cluster.g\x01pu=x")
+    assert res.returncode == 2 and "unknown field 'g\\x01pu'" in res.stderr, res.stderr

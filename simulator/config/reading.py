@@ -152,6 +152,16 @@ def replaced_fields(data: dict[str, Any], sets: list[str]) -> list[str]:
     return out
 
 
+def _get(data: Any, keys: list[str]) -> Any:
+    """The value at ``keys`` in nested mappings: None where a key is absent, the value that is
+    not a mapping where the path runs into one (a model preset's name, a number)."""
+    for k in keys:
+        if not isinstance(data, dict):
+            return data
+        data = data.get(k)
+    return data
+
+
 def apply_sets(data: dict[str, Any], sets: list[str], file: str | None) -> dict[str, Any]:
     """Apply ``PATH=VALUE`` overrides; VALUE is parsed as YAML (numbers, true, lists...)."""
     out = copy.deepcopy(data)
@@ -168,9 +178,20 @@ def apply_sets(data: dict[str, Any], sets: list[str], file: str | None) -> dict[
                 hint="e.g. --set parallelism.tp=4",
             )
         if any(k.isdigit() for k in keys):
+            i = next(i for i, k in enumerate(keys) if k.isdigit())
+            parent = _get(out, keys[:i])
+            prefix = ".".join(keys[:i])
+            if isinstance(parent, list) or parent is None:
+                raise UserError(
+                    f"--set '{path.strip()}': a list item cannot be set on its own",
+                    hint=f"set the whole list, e.g. --set '{prefix}=[...]'"
+                    if parent is not None
+                    else "set the whole list, e.g. --set 'parallelism.stage_layers=[5,6,6,5]'",
+                )
             raise UserError(
-                f"--set '{path.strip()}': a list item cannot be set on its own",
-                hint="set the whole list, e.g. --set 'parallelism.stage_layers=[5,6,6,5]'",
+                f"--set '{path.strip()}': '{keys[i]}' is not a field name (a number names a "
+                f"list item, and {prefix} is not a list here)",
+                hint=f"set the field itself, e.g. --set {prefix}=VALUE",
             )
         try:
             value = load_text(raw)

@@ -110,7 +110,9 @@ def validation_error(
     path = _loc(((prefix,) if prefix else ()) + loc)
     msg = err["msg"].removeprefix("Value error, ")
     if err["type"] == "extra_forbidden":
-        msg = f"unknown field '{loc[-1] if loc else ''}'"
+        name = str(loc[-1]) if loc else ""
+        # (a name with control characters, a NUL from a script, shown escaped)
+        msg = f"unknown field '{name if name.isprintable() else repr(name)[1:-1]}'"
     elif err["type"] == "missing":
         msg = "required field is missing"
     elif err["type"] in ("model_type", "dict_type") and not isinstance(err.get("input"), dict):
