@@ -48,6 +48,12 @@ class FatTree(BaseModel):
     )
 
 
+def default_nodes_per_leaf(switch_ports: int, nics_per_node: int) -> int:
+    """Nodes under one leaf switch of a fat tree whose leaves are not given: half its ports face
+    down, to every NIC of each node."""
+    return max(1, switch_ports // (2 * max(1, nics_per_node)))
+
+
 class RailOptimized(BaseModel):
     """Rail-optimised: NIC i of every node in a group goes to leaf (rail) switch i; same-rail
     traffic stays on one leaf, cross-rail or cross-group traffic crosses the spine."""

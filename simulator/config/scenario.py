@@ -17,6 +17,7 @@ from .cluster import (
     FatTree,
     Ref,
     Topology,
+    default_nodes_per_leaf,
 )
 from .hardware import (
     FabricProfile,
@@ -262,7 +263,7 @@ class ResolvedScenario(BaseModel):
         link, f = self.gpu.nvlink_gbps, self.fabric
         topo = self.topology
         if net is not None and isinstance(topo, FatTree) and topo.nodes_per_leaf is None:
-            npl = max(1, net.switch_ports // (2 * max(1, self.nics_per_node)))
+            npl = default_nodes_per_leaf(net.switch_ports, self.nics_per_node)
             if topo.oversubscription > 1.0 and self.nodes > npl:
                 out.append(
                     f"the fat tree's leaf switches take {npl} nodes each (half of a "

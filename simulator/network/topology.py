@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from ..config.cluster import FatTree, RailOptimized
+from ..config.cluster import FatTree, RailOptimized, default_nodes_per_leaf
 from ..config.hardware import Fitted
 from ..config.scenario import ResolvedScenario
 from .collectives import GroupShape
@@ -58,7 +58,7 @@ class Topology:
         self.nodes_per_leaf = rs.nodes  # single switch: everything under one
         if isinstance(topo, FatTree):
             self.oversubscription = topo.oversubscription
-            self.nodes_per_leaf = topo.nodes_per_leaf or max(1, radix // (2 * self.nics))
+            self.nodes_per_leaf = topo.nodes_per_leaf or default_nodes_per_leaf(radix, self.nics)
         elif isinstance(topo, RailOptimized):
             self.oversubscription = topo.oversubscription
             self.nodes_per_leaf = topo.nodes_per_rail_group or max(1, radix // 2)

@@ -37,8 +37,8 @@ def async_tp_backward(bwd: list[Op], sequence_parallel: bool, regather: bool = T
     all-reduce that ``backward_ops`` places at the mirror of the forward's closing one moves
     after the GEMM's dgrad and overlaps its wgrad; with it, the reduce-scatter after the GEMM
     overlaps the wgrad, and a re-gather of the input (the forward's all-gather) overlaps the
-    dgrad, unless ``regather`` is false (a stack that keeps the gathered input: TP
-    communication overlap without Megatron's layers, ``overlap.tp_comm`` alone)."""
+    dgrad, unless ``regather`` is false (a stack that keeps the gathered input:
+    ``software.sp_keeps_gathered_input``)."""
     out: list[Op] = []
     held: Op | None = None  # a non-SP all-reduce on its way to its column-parallel GEMM
     i = 0
