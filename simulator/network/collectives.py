@@ -252,7 +252,7 @@ def phases(
     share = 1.0 / g
     port = (g - 1) + (1.0 if fabric.carries_nic else 0.0)
     # One Simple step lasts as long on the slower side; expressed at the phase's own rate.
-    step_bytes = net_step_bytes(slow_fabric) * (
+    step_bytes = net_step_bytes(slow_fabric, network.nic_ranks) * (
         phase_bandwidth(Phase("network", 0.0, 0.0, port=port), fabric, network) / network.bandwidth
     )
     # NCCL's hops between nodes: up and down the tree's levels (NCCL counts log2i(k) of them),

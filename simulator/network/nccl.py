@@ -33,6 +33,9 @@ class TierLink:
     # writes GPU memory through the same x16 link as the GPU's peer traffic; NVLink GPUs reach
     # their NICs over a PCIe link of their own).
     carries_nic: bool = False
+    # Ranks whose traffic shares one NIC (a network tier): ``bandwidth`` is this rank's share
+    # of the NIC, so a NIC's pipeline step is this rank's in the same proportion.
+    nic_ranks: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -187,12 +190,15 @@ def fabric_step_bytes(bandwidth: float) -> float:
     return SIMPLE_SLICE_BYTES * min(float(FIT_CHANNELS), max(2.0, channels))
 
 
-def net_step_bytes(fabric_bytes_share: float) -> float:
-    """Bytes of one Simple pipeline step on a NIC of a ring or tree spanning nodes: its own
-    channels' slices, or, where the node's fabric is the slower side of every step, the
-    fabric's whole step expressed at the NIC's rate (``fabric_bytes_share`` = NIC bandwidth /
-    fabric bandwidth, 0 where no step crosses the fabric)."""
-    return max(NET_CHANNELS_PER_NIC * SIMPLE_SLICE_BYTES, SIMPLE_STEP_BYTES * fabric_bytes_share)
+def net_step_bytes(fabric_bytes_share: float, nic_ranks: float = 1.0) -> float:
+    """Bytes of one rank's Simple pipeline step in a ring or tree spanning nodes, in the
+    per-rank view whose bandwidth is the rank's share of its NIC: the NIC's own channels'
+    slices over the ``nic_ranks`` ranks that share it (the NIC moves them at its whole rate, a
+    rank at its share), or, where the node's fabric is the slower side of every step, the
+    fabric's whole step expressed at the rank's NIC rate (``fabric_bytes_share`` = the rank's
+    NIC bandwidth / fabric bandwidth, 0 where no step crosses the fabric)."""
+    nic_step = NET_CHANNELS_PER_NIC * SIMPLE_SLICE_BYTES / max(1.0, nic_ranks)
+    return max(nic_step, SIMPLE_STEP_BYTES * fabric_bytes_share)
 
 
 # NCCL's own correction of its tree model (NVIDIA/nccl src/graph/tuning.cc, later

@@ -189,8 +189,9 @@ class Topology:
         bw = self.nic_bw / self.gpus_per_nic()
         net = self.rs.network
         fitted, fits = net.fitted is not None, _fits(net.fitted)
+        share = self.gpus_per_nic()
         if rank is None or kind is None or self.leaves <= 1:
-            return TierLink(bw, self.net_alpha, fitted=fitted, fits=fits)
+            return TierLink(bw, self.net_alpha, fitted=fitted, fits=fits, nic_ranks=share)
         key = (kind, rank)
         tier = self._tiers.get(key)
         if tier is None:
@@ -202,7 +203,9 @@ class Topology:
                 nodes = self.shape(rank, kind).nodes
                 per_rank = self.nic_bw * self.nics / self.rs.gpus_per_node
                 bw = min(bw, per_rank * nodes / (spanned * self.oversubscription))
-            tier = self._tiers[key] = TierLink(bw, self.net_alpha, fitted=fitted, fits=fits)
+            tier = self._tiers[key] = TierLink(
+                bw, self.net_alpha, fitted=fitted, fits=fits, nic_ranks=share
+            )
         return tier
 
     # -- links a transfer crosses ------------------------------------------------------------
