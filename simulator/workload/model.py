@@ -144,13 +144,16 @@ def recompute_flops_per_token(
     """Extra forward FLOPs per token spent re-computing activations in the backward pass.
     ``selective`` is what selective recomputation runs again: the attention core
     (Korthikanti et al.) or every second matmul (torchtitan's op-level policy).
-    ``skip_last``: full recomputation stops before the layer's last matmul (``w2``)."""
+    ``skip_last``: recomputation stops before the layer's last matmul (``w2``), which then
+    does not run again (``recompute.skips_last_matmul``)."""
     if recompute == "full":
         last = 2.0 * layer_matmuls(m)[-1][1] if skip_last else 0.0
         return m.layers * (layer_forward_flops_per_token(m, seq_len) - last)
     if recompute == "selective":
         if selective == "alternate_matmuls":
             redo = alternate_recomputed(m)
+            if skip_last:
+                redo.discard(layer_matmuls(m)[-1][0])
             again = sum(w for n, w in layer_matmuls(m) if n in redo)
             return m.layers * 2.0 * again
         return m.layers * attention_core_flops_per_token(m, seq_len)

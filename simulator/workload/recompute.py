@@ -54,12 +54,19 @@ def full_recomputed_ops(rs: ResolvedScenario, forward: list[Op]) -> list[Op]:
 
 
 def skips_last_matmul(rs: ResolvedScenario) -> bool:
-    """Whether full recomputation leaves the layer's last matmul out (``full_recomputed_ops``):
-    what the hardware FLOPs count must agree with."""
-    if rs.parallelism.recompute != "full" or not rs.recompute_early_stop:
+    """Whether recomputation leaves the layer's last matmul out (``full_recomputed_ops``; under
+    torchtitan's op-level policy only where that matmul is one it runs again): what the
+    hardware FLOPs count must agree with."""
+    rc = rs.parallelism.recompute
+    alternate = rc == "selective" and rs.selective_policy == "alternate_matmuls"
+    if rc != "full" and not alternate:
+        return False
+    if not rs.recompute_early_stop:
         return False
     fwd = layer_ops(rs)
-    return any(o.kind == "gemm" for o in fwd[len(full_recomputed_ops(rs, fwd)) :])
+    if not any(o.kind == "gemm" for o in fwd[len(full_recomputed_ops(rs, fwd)) :]):
+        return False
+    return not alternate or layer_matmuls(rs.model)[-1][0] in alternate_recomputed(rs.model)
 
 
 def recomputed_ops(rs: ResolvedScenario, forward: list[Op]) -> list[Op]:
@@ -72,7 +79,10 @@ def recomputed_ops(rs: ResolvedScenario, forward: list[Op]) -> list[Op]:
     part's width on this rank."""
     if rs.selective_policy != "alternate_matmuls":
         return attention_core(forward)
-
+    # The op-level policy runs under the same non-reentrant checkpoint, so an early-stopping
+    # one stops at the same place as full recomputation (traced on torch 2.13 with torchtitan's
+    # policy: neither the final residual add nor a last matmul the policy would run again is).
+    forward = full_recomputed_ops(rs, forward)
     again = alternate_recomputed(rs.model)
     width = matmul_out_widths(rs)
     present = {n for n, _w in layer_matmuls(rs.model)}
@@ -114,5 +124,10 @@ def recomputes_collective(rs: ResolvedScenario, op: Op) -> bool:
             return any(o.name == op.name for o in again if o.kind == "collective")
         return op.name.startswith(("tp_", "cp_"))
     if rc == "selective" and rs.selective_policy == "alternate_matmuls":
-        return op.group == "tp" and op.collective != "reduce_scatter"
+        if op.group != "tp" or op.collective == "reduce_scatter":
+            return False
+        if rs.recompute_early_stop:
+            again = full_recomputed_ops(rs, layer_ops(rs))
+            return any(o.name == op.name for o in again if o.kind == "collective")
+        return True
     return False
