@@ -338,8 +338,14 @@ def test_torchtitan_selective_with_biases_or_without_flash_reruns_more() -> None
     rs = resolve_dict(_titan(biased))
     assert alternate_recomputed(rs.model) == {"wq", "wk", "wv", "wo", "w1", "w3", "w2"}
     gemms = [o for o in recomputed_ops(rs, layer_ops(rs)) if o.kind == "gemm"]
+    # every matmul but the last, which torchtitan's early-stopping checkpoint does not reach
+    # (tests/test_recompute_alternate_stop.py)
     assert sum(o.flops for o in gemms) == pytest.approx(
-        sum(o.flops for o in layer_ops(rs) if o.kind == "gemm" and o.name != "attn_scores")
+        sum(
+            o.flops
+            for o in layer_ops(rs)
+            if o.kind == "gemm" and o.name not in ("attn_scores", "mlp_down")
+        )
     )
     eager = _titan()
     eager["training"]["flash_attention"] = False
