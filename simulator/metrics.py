@@ -43,6 +43,16 @@ class Metrics:
     def idle_fraction(self) -> float:
         return sum(self.idle_s.values()) / self.step_time_s if self.step_time_s else 0.0
 
+    @property
+    def drawing_fraction(self) -> float:
+        """Share of GPU wall time at the power of computing: compute and optimizer, and the
+        compute that overlapping DP collectives stretched (``overlap``, idle for the step's
+        accounting, but the SMs are busy then), 0..1."""
+        if not self.step_time_s:
+            return 0.0
+        busy = self.busy_s + self.idle_s.get("overlap", 0.0)
+        return min(1.0, max(0.0, busy / self.step_time_s))
+
 
 def _split_stage_waits(rs: ResolvedScenario, per_class: dict[str, dict[str, float]]) -> None:
     """Split each stage's pipeline wait into the pipeline's own bubble and waiting on slower

@@ -238,6 +238,7 @@ def simulate(
         rs,
         met.step_time_s,
         min(1.0, max(0.0, met.idle_fraction)),
+        met.drawing_fraction,
         run=run,
     )
     return SimResult(rs, met, cost, eng, run, notes)

@@ -150,11 +150,12 @@ def plan_variants(data: dict[str, Any], auto: list[str]) -> list[dict[str, Any]]
 
 
 # Per process: the same cluster and plan under another price needs no new simulation.
-_SIMULATED: dict[str, tuple[dict[str, Any], float]] = {}
+_SIMULATED: dict[str, tuple[dict[str, Any], float, float]] = {}
 
 
-def _simulate_unpriced(rs: ResolvedScenario) -> tuple[dict[str, Any], float]:
-    """``simulate`` of ``rs`` without its cost, and its idle fraction (cached by the resolved
+def _simulate_unpriced(rs: ResolvedScenario) -> tuple[dict[str, Any], float, float]:
+    """``simulate`` of ``rs`` without its cost, its idle fraction and the share of time its
+    GPUs draw computing power (``Metrics.drawing_fraction``) (cached by the resolved
     scenario with its pricing and token budget left out: the rest of ``run``, stragglers for
     one, changes the step; resolved, so that a profile read from another folder or edited
     since is never answered from the cache)."""
@@ -171,7 +172,8 @@ def _simulate_unpriced(rs: ResolvedScenario) -> tuple[dict[str, Any], float]:
     hit = _SIMULATED.get(key)
     if hit is None:
         res = simulate(rs.model_copy(update={"price": None}), scaling=False)
-        hit = _SIMULATED[key] = (res.as_dict(), res.metrics.idle_fraction)
+        met = res.metrics
+        hit = _SIMULATED[key] = (res.as_dict(), met.idle_fraction, met.drawing_fraction)
         if len(_SIMULATED) > 4096:
             _SIMULATED.pop(next(iter(_SIMULATED)))
     return hit
@@ -240,13 +242,14 @@ def evaluate_point(
             drops["memory"] += 1
             continue
         try:
-            d, idle = _simulate_unpriced(rs)
+            d, idle, drawing = _simulate_unpriced(rs)
             # Interruptions with this point's price (spot adds preemptions to GPU failures).
             run = run_report(rs, d["step_time_s"])
             cost = compute_cost(
                 rs,
                 d["step_time_s"],
                 min(1.0, max(0.0, idle)),
+                drawing,
                 run=run,
             )
         except UserError as err:  # e.g. a price tier the profile does not offer
@@ -291,8 +294,7 @@ def evaluate_point(
                 reason += f" ({n} of {drops['invalid']} plans; others for other reasons)"
         return [_failed(sweep, point, reason, drops)]
     if keep != "all":
-        metric = "step_time_s" if keep == "fastest" else "usd_per_million_tokens"
-        rows = [min(rows, key=lambda r: (r[metric] is None, r[metric] or 0.0, r["step_time_s"]))]
+        rows = [min(rows, key=_fastest if keep == "fastest" else _cheapest)]
     valid = len(variants) - drops["memory"] - drops["invalid"]
     for r in rows:
         r.update(
@@ -302,6 +304,22 @@ def evaluate_point(
             plans_dropped_invalid=drops["invalid"],
         )
     return rows
+
+
+def _useful_step_s(r: dict[str, Any]) -> float:
+    """Wall seconds per step that counts: the step over goodput (restarts, lost work and
+    checkpoint writes included), as the days to train count it; a plan whose restarts read
+    more (ZeRO-1 reads the weights once per replica) can lose to a slower step."""
+    return float(r["step_time_s"]) / float(r.get("goodput") or 1.0)
+
+
+def _fastest(r: dict[str, Any]) -> tuple[float, float]:
+    return (_useful_step_s(r), float(r["step_time_s"]))
+
+
+def _cheapest(r: dict[str, Any]) -> tuple[bool, float, float]:
+    usd = r["usd_per_million_tokens"]
+    return (usd is None, usd or 0.0, _useful_step_s(r))
 
 
 def _failed(sweep: str, point: Point, reason: str, drops: Counter[str]) -> dict[str, Any]:

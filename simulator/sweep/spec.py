@@ -9,7 +9,8 @@ axes:
       - {cluster.pricing.profile: aws-p5-h100, cluster.pricing.tier: on_demand}
       - {cluster.pricing.profile: own-dgx-h100}
 parallelism: {tp: auto, pp: auto}       # fields to enumerate for every point ('auto')
-keep: fastest                           # per cluster: fastest | cheapest | all
+keep: fastest                           # per cluster: fastest | cheapest | all (fastest:
+                                        # the shortest step over goodput, restarts included)
 ```
 
 Every point is the base with one option of every axis applied (their Cartesian product), in a
@@ -99,7 +100,10 @@ class SweepSpec(BaseModel):
         default_factory=AutoPlan, description="'auto' enumerates every field"
     )
     keep: Literal["fastest", "cheapest", "all"] = Field(
-        default="fastest", description="which plan to keep per cluster when plans are enumerated"
+        default="fastest",
+        description="which plan to keep per cluster when plans are enumerated: the fastest (the "
+        "shortest step over goodput, as the days to train count it), the cheapest per token, or "
+        "all",
     )
 
     @field_validator("axes")
