@@ -160,10 +160,36 @@ def _why(a: dict[str, Any], b: dict[str, Any], key: str) -> str:
         ga, gb = _goodput(a), _goodput(b)
         if ga > gb and f"{ga:.1%}" != f"{gb:.1%}":
             reasons.append(f"{ga:.1%} vs {gb:.1%} of wall time making progress")
+    if key in ("usd_per_million_tokens", "usd_total"):
+        # Money buys GPU-hours: what the step says is how many GPU-seconds a token takes,
+        # which a step half as long on twice the GPUs does not change.
+        per_gpu = _gpu_time_why(a, b)
+        if per_gpu:
+            reasons.append(per_gpu)
+        return "; ".join(reasons) if reasons else "the same GPU time per token"
     tps_a, tps_b = a.get("tokens_per_s") or 0.0, b.get("tokens_per_s") or 0.0
     if _differs(a["step_time_s"], b["step_time_s"]) or _differs(tps_a, tps_b):
         reasons.append(_step_why(a, b))
     return "; ".join(reasons) if reasons else "the same step"
+
+
+def _gpu_time_why(a: dict[str, Any], b: dict[str, Any]) -> str | None:
+    """Why ``a`` spends fewer GPU-seconds per token than ``b``: the step category where ``b``
+    spends the most GPU time per token beyond ``a``'s (GPU-seconds per million tokens); None
+    where ``a`` spends as much or more (it wins on price or goodput alone)."""
+    ga, gb = a.get("gpus"), b.get("gpus")
+    ta, tb = a.get("tokens_per_step"), b.get("tokens_per_step")
+    if not (ga and gb and ta and tb):
+        return None
+    fa, fb = ga / ta * 1e6, gb / tb * 1e6  # GPU-seconds per million tokens, per second of step
+    if a["step_time_s"] * fa >= b["step_time_s"] * fb * (1 - 1e-6):
+        return None
+    cats = set(a["breakdown_s"]) | set(b["breakdown_s"])
+    key = max(
+        cats, key=lambda k: b["breakdown_s"].get(k, 0.0) * fb - a["breakdown_s"].get(k, 0.0) * fa
+    )
+    da, db = a["breakdown_s"].get(key, 0.0) * fa, b["breakdown_s"].get(key, 0.0) * fb
+    return f"{CATEGORY_LABELS.get(key, key)}: {da:,.3g} vs {db:,.3g} GPU-seconds per million tokens"
 
 
 # Figures of the whole run: they scale with the run's token budget.

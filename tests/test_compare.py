@@ -156,3 +156,32 @@ def test_compare_with_an_unpriced_scenario_shows_the_price_without_a_verdict(
         assert usd["best"] is None and "no price" in usd["verdict"]
         assert "only one that fits" not in usd["verdict"]
         assert rows["step_time_s"]["verdict"].endswith("the same for all")
+
+
+def test_compare_explains_money_by_gpu_time_per_token(tmp_path: Path) -> None:
+    """Twice the nodes halve the step but not the GPU time a token takes: a cost verdict's
+    reason is the price and the GPU-seconds per million tokens, never the other's longer step
+    (a review finding: four owned nodes beat two rented ones on $ "because" the rented pair's
+    compute took 1.386 s per step against 0.693 s, which is the node count, not the cost)."""
+    base = yaml.safe_load((REPO / "scenarios" / "llama3-8b-8xh100.yaml").read_text())
+    paths = []
+    for nodes, price in ((4, {"profile": "own-dgx-h100"}), (2, {"profile": "aws-p5-h100"})):
+        data = {**base, "name": f"n{nodes}"}
+        data["cluster"] = {**base["cluster"], "nodes": nodes, "pricing": price}
+        data["cluster"]["network"] = {"profile": "ib-ndr-400", "nics_per_node": 8}
+        data["run"] = {"tokens": 1e11}
+        p = tmp_path / f"n{nodes}.yaml"
+        p.write_text(yaml.safe_dump(data))
+        paths.append(p)
+    rep = json.loads(run_cli("compare", *map(str, paths), "--format", "json").stdout)
+    by = {m["metric"]: m for m in rep["metrics"]}
+    for key in ("usd_per_million_tokens", "usd_total"):
+        verdict = by[key]["verdict"]
+        assert by[key]["best"] == "n4" and "per GPU-hour" in verdict, verdict
+        assert "per step" not in verdict, verdict
+        if "GPU-seconds per million tokens" in verdict:  # only as the winner's advantage
+            why = verdict.split("; ")[-1].split(": ")[-1]
+            ta, tb = (float(x.split(" GPU")[0].replace(",", "")) for x in why.split(" vs "))
+            assert tb > ta, verdict
+    # the step itself is still explained per step
+    assert "per step" in by["step_time_s"]["verdict"]
