@@ -137,10 +137,14 @@ def _best_interval(lam: float, delta: float) -> float:
     return max(0.5 * (lo + hi), 1e-12) / lam
 
 
-def goodput(per_hour: float, ckpt: Checkpoint, step_s: float = 0.0) -> Goodput:
+def goodput(
+    per_hour: float, ckpt: Checkpoint, step_s: float = 0.0, work_s: float | None = None
+) -> Goodput:
     """Goodput under interruptions at ``per_hour`` per wall-clock hour, with the best checkpoint
     interval (see the module docstring). A checkpoint is taken between optimizer steps, so with
-    ``step_s`` given the interval is a whole number of steps."""
+    ``step_s`` given the interval is a whole number of steps. ``work_s``: the whole run's work
+    (its steps' time); a run shorter than the best interval is one interval, checkpointed once
+    as it ends, since no checkpoint inside it can save more than it costs."""
     restart = RESTART_MIN * 60.0 + ckpt.read_s
     if per_hour <= 0:
         return Goodput(1.0, math.inf, restart)
@@ -160,6 +164,8 @@ def goodput(per_hour: float, ckpt: Checkpoint, step_s: float = 0.0) -> Goodput:
     if step_s > 0:
         steps = max(1.0, math.floor(tau / step_s))
         tau = min((steps * step_s, (steps + 1) * step_s), key=wall_per_work)
+    if work_s is not None and 0.0 < work_s < tau:
+        tau = work_s
     return Goodput(1.0 / wall_per_work(tau), tau, restart)
 
 
@@ -239,7 +245,10 @@ def run_goodput(
     if per_hour <= 0:
         return 1.0
     ck = checkpoint(rs)
-    g = goodput(per_hour, ck, step_s)
+    work = None
+    if rs.run.tokens is not None and step_s > 0:
+        work = math.ceil(rs.run.tokens / rs.training.tokens_per_step) * step_s
+    g = goodput(per_hour, ck, step_s, work)
     if figures is not None:
         figures.update(
             interruptions_per_hour=per_hour,
@@ -260,6 +269,13 @@ def run_goodput(
         + (f"({g.interval_s / step_s:,.0f} steps, " if step_s > 0 else "(")
         + "the interval that loses least)"
     )
+    if work is not None and g.interval_s >= work:
+        how = (
+            f"a checkpoint of {ck.bytes / 1e9:,.0f} GB takes {ck.write_s:.0f} s to write to "
+            f"{rs.storage.name}; the run's {work / 60:,.1f} min of work is shorter than the "
+            "interval that loses least, so it is written once, as the run ends (a failure "
+            "starts the run again)"
+        )
     if g.goodput < 0.01:
         hint = "use fewer GPUs, faster checkpoint storage or a more reliable part"
         if spot:
