@@ -119,11 +119,12 @@ class Simulation(PassRunner):
                 key = self._recv_key(kind, mb, ch, rank)
                 if key in self._arrived:
                     self._arrived.discard(key)
+                    self._sent_at.pop(key, None)
                 else:
                     t0 = env.now
                     ev = self._recv[key] = env.event()
                     yield ev
-                    sent = self._sent_at.get(key, t0)
+                    sent = self._sent_at.pop(key, t0)
                     split = min(max(sent, t0), env.now)
                     acc["pp_bubble"] += split - t0
                     acc["comm_pp"] += env.now - split
