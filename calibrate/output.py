@@ -10,7 +10,7 @@ from typing import Any
 import yaml
 
 from simulator.errors import UserError
-from simulator.report.files import write_atomic
+from simulator.report.files import finite, write_atomic
 
 from .fits import AlphaBeta
 
@@ -44,7 +44,7 @@ def write(cal: Calibration, out_dir: str | Path, probe_file: str = "") -> list[P
         write_atomic(p, text)
         written.append(p)
     p = d / f"{cal.name}.calibration.json"
-    write_atomic(p, json.dumps(cal.sidecar, indent=1))
+    write_atomic(p, json.dumps(finite(cal.sidecar), indent=1, allow_nan=False))
     written.append(p)
     return written
 
@@ -149,9 +149,18 @@ def _kind_of(path: Path) -> str | None:
     return kind if isinstance(kind, str) else None
 
 
-def in_sample(name: str, sidecar: dict[str, Any]) -> dict[str, Any] | None:
+def in_sample(name: str, sidecar: dict[str, Any]) -> tuple[dict[str, Any] | None, str | None]:
     """Simulate the probe's own training job with the new profiles (same layout as the probe
-    ran) and compare with the step time the probe measured."""
+    ran) and compare with the step time the probe measured; or, where it cannot be simulated
+    (a figure of the probe the fits do not read), None and why. The profiles are written by
+    then and load, so that is a warning, never a failure that leaves them half-reported."""
+    try:
+        return _in_sample(name, sidecar), None
+    except (UserError, KeyError, TypeError, ValueError, ZeroDivisionError) as exc:
+        return None, exc.message if isinstance(exc, UserError) else f"{type(exc).__name__}: {exc}"
+
+
+def _in_sample(name: str, sidecar: dict[str, Any]) -> dict[str, Any] | None:
     from simulator.config.loading import resolve_dict
     from simulator.simulate import simulate
 

@@ -56,7 +56,16 @@ def load_probe(path: str | Path) -> dict[str, Any]:
             file=file,
             hint="give the JSON file `clustersim probe --out` wrote",
         ) from None
-    except json.JSONDecodeError as exc:
+    except ValueError as exc:
+        if not isinstance(exc, json.JSONDecodeError):
+            # (Python refuses to read an integer of thousands of digits: no measurement is one)
+            raise UserError(
+                "probe file holds a number too long to read (an integer of thousands of "
+                "digits): no measurement is one",
+                file=file,
+                hint="give the JSON file `clustersim probe --out` wrote; a probe file is not "
+                "meant to be edited",
+            ) from None
         if exc.pos == 0 and re.match(r"\s*[A-Za-z_#-]", text):
             # not JSON from its first character: a YAML file (a scenario, say), not damage
             raise UserError(
@@ -108,6 +117,9 @@ def load_probe(path: str | Path) -> dict[str, Any]:
     return data
 
 
+# No probe timing lasts a day: the probe's whole run is budgeted in minutes.
+MAX_TIMING_S = 86_400.0
+
 # Sections whose rows must carry every field checked (a row without one is damaged).
 REQUIRED_FIELDS = {"job_ops_scaled"}
 
@@ -143,9 +155,12 @@ def _check_timings(data: dict[str, Any], file: str) -> None:
                     or isinstance(t, bool)
                     or not math.isfinite(t)
                     or t <= 0
+                    or (key == "time_s" and t > MAX_TIMING_S)
                 ):
                     what = "timing" if key == "time_s" else key
                     unit = " of seconds" if key == "time_s" else ""
+                    if isinstance(t, int | float) and key == "time_s" and t > MAX_TIMING_S:
+                        unit += f" a probe could have measured (at most {MAX_TIMING_S:g} s)"
                     raise UserError(
                         f"{what} {t!r} is not a positive number{unit}",
                         file=file,

@@ -30,7 +30,13 @@ ROWS: dict[str, dict[str, str]] = {
 # Mapping sections: the fields they must carry when present.
 MAPPINGS: dict[str, dict[str, str]] = {
     "attention": {"seq": POS, "tflops": POS, "time_s": POS},
-    "train": {"model": DICT, "step_time_median_s": POS},
+    "train": {
+        "model": DICT,
+        "step_time_median_s": POS,
+        "world_size": INT,
+        "nodes": INT,
+        "procs_per_node": INT,
+    },
     "storage": {"read_gbps": NUM, "write_gbps": NUM, "first_byte_s": NUM, "bytes": NUM},
     "speed_variation": {},
     "job_ops": {},
@@ -104,6 +110,31 @@ def _check_fields(
             raise _refuse(file, f"{at}.{key}", v, want, kind)
 
 
+# The probe's training job is a small model sized to one GPU's memory (or a CPU's): no field
+# of it comes near these, and a record past them would start a live run that cannot finish.
+TRAIN_MODEL_MAX = {
+    "layers": 1_000,
+    "hidden": 65_536,
+    "heads": 1_024,
+    "vocab": 1_048_576,
+    "seq": 1_048_576,
+    "batch": 65_536,
+}
+
+
+def _check_model_size(model: dict[str, Any], file: str, at: str, kind: tuple[str, str]) -> None:
+    for key, top in TRAIN_MODEL_MAX.items():
+        v = model.get(key)
+        if isinstance(v, int | float) and v > top:
+            raise UserError(
+                f"{kind[0]} field should be at most {top:,} (got {_short(v)}): the probe's "
+                "training job is a small model; the file is damaged or was edited",
+                file=file,
+                path=f"{at}.{key}",
+                hint=kind[1],
+            )
+
+
 def _check_blocks(v: Any, per_rank: bool, file: str, at: str) -> None:
     """Timed blocks of the speed check: per rank (a list per rank) or one list, each a
     non-empty list of positive seconds."""
@@ -151,9 +182,14 @@ def check_shape(data: dict[str, Any], file: str) -> None:
             raise _refuse(file, section, block, DICT)
         if block:  # an empty mapping is a phase that did not run
             _check_fields(block, fields, file, section)
-    model = (data.get("train") or {}).get("model")
+    train = data.get("train") or {}
+    model = train.get("model")
     if isinstance(model, dict):
         _check_fields(model, dict.fromkeys(TRAIN_MODEL, INT), file, "train.model")
+        _check_model_size(model, file, "train.model", PROBE)
+    times = train.get("step_times_s")
+    if times is not None:
+        _check_blocks(times, False, file, "train.step_times_s")
     for name, job in (data.get("job_ops") or {}).items():
         if not isinstance(job, dict):
             raise _refuse(file, f"job_ops.{name}", job, DICT)
@@ -218,6 +254,7 @@ def check_sidecar(side: Any, file: str) -> None:
         _check_fields(block, fields, file, section, RECORD)
     model = (side.get("train") or {}).get("model") or {}
     _check_fields(model, dict.fromkeys(TRAIN_MODEL, INT), file, "train.model", RECORD)
+    _check_model_size(model, file, "train.model", RECORD)
     fits = side.get("fits")
     if fits is not None:
         if not isinstance(fits, list):

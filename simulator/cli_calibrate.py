@@ -235,7 +235,9 @@ def calibrate(
     replaced = record.is_file()  # an earlier calibration under this name (check_free allowed it)
     files = write(cal, out_dir, probe_file)
     hint = _searchable(out_dir)
-    check = in_sample(name, cal.sidecar)
+    check, why = in_sample(name, cal.sidecar)
+    if why:
+        err.print(f"warning: the in-sample check could not run: {safe(why)}", highlight=False)
     from .report.calibration import contention_warning
 
     busy = contention_warning(cal.sidecar)

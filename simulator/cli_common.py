@@ -4,13 +4,14 @@ stdout, messages on stderr), output formats and the Ctrl-C note."""
 from __future__ import annotations
 
 import json
-import math
 import sys
 from enum import StrEnum
 from typing import Any
 
 import typer
 from rich.console import Console
+
+from .report.files import finite
 
 app = typer.Typer(
     name="clustersim",
@@ -34,6 +35,20 @@ class _Console(Console):
         raise SystemExit(0)
 
 
+def _tolerant(stream: Any) -> None:
+    """A stream whose encoding cannot write the tables' characters (×, •, box lines: LC_ALL=C,
+    PYTHONIOENCODING=ascii) writes a replacement for each instead of failing mid-table."""
+    enc = getattr(stream, "encoding", None) or "ascii"
+    try:
+        "×•━→é".encode(enc)
+    except (UnicodeEncodeError, LookupError):
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None:
+            reconfigure(errors="replace")
+
+
+_tolerant(sys.stdout)
+_tolerant(sys.stderr)
 out = _Console(soft_wrap=False)
 err = _Console(stderr=True, soft_wrap=True)
 
@@ -44,19 +59,8 @@ class Fmt(StrEnum):
     csv = "csv"
 
 
-def _finite(obj: Any) -> Any:
-    """``obj`` with every non-finite float as None: JSON has no NaN or Infinity."""
-    if isinstance(obj, float):
-        return obj if math.isfinite(obj) else None
-    if isinstance(obj, dict):
-        return {k: _finite(v) for k, v in obj.items()}
-    if isinstance(obj, list | tuple):
-        return [_finite(v) for v in obj]
-    return obj
-
-
 def _json(obj: Any) -> None:
-    sys.stdout.write(json.dumps(_finite(obj), indent=2, default=str, allow_nan=False) + "\n")
+    sys.stdout.write(json.dumps(finite(obj), indent=2, default=str, allow_nan=False) + "\n")
 
 
 def _flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:

@@ -83,6 +83,19 @@ def parse_yaml(text: str, file: str | None) -> Any:
         text = str(exc)
         if "surrogate" in text:
             raise UserError(f"not valid text: {text}", file=file, hint="fix the text") from None
+        if "digits" in text and "integer" in text:
+            # (Python refuses to read an integer of thousands of digits)
+            raise UserError(
+                "not valid YAML: a number of thousands of digits, which no setting takes",
+                file=file,
+                hint="write the number in the field's units (1.0e12 tokens, say)",
+            ) from None
+        if text.startswith(("invalid literal for int()", "could not convert string to float")):
+            raise UserError(
+                f"not valid YAML: a value tagged !!int or !!float is not a number ({text})",
+                file=file,
+                hint="give the number itself, or drop the tag",
+            ) from None
         raise UserError(
             f"not valid YAML: {text}", file=file, hint="fix the value (dates are YYYY-MM-DD)"
         ) from None

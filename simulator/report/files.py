@@ -8,6 +8,7 @@ file it replaces), not the private mode of the temporary file.
 from __future__ import annotations
 
 import json
+import math
 import os
 import tempfile
 from pathlib import Path
@@ -135,6 +136,18 @@ def _mode_for(p: Path) -> int:
         umask = os.umask(0)
         os.umask(umask)
         return 0o666 & ~umask
+
+
+def finite(obj: Any) -> Any:
+    """``obj`` with every non-finite float as None: JSON has no NaN or Infinity (a fit's R² over
+    identical timings, say), and strict readers refuse them."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: finite(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [finite(v) for v in obj]
+    return obj
 
 
 def write_json(path: str | Path, obj: Any) -> Path:

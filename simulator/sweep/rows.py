@@ -131,7 +131,7 @@ def read_rows(path: Path) -> Rows:
         for line in raw.decode("utf-8", errors="replace").splitlines():
             try:
                 rows.append(json.loads(line))
-            except (json.JSONDecodeError, RecursionError):
+            except (ValueError, RecursionError):  # damaged (or an integer past Python's limit)
                 continue
     return [r for r in rows if _sound(r)]
 

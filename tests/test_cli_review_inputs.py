@@ -1,0 +1,115 @@
+"""Bad inputs a CLI review found past the earlier checks, each now one message and exit 2, with
+nothing written: a probe file whose training section the in-sample check could not read (it
+crashed after replacing the previous calibration), an integer of thousands of digits (JSON and
+YAML), an implausible timing or a NaN step time, a calibration record with an absurd model (a
+live validate run that cannot finish); and tables on a terminal that cannot print their
+characters."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import REPO, h100_probe_two_ranks, run_cli
+
+
+def _probe(tmp: Path, edit: Any = None, text: str | None = None) -> Path:
+    data = h100_probe_two_ranks()
+    if edit is not None:
+        edit(data)
+    p = tmp / "probe.json"
+    p.write_text(text if text is not None else json.dumps(data))
+    return p
+
+
+def _digest(folder: Path) -> dict[str, str]:
+    return {f.name: hashlib.sha1(f.read_bytes()).hexdigest() for f in sorted(folder.iterdir())}
+
+
+@pytest.mark.parametrize(
+    ("edit", "path"),
+    [
+        (lambda d: d["train"].pop("world_size"), "train.world_size"),
+        (lambda d: d["train"].update(nodes=None), "train.nodes"),
+        (lambda d: d["train"].update(nodes=0), "train.nodes"),
+        (lambda d: d["train"].update(step_times_s=[float("nan"), 0.1]), "train.step_times_s[0]"),
+        (lambda d: d["collectives"][0].update(time_s=1e300), "collectives[0].time_s"),
+        (lambda d: d["train"]["model"].update(layers=10**9), "train.model.layers"),
+    ],
+    ids=["no-world-size", "nodes-null", "nodes-zero", "nan-step", "timing-1e300", "huge-model"],
+)
+def test_a_damaged_probe_is_refused_before_anything_is_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, edit: Any, path: str
+) -> None:
+    # (a calibration outside the searched folders adds its folder to the search path for the
+    # rest of the process: restored after the test)
+    monkeypatch.delenv("CLUSTERSIM_PROFILE_PATH", raising=False)
+    out = tmp_path / "out"
+    good = run_cli("calibrate", str(_probe(tmp_path)), "--name", "mine", "--out-dir", str(out))
+    assert good.returncode == 0, good.stderr
+    before = _digest(out)
+    res = run_cli("calibrate", str(_probe(tmp_path, edit)), "--name", "mine", "--out-dir", str(out))
+    assert res.returncode == 2, res.stdout + res.stderr
+    assert "Traceback" not in res.stderr and path in res.stderr, res.stderr
+    assert "probe.json" in res.stderr  # the file is named
+    assert _digest(out) == before  # the earlier calibration is whole
+
+
+def test_an_integer_of_thousands_of_digits_is_refused(tmp_path: Path) -> None:
+    text = json.dumps(h100_probe_two_ranks()).replace('"version": 1', '"version": ' + "9" * 5000)
+    res = run_cli("calibrate", str(_probe(tmp_path, text=text)), "--name", "m",
+                  "--out-dir", str(tmp_path / "o"))  # fmt: skip
+    assert res.returncode == 2 and "Traceback" not in res.stderr
+    assert "thousands of digits" in res.stderr and "set_int_max_str_digits" not in res.stderr
+    scen = tmp_path / "s.yaml"
+    base = (REPO / "scenarios" / "llama3-8b-8xh100.yaml").read_text()
+    scen.write_text(base.replace("seq_len: 8192", "seq_len: " + "1" * 5000))
+    assert "1" * 5000 in scen.read_text()
+    res = run_cli("simulate", str(scen))
+    assert res.returncode == 2 and "thousands of digits" in res.stderr
+    assert "dates are" not in res.stderr and "set_int_max_str_digits" not in res.stderr
+    scen.write_text(base.replace("seq_len: 8192", 'seq_len: !!int "abc"'))
+    res = run_cli("simulate", str(scen))
+    assert res.returncode == 2 and "!!int" in res.stderr and "dates are" not in res.stderr
+
+
+def test_a_sweep_resumes_past_a_row_of_thousands_of_digits(tmp_path: Path) -> None:
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(
+        f"name: t\nbase: {REPO / 'scenarios' / 'llama3-8b-8xh100.yaml'}\n"
+        "axes:\n  - cluster.nodes: [1, 2]\n"
+    )
+    out = tmp_path / "rows.jsonl"
+    first = run_cli("sweep", str(spec), "--out", str(out), "--executor", "serial", cwd=tmp_path)
+    assert first.returncode == 0, first.stderr
+    lines = out.read_text().splitlines()
+    row = json.loads(lines[1])
+    damaged = json.dumps(row).replace('"point": 1', '"point": ' + "7" * 5000)
+    assert damaged != json.dumps(row)
+    out.write_text("\n".join([lines[0], damaged, *lines[2:]]) + "\n")
+    again = run_cli("sweep", str(spec), "--out", str(out), "--executor", "serial", cwd=tmp_path)
+    assert again.returncode == 0, again.stderr
+    assert [json.loads(ln)["point"] for ln in out.read_text().splitlines()] == [0, 1]
+
+
+@pytest.mark.parametrize("env", [{"PYTHONIOENCODING": "ascii"}, {"PYTHONIOENCODING": "latin-1"}])
+def test_tables_print_on_a_terminal_without_their_characters(env: dict[str, str]) -> None:
+    """×, • and box lines: a terminal that cannot print them gets a replacement, not a
+    UnicodeEncodeError halfway through the table."""
+    scen = str(REPO / "scenarios" / "llama3-8b-8xh100.yaml")
+    for args in (["check", scen], ["compare", scen, scen]):
+        res = subprocess.run(
+            [sys.executable, "-m", "simulator.cli", *args],
+            capture_output=True,
+            env={**os.environ, **env},
+            cwd=REPO,
+            timeout=120,
+        )
+        assert res.returncode == 0, res.stderr.decode(errors="replace")
+        assert b"Traceback" not in res.stderr
