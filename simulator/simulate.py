@@ -26,6 +26,10 @@ from .workload.memory import memory_report
 # machine (benchmarks/engine_speed.py --full-16k); beyond these a run is refused, not started.
 FULL_MODE_LIMIT = 16384
 FULL_MODE_PASS_LIMIT = 1 << 20
+# TP/CP collectives through the network, all ranks together: about three events each, and
+# full mode runs ~400,000 events a second on that machine, so this bounds a step at ~20 s (a
+# 64-GPU plan with TP 16 across nodes and 512 micro-batches made 7.9M and took 70 s).
+FULL_MODE_COLLECTIVE_LIMIT = 2_500_000
 
 
 @dataclass
@@ -93,6 +97,22 @@ def _check_full_size(rs: ResolvedScenario) -> None:
             f"above the limit of {FULL_MODE_PASS_LIMIT:,} rank-passes",
             hint=hint + ", or fewer micro-batches per step",
         )
+    g = rs.gpus_per_node
+    if rs.tp * rs.cp > 1 and (rs.tp * rs.cp > g or g % (rs.tp * rs.cp)):
+        # TP or CP groups that cross nodes move every layer's collectives through the shared
+        # network, each a few events per rank (inside a node a pass runs them analytically).
+        from .workload.comm import step_comm
+
+        per_rank = max(
+            sum(i.calls for i in step_comm(rs, s) if i.group in ("tp", "cp")) for s in range(rs.pp)
+        )
+        if per_rank * rs.gpus > FULL_MODE_COLLECTIVE_LIMIT:
+            raise UserError(
+                f"--full simulates every rank's collectives; TP/CP groups that span nodes "
+                f"make {per_rank:,.0f} collectives per rank per step ({per_rank * rs.gpus:,.0f} "
+                f"in all), above the limit of {FULL_MODE_COLLECTIVE_LIMIT:,}",
+                hint=hint + ", or fewer micro-batches per step",
+            )
 
 
 # Each DP collective is a few events per simulated rank, as a pass is: past as many as the

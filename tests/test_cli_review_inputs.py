@@ -113,3 +113,25 @@ def test_tables_print_on_a_terminal_without_their_characters(env: dict[str, str]
         )
         assert res.returncode == 0, res.stderr.decode(errors="replace")
         assert b"Traceback" not in res.stderr
+
+
+def test_full_mode_is_not_chosen_for_a_step_of_millions_of_network_collectives() -> None:
+    """TP 16 across nodes with NICs shared unevenly (3 for 8 GPUs) over 512 micro-batches: every
+    rank's every layer collective through the network, 6.7M in all, took 70 s in full mode with
+    no word. simulate takes one rank per stage and says it may be optimistic; --full refuses."""
+    from simulator.config.loading import load_scenario
+    from simulator.simulate import simulate
+
+    sets = ["cluster.network.nics_per_node=3", "parallelism.tp=16"]
+    rs = load_scenario(REPO / "scenarios" / "llama3-70b-64xh100.yaml", sets)
+    res = simulate(rs, scaling=False)
+    assert res.engine.mode == "symmetric"
+    assert any("may be optimistic" in n for n in res.notes)
+    cli = run_cli(
+        "simulate",
+        "llama3-70b-64xh100",
+        "--no-scaling",
+        "--full",
+        *sum((["--set", s] for s in sets), []),
+    )
+    assert cli.returncode == 2 and "collectives per rank per step" in cli.stderr
