@@ -69,7 +69,7 @@ def load_probe(path: str | Path) -> dict[str, Any]:
         if exc.pos == 0 and re.match(r"\s*[A-Za-z_#-]", text):
             # not JSON from its first character: a YAML file (a scenario, say), not damage
             raise UserError(
-                "this is not a probe file (it is not JSON; a scenario or other YAML file?)",
+                "this is not a probe file (it is not JSON: a scenario, a CSV or other text?)",
                 file=file,
                 hint="give the JSON file `clustersim probe --out` wrote; a scenario goes to "
                 "`clustersim simulate`",

@@ -307,6 +307,13 @@ def find_scenario(name: str) -> Path:
             file=name,
             hint="give a scenario YAML file",
         )
+    if p.is_symlink():
+        raise UserError(
+            "is a symbolic link to nothing readable (a file that is gone, or a link that "
+            "loops back to itself)",
+            file=name,
+            hint="point the link at the scenario file, or give the file itself",
+        )
     bundled = bundled_scenarios_dir()
     if not _may_be_bundled(p, ("scenarios",)):
         same = bundled / f"{p.stem}.yaml"

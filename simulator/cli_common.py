@@ -49,8 +49,9 @@ def _tolerant(stream: Any) -> None:
 
 _tolerant(sys.stdout)
 _tolerant(sys.stderr)
-out = _Console(soft_wrap=False)
-err = _Console(stderr=True, soft_wrap=True)
+# (emoji off: a name such as ':smile:' is printed as written)
+out = _Console(soft_wrap=False, emoji=False)
+err = _Console(stderr=True, soft_wrap=True, emoji=False)
 
 
 class Fmt(StrEnum):

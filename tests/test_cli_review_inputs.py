@@ -135,3 +135,41 @@ def test_full_mode_is_not_chosen_for_a_step_of_millions_of_network_collectives()
         *sum((["--set", s] for s in sets), []),
     )
     assert cli.returncode == 2 and "collectives per rank per step" in cli.stderr
+
+
+def test_a_file_this_tool_wrote_is_named_where_a_scenario_belongs(tmp_path: Path) -> None:
+    """A probe, a JSON result or a trace given to simulate (JSON is YAML) was read as a scenario
+    of unknown fields ('version: unknown field ... did you mean question?')."""
+    probe = _probe(tmp_path)
+    result = tmp_path / "result.json"
+    res = run_cli("simulate", "llama3-8b-8xh100", "--format", "json")
+    result.write_text(res.stdout)
+    trace = tmp_path / "trace.json"
+    assert run_cli("simulate", "llama3-8b-8xh100", "--trace", str(trace)).returncode == 0
+    for path, what, where in (
+        (probe, "a probe file", "clustersim calibrate"),
+        (result, "a result", "scenario that made it"),
+        (trace, "a timeline trace", "Perfetto"),
+    ):
+        for cmd in (["simulate", str(path)], ["compare", str(path), "llama3-8b-8xh100"]):
+            got = run_cli(*cmd)
+            assert got.returncode == 2, got.stderr
+            assert f"this is {what}" in got.stderr and where in got.stderr, got.stderr
+            assert "unknown field" not in got.stderr
+
+
+def test_a_link_that_loops_is_named_as_one(tmp_path: Path) -> None:
+    a, b = tmp_path / "a.yaml", tmp_path / "b.yaml"
+    a.symlink_to(b)
+    b.symlink_to(a)
+    res = run_cli("simulate", str(a))
+    assert res.returncode == 2 and "symbolic link" in res.stderr
+
+
+def test_a_name_is_printed_as_written(tmp_path: Path) -> None:
+    scen = tmp_path / "s.yaml"
+    base = (REPO / "scenarios" / "llama3-8b-8xh100.yaml").read_text()
+    scen.write_text(base.replace("name: llama3-8b-8xh100", "name: ':smile:'"))
+    assert ":smile:" in scen.read_text()
+    res = run_cli("simulate", str(scen))
+    assert res.returncode == 0 and ":smile:" in res.stdout

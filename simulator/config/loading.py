@@ -29,10 +29,10 @@ from .layout_checks import (
     check_offload,
     check_stack,
 )
+from .other_files import refuse_other_files
 from .parallelism import Overlap
 from .price_checks import check_pricing
 from .prices import CloudPrice, OwnershipPrice
-from .profiles import PROFILE_KINDS
 from .reading import apply_sets, parse_yaml, read_yaml, replaced_fields
 from .scenario import ModelPresetRef, ResolvedScenario, Scenario, gathers_once
 from .software import SoftwareProfile, on
@@ -342,19 +342,7 @@ def load_scenario(path: str | Path, sets: list[str] | None = None) -> ResolvedSc
     p = Path(path)
     file = str(path)
     raw = read_yaml(p)
-    if isinstance(raw, dict) and "base" in raw and "axes" in raw and "cluster" not in raw:
-        raise UserError(
-            "this is a sweep spec (base, axes), not a scenario",
-            file=file,
-            hint=f"run it with clustersim sweep {file}, or give a scenario file",
-        )
-    if isinstance(raw, dict) and "cluster" not in raw and raw.get("kind") in PROFILE_KINDS:
-        raise UserError(
-            f"this is a {raw['kind']} profile (kind: {raw['kind']}), not a scenario",
-            file=file,
-            hint="a scenario names its profiles (cluster.gpu: NAME, ...); put the file in a "
-            "profile folder (./hardware_profiles or CLUSTERSIM_PROFILE_PATH) and name it there",
-        )
+    refuse_other_files(raw, file)
     data = apply_sets(raw, sets or [], file)
     try:
         rs = resolve(parse_scenario(data, file), file, data)
