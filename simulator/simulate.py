@@ -97,10 +97,10 @@ def _check_full_size(rs: ResolvedScenario) -> None:
             f"above the limit of {FULL_MODE_PASS_LIMIT:,} rank-passes",
             hint=hint + ", or fewer micro-batches per step",
         )
-    g = rs.gpus_per_node
-    if rs.tp * rs.cp > 1 and (rs.tp * rs.cp > g or g % (rs.tp * rs.cp)):
-        # TP or CP groups that cross nodes move every layer's collectives through the shared
-        # network, each a few events per rank (inside a node a pass runs them analytically).
+    if _layer_collectives_shared(rs):
+        # TP or CP groups that cross nodes (or CPU sockets) move every layer's collectives
+        # through shared links, each a few events per rank (a group with its links to itself
+        # runs a pass analytically).
         from .workload.comm import step_comm
 
         per_rank = max(
@@ -113,6 +113,19 @@ def _check_full_size(rs: ResolvedScenario) -> None:
                 f"in all), above the limit of {FULL_MODE_COLLECTIVE_LIMIT:,}",
                 hint=hint + ", or fewer micro-batches per step",
             )
+
+
+def _layer_collectives_shared(rs: ResolvedScenario) -> bool:
+    """Whether TP or CP groups cross nodes, or CPU sockets of a PCIe-through-host fabric."""
+    g, k = rs.gpus_per_node, rs.tp * rs.cp
+    if k <= 1:
+        return False
+    if k > g or g % k:
+        return True
+    from .network.topology import Topology
+
+    topo = Topology(rs)
+    return any(topo.socket_share(0, kind) > 0 for kind in ("tp", "cp"))
 
 
 # Each DP collective is a few events per simulated rank, as a pass is: past as many as the

@@ -173,3 +173,23 @@ def test_a_name_is_printed_as_written(tmp_path: Path) -> None:
     assert ":smile:" in scen.read_text()
     res = run_cli("simulate", str(scen))
     assert res.returncode == 0 and ":smile:" in res.stdout
+
+
+def test_full_mode_bound_counts_groups_cut_by_sockets() -> None:
+    """PCIe through the host with three sockets for eight GPUs: TP 8 crosses the sockets
+    unevenly, every rank's layer collectives move through shared socket links (12.5M events,
+    over a minute); simulate keeps one rank per stage and says so."""
+    from simulator.config.loading import load_scenario
+    from simulator.simulate import simulate
+
+    rs = load_scenario(
+        REPO / "scenarios" / "llama3-70b-64xh100.yaml",
+        [
+            "cluster.fabric={profile: pcie4-host, sockets: 3}",
+            "cluster.gpu=h100-pcie-80gb",
+            "cluster.pricing=null",
+        ],
+    )
+    res = simulate(rs, scaling=False)
+    assert res.engine.mode == "symmetric"
+    assert any("may be optimistic" in n for n in res.notes)
