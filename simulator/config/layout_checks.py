@@ -225,6 +225,28 @@ def check_stack(
         )
 
 
+def check_hybrid_default(
+    par: ParallelismSpec, dp: int, gpus_per_node: int, file: str | None
+) -> None:
+    """Hybrid sharding without ``shard_group`` shards over a node's DP×CP ranks (FSDP's
+    HYBRID_SHARD: inside the node, replicated across nodes); a node's worth that does not
+    divide DP×CP is a layout that cannot exist (12 ranks in groups of 8)."""
+    sh = par.sharding
+    if not isinstance(sh, FSDPSharding) or sh.strategy != "hybrid_shard" or sh.shard_group:
+        return
+    ranks = dp * par.cp
+    group = min(ranks, max(1, gpus_per_node // par.tp))
+    if ranks % group:
+        raise UserError(
+            f"hybrid_shard shards over a node's {group} DP×CP ranks (gpus_per_node / TP), which "
+            f"does not divide the {ranks} DP×CP ranks: the replicas would not be whole",
+            file=file,
+            path="parallelism.sharding.shard_group",
+            hint="set shard_group to a divisor of DP×CP: "
+            + ", ".join(str(d) for d in _divisors(ranks)[:12]),
+        )
+
+
 def _sharding_name(par: ParallelismSpec) -> str:
     sh = par.sharding
     if isinstance(sh, FSDPSharding):

@@ -25,6 +25,7 @@ from .hardware import (
 )
 from .layout_checks import (
     check_fabric,
+    check_hybrid_default,
     check_layout,
     check_offload,
     check_stack,
@@ -269,6 +270,7 @@ def resolve(
                 else "make DP·TP·PP·CP equal the GPU count",
             )
     check_layout(model, par, tr, dp, file)
+    check_hybrid_default(par, dp, c.gpus_per_node, file)
     if sc.run.tokens is not None and sc.run.tokens < tr.tokens_per_step:
         raise UserError(
             f"run.tokens {sc.run.tokens:g} is less than one step's {tr.tokens_per_step:,} "

@@ -34,6 +34,17 @@ def one_f_one_b(stage: int, p: int, m: int) -> list[Step]:
     return _alternate([("F", i, 0) for i in range(m)], [("B", i, 0) for i in range(m)], warmup)
 
 
+def interleaved_warmup(stage: int, p: int, m: int, v: int) -> int:
+    """Chunk forwards before the first backward in Megatron-LM's interleaved schedule
+    (schedules.py, forward_backward_pipelining_with_interleaving): 2(p-r-1) + (v-1)p on rank r,
+    or all of them where the micro-batches are as many as the stages ('if num_microbatches ==
+    pipeline_parallel_size: num_warmup_microbatches = total_num_microbatches')."""
+    total = m * v
+    if m == p:
+        return total
+    return min((p - stage - 1) * 2 + (v - 1) * p, total)
+
+
 def interleaved(stage: int, p: int, m: int, v: int) -> list[Step]:
     """Megatron-LM's interleaved schedule (needs m to be a multiple of p): the k-th forward
     runs chunk (k // p) mod v of micro-batch (k // (p·v))·p + k mod p; backwards run the
@@ -42,8 +53,7 @@ def interleaved(stage: int, p: int, m: int, v: int) -> list[Step]:
     pv = p * v
     fwd = [("F", (k // pv) * p + k % p, (k // p) % v) for k in range(total)]
     bwd = [("B", (k // pv) * p + k % p, v - 1 - (k // p) % v) for k in range(total)]
-    warmup = min((p - stage - 1) * 2 + (v - 1) * p, total)
-    return _alternate(fwd, bwd, warmup)
+    return _alternate(fwd, bwd, interleaved_warmup(stage, p, m, v))
 
 
 def schedule(kind: str, stage: int, p: int, m: int, v: int = 1) -> list[Step]:
@@ -68,7 +78,7 @@ def schedule_arrays(
         ch = (k // p) % v
         f = (mb, ch)
         b = (mb, v - 1 - ch)
-        warmup = min((p - stage - 1) * 2 + (v - 1) * p, m * v)
+        warmup = interleaved_warmup(stage, p, m, v)
     else:
         mb = np.arange(m)
         zero = np.zeros(m, dtype=mb.dtype)

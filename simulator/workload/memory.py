@@ -186,8 +186,12 @@ def inflight_microbatches(rs: ResolvedScenario, stage: int) -> float:
         # one in flight, each 1/v of the stage's layers: p(1 + (p-1)/(pv)) micro-batches on
         # stage 0 (Korthikanti et al. 2022, §4.2.3), fewer on later stages, never more than
         # the m·v chunks there are.
+        # With as many micro-batches as stages every chunk forward runs first (warm-up of all
+        # m·v: engine.schedule.interleaved_warmup), so the stage holds all m.
+        from ..engine.schedule import interleaved_warmup
+
         v = rs.parallelism.virtual_stages
-        chunks = min(2 * (p - stage - 1) + (v - 1) * p + 1, m * v)
+        chunks = min(interleaved_warmup(stage, p, m, v) + 1, m * v)
         return chunks / v
     return float(min(p - stage, m))
 
