@@ -120,20 +120,30 @@ def simulate_csv_row(d: dict[str, Any]) -> dict[str, Any]:
 
 
 def _csv(flat: dict[str, Any]) -> None:
-    import csv
-
-    w = csv.writer(sys.stdout)
-    w.writerow(flat.keys())
-    w.writerow(flat.values())
+    _csv_rows(list(flat), [flat])
 
 
 def _csv_rows(keys: list[str], rows: list[dict[str, Any]]) -> None:
+    """CSV on stdout, always UTF-8: data, unlike the tables, is never written with a
+    replacement for a character the terminal's encoding lacks (a name 'café×8' stays whole)."""
     import csv
+    import io
 
-    w = csv.writer(sys.stdout)
+    text = io.StringIO()
+    w = csv.writer(text)
     w.writerow(keys)
     for r in rows:
         w.writerow([r.get(k, "") for k in keys])
+    data = text.getvalue()
+    buffer = getattr(sys.stdout, "buffer", None)
+    if buffer is None or (getattr(sys.stdout, "encoding", "") or "").lower().replace("-", "") in (
+        "utf8",
+    ):
+        sys.stdout.write(data)
+        return
+    sys.stdout.flush()
+    buffer.write(data.encode("utf-8"))
+    buffer.flush()
 
 
 # What an interrupted command leaves behind, said in one line on Ctrl-C; commands that write as

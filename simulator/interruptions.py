@@ -143,8 +143,9 @@ def goodput(
     """Goodput under interruptions at ``per_hour`` per wall-clock hour, with the best checkpoint
     interval (see the module docstring). A checkpoint is taken between optimizer steps, so with
     ``step_s`` given the interval is a whole number of steps. ``work_s``: the whole run's work
-    (its steps' time); a run shorter than the best interval is one interval, checkpointed once
-    as it ends, since no checkpoint inside it can save more than it costs."""
+    (its steps' time); where running it through without a checkpoint inside loses less than
+    the best interval would (a run short beside the interval), that is the plan, and a failure
+    starts the run again (its final save is no cost of fault tolerance)."""
     restart = RESTART_MIN * 60.0 + ckpt.read_s
     if per_hour <= 0:
         return Goodput(1.0, math.inf, restart)
@@ -164,8 +165,10 @@ def goodput(
     if step_s > 0:
         steps = max(1.0, math.floor(tau / step_s))
         tau = min((steps * step_s, (steps + 1) * step_s), key=wall_per_work)
-    if work_s is not None and 0.0 < work_s < tau:
-        tau = work_s
+    if work_s is not None and work_s > 0.0:
+        whole = restart_factor * math.expm1(min(lam * work_s, 700.0)) / work_s
+        if whole <= wall_per_work(tau):
+            return Goodput(1.0 / whole, work_s, restart)
     return Goodput(1.0 / wall_per_work(tau), tau, restart)
 
 
@@ -272,9 +275,9 @@ def run_goodput(
     if work is not None and g.interval_s >= work:
         how = (
             f"a checkpoint of {ck.bytes / 1e9:,.0f} GB takes {ck.write_s:.0f} s to write to "
-            f"{rs.storage.name}; the run's {work / 60:,.1f} min of work is shorter than the "
-            "interval that loses least, so it is written once, as the run ends (a failure "
-            "starts the run again)"
+            f"{rs.storage.name}; the run's {work / 60:,.1f} min of work loses less run through "
+            "without one than with checkpoints at the best interval, so none is written inside "
+            "it (a failure starts the run again)"
         )
     if g.goodput < 0.01:
         hint = "use fewer GPUs, faster checkpoint storage or a more reliable part"

@@ -108,24 +108,33 @@ def _check_full_size(rs: ResolvedScenario) -> None:
         )
         if per_rank * rs.gpus > FULL_MODE_COLLECTIVE_LIMIT:
             raise UserError(
-                f"--full simulates every rank's collectives; TP/CP groups that span nodes "
-                f"make {per_rank:,.0f} collectives per rank per step ({per_rank * rs.gpus:,.0f} "
-                f"in all), above the limit of {FULL_MODE_COLLECTIVE_LIMIT:,}",
-                hint=hint + ", or fewer micro-batches per step",
+                f"--full simulates every rank's collectives; TP/CP groups that cross nodes "
+                f"or CPU sockets (or that nodes hold unevenly) make {per_rank:,.0f} collectives "
+                f"per rank per step ({per_rank * rs.gpus:,.0f} in all), above the limit of "
+                f"{FULL_MODE_COLLECTIVE_LIMIT:,}",
+                hint="drop --full (one rank per stage stands for the rest; exact where the "
+                "groups sit on nodes alike), or fewer micro-batches per step",
             )
 
 
 def _layer_collectives_shared(rs: ResolvedScenario) -> bool:
-    """Whether TP or CP groups cross nodes, or CPU sockets of a PCIe-through-host fabric."""
+    """Whether full mode moves TP or CP collectives through the flow network rank by rank:
+    where groups cross nodes, where any group cuts the nodes unevenly (the engine then times
+    no group analytically: ``LinkSharing._analytic_groups``), or where CPU sockets of a
+    PCIe-through-host fabric cut any TP or CP group."""
     g, k = rs.gpus_per_node, rs.tp * rs.cp
     if k <= 1:
         return False
     if k > g or g % k:
         return True
+    from .network.layout import layout_of
     from .network.topology import Topology
 
+    if not layout_of(rs).node_aligned():
+        return True
     topo = Topology(rs)
-    return any(topo.socket_share(0, kind) > 0 for kind in ("tp", "cp"))
+    ranks = range(min(rs.gpus, g))  # one node's ranks: every group the sockets can cut
+    return any(topo.socket_share(r, kind) > 0 for r in ranks for kind in ("tp", "cp"))
 
 
 # Each DP collective is a few events per simulated rank, as a pass is: past as many as the

@@ -193,3 +193,48 @@ def test_full_mode_bound_counts_groups_cut_by_sockets() -> None:
     res = simulate(rs, scaling=False)
     assert res.engine.mode == "symmetric"
     assert any("may be optimistic" in n for n in res.notes)
+
+
+def test_full_mode_bound_counts_groups_nodes_hold_unevenly() -> None:
+    """Six nodes of TP 4, PP 4, DP 3: the groups sit on the nodes unevenly, so the engine times
+    no TP group analytically and every rank's layer collectives go through the flow network
+    (5.0M, 46 s in full mode): one rank per stage, with its note (a diff review's finding)."""
+    from simulator.config.loading import load_scenario
+    from simulator.simulate import simulate
+
+    sets = [
+        "cluster.nodes=6",
+        "parallelism.tp=4",
+        "parallelism.pp=4",
+        "parallelism.dp=3",
+        "parallelism.pp_schedule={kind: 1f1b}",
+        "training.global_batch=1536",
+        "cluster.pricing=null",
+    ]
+    rs = load_scenario(REPO / "scenarios" / "llama3-70b-64xh100.yaml", sets)
+    res = simulate(rs, scaling=False)
+    assert res.engine.mode == "symmetric"
+    assert any("may be optimistic" in n for n in res.notes)
+
+
+def test_a_sweep_base_that_is_a_probe_is_named(tmp_path: Path) -> None:
+    _probe(tmp_path)
+    spec = tmp_path / "spec.yaml"
+    spec.write_text("name: t\nbase: probe.json\naxes:\n  - cluster.nodes: [1, 2]\n")
+    res = run_cli("sweep", str(spec), "--out", str(tmp_path / "o.csv"), cwd=tmp_path)
+    assert res.returncode == 2 and "this is a probe file" in res.stderr, res.stderr
+
+
+def test_csv_on_a_terminal_without_a_character_stays_whole() -> None:
+    """Tables get a replacement for a character the terminal lacks; CSV is data, written as
+    UTF-8 whatever the terminal's encoding (a name 'café×8' was written 'caf??8')."""
+    res = subprocess.run(
+        [sys.executable, "-m", "simulator.cli", "simulate", "llama3-8b-8xh100", "--set",
+         "name=café×8", "--format", "csv"],
+        capture_output=True,
+        env={**os.environ, "PYTHONIOENCODING": "ascii"},
+        cwd=REPO,
+        timeout=120,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr.decode(errors="replace")
+    assert res.stdout.decode("utf-8").splitlines()[1].startswith("café×8,")

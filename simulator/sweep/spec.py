@@ -294,6 +294,9 @@ def load_spec(path: str | Path) -> tuple[SweepSpec, dict[str, Any], Path]:
             path="base",
             hint=f"name the scenario that sweep varies (its base: {base['base']!s:.200})",
         )
+    from ..config.other_files import refuse_other_files
+
+    refuse_other_files(base, str(base_path))  # a probe, a result, a trace, a profile
     _check_base(base, base_path, spec)
     return spec, base, base_path
 
