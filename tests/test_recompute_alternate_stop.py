@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from test_recompute_trace import _backward_kernels
 
 from simulator.config.loading import resolve_dict
 from simulator.simulate import simulate
@@ -28,13 +29,7 @@ def _recomputed(mlp: str, early_stop: bool) -> list[str]:
     output but every second one's, and the attention kernel's)."""
     from torch import nn
     from torch.nn import functional as F
-    from torch.utils._python_dispatch import TorchDispatchMode
-    from torch.utils.checkpoint import (
-        CheckpointPolicy,
-        checkpoint,
-        create_selective_checkpoint_contexts,
-        set_checkpoint_early_stop,
-    )
+    from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint_contexts
 
     mm = torch.ops.aten.mm.default
     saved = {mm, torch.ops.aten._scaled_dot_product_flash_attention.default}
@@ -67,23 +62,10 @@ def _recomputed(mlp: str, early_stop: bool) -> list[str]:
             h = F.silu(self.w1(y)) * self.w3(y) if mlp == "swiglu" else F.gelu(self.w1(y))
             return x + self.w2(h)
 
-    class Log(TorchDispatchMode):
-        def __init__(self) -> None:
-            super().__init__()
-            self.ops: list[str] = []
-
-        def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None):
-            self.ops.append(func.overloadpacket.__name__)
-            return func(*args, **(kwargs or {}))
-
     torch.manual_seed(0)
     block, x = Block(), torch.randn(2, 8, 32, requires_grad=True)
-    with set_checkpoint_early_stop(early_stop):
-        y = checkpoint(block, x, use_reentrant=False, context_fn=policy)
-        log = Log()
-        with log:
-            y.sum().backward()
-    return [o for o in log.ops if o in _FORWARD]
+    ops = _backward_kernels(block, x, early_stop, policy)
+    return [o for o in ops if o in _FORWARD]
 
 
 def _skipped(mlp: str) -> list[str]:

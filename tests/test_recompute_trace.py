@@ -21,9 +21,10 @@ from simulator.workload.recompute import (
 torch = pytest.importorskip("torch")
 
 
-def _backward_kernels(fn: Any, x: Any, early_stop: bool) -> list[str]:
+def _backward_kernels(fn: Any, x: Any, early_stop: bool, context_fn: Any = None) -> list[str]:
     """Every kernel torch dispatches during the backward of ``fn(x)`` run under non-reentrant
-    checkpoint with early stop on or off, in order (the recomputation comes first)."""
+    checkpoint with early stop on or off, in order (the recomputation comes first);
+    ``context_fn``: a selective-checkpoint policy's contexts, as ``checkpoint`` takes them."""
     from torch.utils._python_dispatch import TorchDispatchMode
     from torch.utils.checkpoint import checkpoint, set_checkpoint_early_stop
 
@@ -37,7 +38,8 @@ def _backward_kernels(fn: Any, x: Any, early_stop: bool) -> list[str]:
             return func(*args, **(kwargs or {}))
 
     with set_checkpoint_early_stop(early_stop):
-        y = checkpoint(fn, x, use_reentrant=False)
+        extra = {"context_fn": context_fn} if context_fn is not None else {}
+        y = checkpoint(fn, x, use_reentrant=False, **extra)
         log = Log()
         with log:
             y.sum().backward()
