@@ -268,16 +268,19 @@ def run_goodput(
         )
     how = (
         f"a checkpoint of {ck.bytes / 1e9:,.0f} GB takes {ck.write_s:.0f} s to write to "
-        f"{rs.storage.name}; written every {g.interval_s / 60:,.1f} min of work "
-        + (f"({g.interval_s / step_s:,.0f} steps, " if step_s > 0 else "(")
-        + "the interval that loses least)"
+        f"{rs.storage.name}; "
     )
     if work is not None and g.interval_s >= work:
-        how = (
-            f"a checkpoint of {ck.bytes / 1e9:,.0f} GB takes {ck.write_s:.0f} s to write to "
-            f"{rs.storage.name}; the run's {work / 60:,.1f} min of work loses less run through "
-            "without one than with checkpoints at the best interval, so none is written inside "
-            "it (a failure starts the run again)"
+        how += (
+            f"the run's {work / 60:,.1f} min of work loses less run through without one than "
+            "with checkpoints at the best interval, so none is written inside it (a failure "
+            "starts the run again)"
+        )
+    else:
+        how += (
+            f"written every {g.interval_s / 60:,.1f} min of work "
+            + (f"({g.interval_s / step_s:,.0f} steps, " if step_s > 0 else "(")
+            + "the interval that loses least)"
         )
     if g.goodput < 0.01:
         hint = "use fewer GPUs, faster checkpoint storage or a more reliable part"
