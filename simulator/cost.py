@@ -278,6 +278,16 @@ def _tier_rate(price: CloudPrice, tier: Tier) -> float:
     return rate.value
 
 
+def usd_per_hour_floor(rs: ResolvedScenario) -> float:
+    """The lowest hourly price ``rs``'s cluster has whatever plan runs on it: the cloud rate,
+    or an owned cluster's with its GPUs drawing idle power (0 without a price)."""
+    if rs.price is None:
+        return 0.0
+    if isinstance(rs.price, CloudPrice):
+        return _cloud(rs, rs.price)[1]
+    return _ownership(rs, rs.price, 0.0)[1]
+
+
 def _cloud(rs: ResolvedScenario, price: CloudPrice) -> _Parts:
     tier: Tier = rs.price_tier
     rate = _tier_rate(price, tier)

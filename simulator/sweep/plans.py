@@ -2,8 +2,11 @@
 simulated plan gives.
 
 A plan is valid when the scenario resolves (degrees divide the GPUs, heads, layers and batch)
-and fits in memory (`check`); the others are dropped and counted by reason. Each valid plan is
-simulated in symmetric mode; ``keep`` picks the fastest, the cheapest, or all of them.
+and fits in memory (the memory model `check` prints); the others are dropped and counted by
+reason. Each valid plan is simulated in symmetric mode; ``keep`` picks the fastest, the
+cheapest, or all of them. To keep the fastest or the cheapest, plans run from the lowest floor
+under their step (:mod:`.bounds`) up, and one whose floor already loses to the best found is
+not simulated: the same plan is kept, with far fewer simulations (``plans_simulated``).
 """
 
 from __future__ import annotations
@@ -13,14 +16,15 @@ import itertools
 from collections import Counter
 from typing import Any
 
-from ..check import check
 from ..config.loading import apply_sets, resolve_dict
 from ..config.scenario import ResolvedScenario
-from ..cost import compute_cost
+from ..cost import compute_cost, usd_per_hour_floor
 from ..engine.sim import CATEGORIES
 from ..errors import UserError
 from ..interruptions import run_report
 from ..simulate import simulate
+from ..workload.memory import memory_report
+from .bounds import step_floor
 from .spec import Point
 
 SHARDINGS: list[dict[str, Any]] = [{"kind": "zero", "stage": s} for s in (0, 1, 2, 3)]
@@ -69,6 +73,7 @@ COLUMNS = [
     "usd_commitment",
     *[f"idle_{c}_s" if c not in ("compute", "optimizer") else f"{c}_s" for c in CATEGORIES],
     "plans_valid",
+    "plans_simulated",
     "plans_dropped_memory",
     "plans_dropped_invalid",
 ]
@@ -215,6 +220,51 @@ def _row_common(sweep: str, point: Point, rs: ResolvedScenario) -> dict[str, Any
     }
 
 
+def _simulated_row(sweep: str, point: Point, rs: ResolvedScenario) -> dict[str, Any]:
+    """The row of one simulated plan: its configuration, figures and cost."""
+    d, idle, drawing = _simulate_unpriced(rs)
+    # Interruptions with this point's price (spot adds preemptions to GPU failures).
+    run = run_report(rs, d["step_time_s"])
+    cost = compute_cost(rs, d["step_time_s"], min(1.0, max(0.0, idle)), drawing, run=run)
+    c = cost.as_dict() if cost else {}
+    row = _row_common(sweep, point, rs)
+    row.update(
+        status="ok",
+        memory_gb_per_gpu=d["memory_gb_per_gpu"],
+        step_time_s=d["step_time_s"],
+        tokens_per_s=d["tokens_per_s"],
+        tokens_per_s_per_gpu=d["tokens_per_s"] / rs.gpus,
+        mfu=d["mfu"],
+        model_tflops_per_gpu=d["model_tflops_per_gpu"],
+        usd_per_gpu_hour=c.get("usd_per_gpu_hour"),
+        usd_per_million_tokens=c.get("usd_per_million_tokens"),
+        goodput=run.goodput,
+        time_to_train_days=run.time_to_train_days,
+        usd_total=c.get("usd_total"),
+        usd_idle=c.get("usd_idle"),
+        usd_commitment=c.get("usd_commitment"),
+    )
+    for cat in CATEGORIES:
+        col = f"{cat}_s" if cat in ("compute", "optimizer") else f"idle_{cat}_s"
+        row[col] = d["breakdown_s"].get(cat, 0.0)
+    return row
+
+
+def _beyond(rs: ResolvedScenario, floor: float, keep: str, best: tuple[float, ...]) -> bool:
+    """Whether a plan whose step is at least ``floor`` seconds cannot beat ``best`` (the
+    winner's key so far): its step over goodput is at least the floor (goodput is at most 1),
+    and so is its cost per token at the lowest hourly price its cluster can have (an owned
+    one drawing idle power)."""
+    if keep == "fastest":
+        return floor > best[0]  # _fastest: (step over goodput, step)
+    if rs.price is None:  # _cheapest without prices: (True, 0, step over goodput)
+        return floor > best[2]
+    if best[0]:  # the best so far has no price: a priced plan beats it whatever it costs
+        return False
+    usd = usd_per_hour_floor(rs) * floor / 3600.0 / rs.training.tokens_per_step * 1e6
+    return usd > best[1]
+
+
 def evaluate_point(
     sweep: str, base: dict[str, Any], point: Point, auto: list[str], keep: str
 ) -> list[dict[str, Any]]:
@@ -230,6 +280,7 @@ def evaluate_point(
         variants = plan_variants(data, auto)
     except UserError as err:
         return [_failed(sweep, point, f"invalid: {err.message}", Counter())]
+    fitting: list[ResolvedScenario] = []
     for variant in variants:
         try:
             rs = resolve_dict(variant)
@@ -237,45 +288,30 @@ def evaluate_point(
             drops["invalid"] += 1
             invalid[f"{err.path}: {err.message}" if err.path else err.message] += 1
             continue
-        rep = check(rs)
-        if not rep.fits:
+        if not memory_report(rs).fits:  # (not check: its levers are not wanted here)
             drops["memory"] += 1
             continue
+        fitting.append(rs)
+    pairs: list[tuple[float, ResolvedScenario]] = [(0.0, rs) for rs in fitting]
+    if keep != "all" and len(fitting) > 1:
+        # From the lowest floor up, so that the winner comes early and the rest are skipped
+        # once their floor exceeds it (sweep.bounds): the answer an exhaustive search gives.
+        pairs = sorted(((step_floor(rs), rs) for rs in fitting), key=lambda p: p[0])
+    best: tuple[float, ...] | None = None
+    simulated = 0
+    for floor, rs in pairs:
+        if best is not None and _beyond(rs, floor, keep, best):
+            continue
         try:
-            d, idle, drawing = _simulate_unpriced(rs)
-            # Interruptions with this point's price (spot adds preemptions to GPU failures).
-            run = run_report(rs, d["step_time_s"])
-            cost = compute_cost(
-                rs,
-                d["step_time_s"],
-                min(1.0, max(0.0, idle)),
-                drawing,
-                run=run,
-            )
+            row = _simulated_row(sweep, point, rs)
         except UserError as err:  # e.g. a price tier the profile does not offer
             return [_failed(sweep, point, f"invalid: {err.message}", drops)]
-        c = cost.as_dict() if cost else {}
-        row = _row_common(sweep, point, rs)
-        row.update(
-            status="ok",
-            memory_gb_per_gpu=d["memory_gb_per_gpu"],
-            step_time_s=d["step_time_s"],
-            tokens_per_s=d["tokens_per_s"],
-            tokens_per_s_per_gpu=d["tokens_per_s"] / rs.gpus,
-            mfu=d["mfu"],
-            model_tflops_per_gpu=d["model_tflops_per_gpu"],
-            usd_per_gpu_hour=c.get("usd_per_gpu_hour"),
-            usd_per_million_tokens=c.get("usd_per_million_tokens"),
-            goodput=run.goodput,
-            time_to_train_days=run.time_to_train_days,
-            usd_total=c.get("usd_total"),
-            usd_idle=c.get("usd_idle"),
-            usd_commitment=c.get("usd_commitment"),
-        )
-        for cat in CATEGORIES:
-            col = f"{cat}_s" if cat in ("compute", "optimizer") else f"idle_{cat}_s"
-            row[col] = d["breakdown_s"].get(cat, 0.0)
+        simulated += 1
         rows.append(row)
+        if keep != "all":
+            key = (_fastest if keep == "fastest" else _cheapest)(row)
+            if best is None or key < best:
+                best = key  # type: ignore[assignment]
     if not rows:
         if drops["memory"]:
             reason = f"no plan fits in memory ({drops['memory']} tried)"
@@ -300,6 +336,7 @@ def evaluate_point(
         r.update(
             point_rows=len(rows),
             plans_valid=valid,
+            plans_simulated=simulated,
             plans_dropped_memory=drops["memory"],
             plans_dropped_invalid=drops["invalid"],
         )
@@ -331,6 +368,7 @@ def _failed(sweep: str, point: Point, reason: str, drops: Counter[str]) -> dict[
         "status": reason,
         **{f"axis_{k}": v for k, v in point.labels.items()},
         "plans_valid": 0,
+        "plans_simulated": 0,
         "plans_dropped_memory": drops["memory"],
         "plans_dropped_invalid": drops["invalid"],
     }
