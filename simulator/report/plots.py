@@ -11,6 +11,7 @@ from typing import Any
 from ..errors import UserError
 from ..sweep.answers import cost_of, ok_rows, pareto, run_basis, time_of
 from .files import write_atomic
+from .sweep_cells import degrees
 
 Rows = list[dict[str, Any]]
 
@@ -73,9 +74,10 @@ def _plt() -> Any:
 
 
 def _label(r: dict[str, Any]) -> str:
-    return f"{r['gpus']}×{r['gpu']} TP{r['tp']} PP{r['pp']} DP{r['dp']}" + (
-        f" {r['tier']}" if r.get("tier") else ""
-    )
+    """A layout as the plots name it: GPUs, degrees, and the price (profile and tier, so that
+    two providers' reserved rows are told apart)."""
+    price = " ".join(str(x) for x in (r.get("pricing"), r.get("tier")) if x)
+    return f"{r['gpus']}×{r['gpu']} {degrees(r)}" + (f" {price}" if price else "")
 
 
 def scaling(rows: Rows, path: Path, title: str) -> Path:

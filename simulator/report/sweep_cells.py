@@ -16,6 +16,14 @@ def _schedule(r: dict[str, Any]) -> str:
     return f" ({r.get('schedule')})"
 
 
+def degrees(r: dict[str, Any], schedule: bool = False) -> str:
+    """The plan's parallel degrees, whose product is its GPU count: 'TP4 CP2 PP4 DP1' (CP
+    where there is context parallelism), with the pipeline schedule after PP if asked."""
+    cp = int(r.get("cp") or 1)
+    sched = _schedule(r) if schedule else ""
+    return f"TP{r['tp']}" + (f" CP{cp}" if cp > 1 else "") + f" PP{r['pp']}{sched} DP{r['dp']}"
+
+
 def _days(d: float) -> str:
     if d >= 10:
         return f"{d:,.1f}"
@@ -32,7 +40,7 @@ def sweep_cells(r: dict[str, Any], labelled: bool = False) -> list[str]:
     return [
         str(r["point"]),
         safe(
-            f"{r['gpus']}×{r['gpu']} TP{r['tp']} PP{r['pp']}{_schedule(r)} DP{r['dp']} "
+            f"{r['gpus']}×{r['gpu']} {degrees(r, schedule=True)} "
             f"mb{r['micro_batch']} {r['sharding']} {r['recompute']}"
         ),
         safe(r.get("tier") or "-"),
@@ -47,4 +55,4 @@ def sweep_cells(r: dict[str, Any], labelled: bool = False) -> list[str]:
     ]
 
 
-__all__ = ["sweep_cells"]
+__all__ = ["degrees", "sweep_cells"]
