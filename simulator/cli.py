@@ -160,7 +160,8 @@ def check(
     fmt: Annotated[Fmt, typer.Option("--format")] = Fmt.table,
     set_: Annotated[list[str] | None, typer.Option("--set", help="PATH=VALUE override")] = None,
 ) -> None:
-    """Validate a scenario: does it fit in memory? Prints the per-GPU memory table."""
+    """Validate a scenario: does it fit in memory? Prints the per-GPU memory table; exits 1
+    when the plan does not fit."""
     from .catalog import find_scenario
     from .check import check as run_check
     from .config.loading import load_scenario
@@ -189,6 +190,8 @@ def check(
         _csv(flat)
     else:
         print_check(rep, out)
+    if not rep.fits:
+        raise typer.Exit(1)  # as a gate in scripts: 0 fits, 1 does not, 2 bad input
 
 
 @app.command()

@@ -13,8 +13,9 @@ from conftest import CATALOG_SCENARIO, run_cli, write_yaml
 
 def _check(*args: str) -> dict:  # type: ignore[type-arg]
     res = run_cli("check", *args, "--format", "json")
-    assert res.returncode == 0, res.stderr
-    return json.loads(res.stdout)  # type: ignore[no-any-return]
+    d = json.loads(res.stdout)
+    assert res.returncode == (0 if d["fits"] else 1), res.stderr  # 1: does not fit
+    return d  # type: ignore[no-any-return]
 
 
 def test_a_lever_added_after_the_users_own_set_takes_effect() -> None:

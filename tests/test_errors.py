@@ -58,7 +58,8 @@ def _mutated(change: Callable[[dict[str, Any]], None], **kw: Any) -> dict[str, A
 def test_baseline_inline_scenario_is_valid(tmp_path: Path) -> None:
     f = _write(tmp_path, inline_scenario("llama3-8b"))
     res = run_cli_process("check", str(f))
-    assert res.returncode == 0, res.stderr
+    # valid, but 8B with unsharded Adam state needs ~157 GB of 80: check's "does not fit" is 1
+    assert res.returncode == 1 and "does not fit" in res.stdout, res.stderr
     assert res.stderr == ""
 
 
