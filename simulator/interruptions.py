@@ -184,7 +184,8 @@ class RunReport:
     """The figures behind ``goodput`` where anything interrupts the run (None otherwise):
     ``interruptions_per_hour`` (GPU and other failures, spot preemptions), ``checkpoint_gb``,
     ``checkpoint_write_s``, ``checkpoint_interval_s`` and ``checkpoint_interval_steps`` (the
-    interval that loses least), ``restart_s`` (an interruption to training again) and
+    interval that loses least; None where the run is short enough to run through without a
+    checkpoint inside it), ``restart_s`` (an interruption to training again) and
     ``expected_interruptions`` over the run's wall time (None without ``run.tokens``)."""
 
 
@@ -252,13 +253,16 @@ def run_goodput(
     if rs.run.tokens is not None and step_s > 0:
         work = math.ceil(rs.run.tokens / rs.training.tokens_per_step) * step_s
     g = goodput(per_hour, ck, step_s, work)
+    through = work is not None and g.interval_s >= work  # no checkpoint inside the run
     if figures is not None:
         figures.update(
             interruptions_per_hour=per_hour,
             checkpoint_gb=ck.bytes / 1e9,
             checkpoint_write_s=ck.write_s,
-            checkpoint_interval_s=g.interval_s,
-            checkpoint_interval_steps=round(g.interval_s / step_s) if step_s > 0 else None,
+            checkpoint_interval_s=None if through else g.interval_s,
+            checkpoint_interval_steps=(
+                round(g.interval_s / step_s) if step_s > 0 and not through else None
+            ),
             restart_s=g.restart_s,
         )
     if rs.storage.technology == "local_nvme":
@@ -270,7 +274,7 @@ def run_goodput(
         f"a checkpoint of {ck.bytes / 1e9:,.0f} GB takes {ck.write_s:.0f} s to write to "
         f"{rs.storage.name}; "
     )
-    if work is not None and g.interval_s >= work:
+    if through:
         how += (
             f"the run's {work / 60:,.1f} min of work loses less run through without one than "
             "with checkpoints at the best interval, so none is written inside it (a failure "
