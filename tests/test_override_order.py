@@ -87,6 +87,14 @@ def test_a_replaced_section_names_the_fields_it_dropped(tmp_path: Path) -> None:
         == []
     )
     assert replaced_fields(base, ["cluster.nodes=4"]) == []
+    # a section removed on purpose drops what it held without advice to set it again (which
+    # then failed: `cluster.pricing.tier=on_demand` alone has no price profile)
+    priced = {
+        **base,
+        "cluster": {**base["cluster"], "pricing": {"profile": "aws-p5-h100", "tier": "spot"}},
+    }
+    assert replaced_fields(priced, ["cluster.pricing=null"]) == []
+    assert replaced_fields(priced, ["cluster.pricing=~"]) == []
 
 
 def test_a_sweep_says_which_fields_an_axis_drops(tmp_path: Path) -> None:

@@ -149,7 +149,9 @@ def replaced_fields(data: dict[str, Any], sets: list[str]) -> list[str]:
         try:
             value = load_text(item.partition("=")[2])
         except Exception:  # a value apply_sets keeps as text, or refuses itself
-            value = None
+            value = ""
+        if value is None:
+            continue  # the section removed (`cluster.pricing=null`): nothing of it is wanted
         given = set(value) if isinstance(value, dict) else set()
         new_kind = value.get("kind") if isinstance(value, dict) else value
         if "kind" in node and new_kind != node["kind"]:
