@@ -34,7 +34,7 @@ CATEGORY_LABELS = {
     "comm_pp": "exposed PP communication",
     "pp_bubble": "pipeline bubble",
     "data_stall": "data-loader stall",
-    "imbalance": "stage imbalance",
+    "imbalance": "waiting on other stages or ranks",
     "straggler": "waiting for the slowest GPU",
     "overlap": "compute slowed by overlapping DP communication",
     "offload": "waiting on activation offload to host memory",

@@ -60,7 +60,7 @@ def _split_stage_waits(rs: ResolvedScenario, per_class: dict[str, dict[str, floa
     critical path, pipeline sends included) in a balanced pipeline idles (p-1)/v · t while
     the pipeline fills and drains ((p-1)/(m+p-1) of a 1F1B step; v virtual stages divide it);
     what a lighter stage waits beyond that is the heavier stages' extra work, each micro-batch
-    (``imbalance``, "waiting on other stages"). Balanced stages keep their whole wait as
+    (``imbalance``, "waiting on other stages or ranks"). Balanced stages keep their whole wait as
     bubble; busy + idle is unchanged."""
     m = rs.micro_batches
     if rs.pp < 2 or m < 1:

@@ -24,7 +24,7 @@ IDLE = [
     ("idle_comm_pp_s", "PP comm"),
     ("idle_pp_bubble_s", "pipeline bubble"),
     ("idle_data_stall_s", "data stall"),
-    ("idle_imbalance_s", "stage imbalance"),
+    ("idle_imbalance_s", "waiting on other stages or ranks"),
     ("idle_straggler_s", "stragglers"),
     ("idle_overlap_s", "DP comm overlap slowdown"),
     ("idle_offload_s", "activation offload wait"),

@@ -208,7 +208,7 @@ def print_simulation(d: dict[str, Any], console: Console) -> None:
         "comm_pp": "exposed PP comm",
         "pp_bubble": "pipeline bubble",
         "data_stall": "data-loader stall",
-        "imbalance": "waiting on other stages",
+        "imbalance": "waiting on other stages or ranks",
         "straggler": "waiting for the slowest GPU",
         "overlap": "slowed by overlapping DP comm",
         "offload": "waiting on activation offload",
