@@ -24,6 +24,10 @@ COEFFS = {
 }
 
 
+# A fit whose timings sit, rms, more than this far from it (relative) is flagged whatever its R².
+SCATTER_LIMIT = 0.5
+
+
 @dataclass
 class AlphaBeta:
     op: str
@@ -45,8 +49,10 @@ class AlphaBeta:
 
     @property
     def note(self) -> str | None:
-        """Why the fit is not to be trusted, and what to run, when R² < 0.9 (else None)."""
-        if self.r2 >= 0.9:
+        """Why the fit is not to be trusted, and what to run, when R² < 0.9 or the timings
+        scatter by more than half about it (R² on the times can stay high where the largest
+        sizes fit and the small ones are off by 2x) (else None)."""
+        if self.r2 >= 0.9 and self.rms_rel_err <= SCATTER_LIMIT:
             return None
         if self.points < 5:
             return (
@@ -59,7 +65,7 @@ class AlphaBeta:
                 "timings resolve); re-probe with a larger --max-bytes"
             )
         return (
-            f"R²={self.r2:.2f}: timings scatter {self.rms_rel_err:.0%} rms about the fit "
+            f"R²={self.r2:.2f}, timings scatter {self.rms_rel_err:.0%} rms about the fit "
             "(a busy or shared machine); re-probe on a quiet one, or with a longer "
             "--time-budget (more iterations per size)"
         )

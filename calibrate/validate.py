@@ -240,8 +240,18 @@ def validate(
                 (abs(r["scaling_gap_points"]) for r in out if "scaling_gap_points" in r),
                 default=None,
             ),
+            # how wide the corrected prediction's interval is, as ± % of it: where it is wide a
+            # row passes by overlap whatever its error
+            "max_interval_half_width_pct": max(
+                (_half_width_pct(r) for r in out if "predicted_interval_s" in r), default=None
+            ),
         },
     }
+
+
+def _half_width_pct(r: dict[str, Any]) -> float:
+    lo, hi = r["predicted_interval_s"]
+    return 100.0 * (hi - lo) / 2.0 / r["corrected_predicted_s"]
 
 
 def _row(

@@ -274,7 +274,7 @@ def run_goodput(
         f"a checkpoint of {ck.bytes / 1e9:,.0f} GB takes {ck.write_s:.0f} s to write to "
         f"{rs.storage.name}; "
     )
-    if through:
+    if through and work is not None:
         how += (
             f"the run's {work / 60:,.1f} min of work loses less run through without one than "
             "with checkpoints at the best interval, so none is written inside it (a failure "

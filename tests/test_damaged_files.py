@@ -323,7 +323,17 @@ def test_a_probe_measured_on_a_busy_machine_is_warned_about(tmp_path: Path) -> N
     assert said is not None and "2.22x slower together" in said and "23%" in said
     quiet = {"compute_fit": {"in_step_factor": 0.908, "in_step_factor_alone": 0.95}}
     assert contention_warning(quiet) is None
+    # together/alone under the bar (1.47), but block times flipping between 0.1 and 0.2 s: a
+    # speed_cv of 45% would book 20% of a 2-GPU step to stragglers
+    flipping = {"compute_fit": {"in_step_factor": 1.474, "in_step_factor_alone": 1.0},
+                "speed_variation": {"cv": 0.4536}}  # fmt: skip
+    said = contention_warning(flipping)
+    assert said is not None and "45%" in said and "speed_cv" in said and "slower" not in said
+    steady = {**quiet, "speed_variation": {"cv": 0.03}}
+    assert contention_warning(steady) is None
     res = run_cli(
         "calibrate", str(_probe(tmp_path)), "--name", "q", "--out-dir", str(tmp_path / "q")
     )
+    # the bundled H100 probe: not busy, but its blocks step from 89 to 66 ms mid-probe (19%)
     assert res.returncode == 0 and "busy machine" not in res.stderr
+    assert "varied by 19%" in res.stderr and "run.stragglers: off" in res.stderr

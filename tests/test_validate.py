@@ -115,6 +115,16 @@ def test_probe_calibrate_validate_loop(tmp_path: Path) -> None:
     assert rep["run_order"] == ["1x1", "1x2", "1x2", "1x1"]
     oos = rep["out_of_sample"]
     assert oos["rows"] == 2
+    # the widest corrected interval, as ± % of its prediction (a wide one is warned about)
+    assert oos["max_interval_half_width_pct"] == pytest.approx(
+        max(
+            100
+            * (r["predicted_interval_s"][1] - r["predicted_interval_s"][0])
+            / 2
+            / r["corrected_predicted_s"]
+            for r in (rows[("comm-heavy", 1)], rows[("comm-heavy", 2)])
+        )
+    )
     assert oos["passed"] == sum(rows[("comm-heavy", n)]["verdict"] != "fail" for n in (1, 2))
     for name in ("probe-job", "comm-heavy"):
         one, two = rows[(name, 1)], rows[(name, 2)]

@@ -114,6 +114,9 @@ def test_a_poor_collective_fit_says_why_and_what_to_run() -> None:
     assert "--max-bytes" in (fit(0.5, resolved=False).note or "")
     assert "scatter 40%" in (fit(0.5).note or "")
     assert fit(0.5).as_dict()["note"] == fit(0.5).note
+    # R² high (the largest sizes fit) but the timings 128% rms off it: flagged too
+    wild = AlphaBeta("all_reduce", "intra", 2, 1e-4, 1e-9, 0.97, 1.28, 9, [], True)
+    assert "scatter 128%" in (wild.note or "") and "busy" in (wild.note or "")
 
 
 def test_a_time_budget_that_is_not_positive_is_refused(tmp_path: Path) -> None:
@@ -159,3 +162,37 @@ def test_the_in_step_interval_widens_with_the_two_batch_differences() -> None:
     side["compute_fit"]["gemm_weight_bandwidth"] = 0.2
     split, _ = _sigmas(side)
     assert split["compute"] > plain["compute"] > 0
+
+
+def test_validate_warns_where_its_intervals_make_any_row_pass() -> None:
+    """Prediction intervals of ±48% (a calibration whose collective timings scattered 128%)
+    pass a -25% row by overlap: the summary says the pass means little."""
+    import io
+
+    from rich.console import Console
+
+    from simulator.report.validation import print_validation
+
+    def report(width_pct: float) -> str:
+        row = {
+            "workload": "comm-heavy", "in_sample": False, "nodes": 2, "nproc_per_node": 1,
+            "measured_s": 0.10, "measured_interval_s": [0.095, 0.105], "predicted_s": 0.075,
+            "error_pct": -25.0, "drift_pct": None, "corrected_predicted_s": 0.075,
+            "predicted_interval_s": [0.075 * (1 - width_pct / 100), 0.075 * (1 + width_pct / 100)],
+            "corrected_error_pct": -25.0, "measured_scaling": 1.0, "predicted_scaling": 1.0,
+            "verdict": "intervals overlap",
+        }  # fmt: skip
+        rep = {
+            "profile": "p", "threads_per_process": 1, "interval_level": 0.9, "rows": [row],
+            "repeats": 3, "steps": 4, "drift_work": "w", "prediction_errors": "e",
+            "scaling": "weak",
+            "out_of_sample": {"rows": 1, "passed": 1, "max_abs_corrected_error_pct": 25.0,
+                              "max_scaling_gap_points": None,
+                              "max_interval_half_width_pct": width_pct},
+        }  # fmt: skip
+        buf = io.StringIO()
+        print_validation(Console(file=buf, width=200), rep)
+        return buf.getvalue()
+
+    assert "intervals reach ±48%" in report(48.0)
+    assert "intervals reach" not in report(10.0)

@@ -10,6 +10,10 @@ from rich.table import Table
 
 from .text import safe
 
+# A prediction interval wider than this (± % of the prediction) makes "the intervals overlap"
+# a pass for any error the bands care about (10%).
+WIDE_INTERVAL_PCT = 25.0
+
 
 def _ms(x: float) -> str:
     return f"{x * 1e3:.1f}"
@@ -77,6 +81,14 @@ def print_validation(out: Console, rep: dict[str, Any]) -> None:
             f"|error| {oos['max_abs_corrected_error_pct']:.1f}%"
             + (f"; largest scaling gap {gap:.1f} points" if gap is not None else "")
         )
+        wide = oos.get("max_interval_half_width_pct")
+        if wide is not None and wide > WIDE_INTERVAL_PCT:
+            out.print(
+                f"warning: prediction intervals reach ±{wide:.0f}%, so a row passes by overlap "
+                "whatever its error: the calibration's timings scattered (a busy machine, or "
+                "too short a probe); re-probe on a quiet machine with a longer --time-budget "
+                "and judge the rows by their errors"
+            )
     out.print(
         safe(
             f"measured: median of {rep['repeats']} interleaved run(s) × {rep['steps']} steps, "
