@@ -80,6 +80,12 @@ def _label(r: dict[str, Any]) -> str:
     return f"{r['gpus']}×{r['gpu']} {degrees(r)}" + (f" {price}" if price else "")
 
 
+def _plan(r: dict[str, Any]) -> tuple[Any, ...]:
+    """What makes two rows the same plan, beyond their GPU count."""
+    keys = ("tp", "pp", "cp", "schedule", "micro_batch", "sharding", "recompute")
+    return tuple(str(r.get(k)) for k in keys)
+
+
 def scaling(rows: Rows, path: Path, title: str) -> Path:
     """Throughput and scaling efficiency against GPU count (log2 axes), with the ideal line;
     one curve per GPU type and network, the fastest row at each GPU count."""
@@ -99,6 +105,20 @@ def scaling(rows: Rows, path: Path, title: str) -> Path:
         ax.plot(n, ideal, linestyle="--", color=line.get_color(), alpha=0.5)
         eff = [100 * (t / k) / (tput[0] / n[0]) for t, k in zip(tput, n, strict=True)]
         ax2.plot(n, eff, marker="o", label=gpu, color=line.get_color())
+        # Each point is the fastest plan at its size: where it is another layout than the
+        # smallest size's, name it (an efficiency above 100% is the smaller cluster forced
+        # into a slower plan, not superlinear scaling).
+        first = _plan(pts[n[0]])
+        for k, e in zip(n, eff, strict=True):
+            if _plan(pts[k]) != first or (k == n[0] and any(x > 100.5 for x in eff)):
+                ax2.annotate(
+                    degrees(pts[k]).rsplit(" DP", 1)[0],
+                    (k, e),
+                    textcoords="offset points",
+                    xytext=(4, 4),
+                    fontsize=7,
+                    color=line.get_color(),
+                )
     for a in (ax, ax2):
         a.set_xscale("log", base=2)
         a.set_xlabel("GPUs")
@@ -107,7 +127,7 @@ def scaling(rows: Rows, path: Path, title: str) -> Path:
     ax.set_ylabel("throughput (tokens/s, log scale)")
     ax.set_title("throughput (dashed: ideal linear scaling)")
     ax2.set_ylabel("scaling efficiency (% of the smallest layout, per GPU)")
-    ax2.set_title("scaling efficiency")
+    ax2.set_title("scaling efficiency (labels: a plan other than the smallest size's)")
     ax2.axhline(100, color="grey", linestyle="--", alpha=0.5)
     ax.legend()
     fig.suptitle(title)
