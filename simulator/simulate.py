@@ -97,24 +97,39 @@ def _check_full_size(rs: ResolvedScenario) -> None:
             f"above the limit of {FULL_MODE_PASS_LIMIT:,} rank-passes",
             hint=hint + ", or fewer micro-batches per step",
         )
-    if _layer_collectives_shared(rs):
-        # TP or CP groups that cross nodes (or CPU sockets) move every layer's collectives
-        # through shared links, each a few events per rank (a group with its links to itself
-        # runs a pass analytically).
+    flows = _flow_layer_groups(rs)
+    if flows:
+        # TP or CP collectives full mode moves through the flow network, each a few events per
+        # rank: groups that cross nodes or CPU sockets, or share their node's links with
+        # another group's traffic (a group with its links to itself runs a pass analytically).
         from .workload.comm import step_comm
 
         per_rank = max(
-            sum(i.calls for i in step_comm(rs, s) if i.group in ("tp", "cp")) for s in range(rs.pp)
+            sum(i.calls for i in step_comm(rs, s) if i.group in flows) for s in range(rs.pp)
         )
         if per_rank * rs.gpus > FULL_MODE_COLLECTIVE_LIMIT:
             raise UserError(
                 f"--full simulates every rank's collectives; TP/CP groups that cross nodes "
-                f"or CPU sockets (or that nodes hold unevenly) make {per_rank:,.0f} collectives "
+                f"or CPU sockets, that nodes hold unevenly or whose links other groups' "
+                f"traffic shares make {per_rank:,.0f} collectives "
                 f"per rank per step ({per_rank * rs.gpus:,.0f} in all), above the limit of "
                 f"{FULL_MODE_COLLECTIVE_LIMIT:,}",
                 hint="drop --full (one rank per stage stands for the rest; exact where the "
                 "groups sit on nodes alike), or fewer micro-batches per step",
             )
+
+
+def _flow_layer_groups(rs: ResolvedScenario) -> set[str]:
+    """The layer groups (``tp``, ``cp``) whose collectives full mode runs through the flow
+    network rank by rank: every one where :func:`_layer_collectives_shared`, else those the
+    engine does not time analytically (another group's traffic shares their links, as data
+    parallelism inside a 36-GPU node shares TP's NVLink ports)."""
+    active = {k for k, n in (("tp", rs.tp), ("cp", rs.cp)) if n > 1}
+    if not active or _layer_collectives_shared(rs):
+        return active
+    from .engine.sim import Simulation
+
+    return active - Simulation(rs)._analytic_groups()
 
 
 def _layer_collectives_shared(rs: ResolvedScenario) -> bool:

@@ -137,6 +137,38 @@ def test_full_mode_is_not_chosen_for_a_step_of_millions_of_network_collectives()
     assert cli.returncode == 2 and "collectives per rank per step" in cli.stderr
 
 
+def test_full_mode_counts_collectives_whose_links_another_group_shares() -> None:
+    """36 GPUs a node over 8 NICs (uneven: full mode), TP4 inside the node beside data
+    parallelism on the same NVLink ports: no group crosses a node, yet full mode runs every TP
+    collective through the flow network, 24.9M of them: 280 s with no word. Counted now: the
+    step takes one rank per stage with its note, and --full refuses."""
+    from simulator.config.loading import resolve_dict
+    from simulator.errors import UserError
+    from simulator.simulate import _check_full_size, _flow_layer_groups, simulate
+
+    data = {
+        "name": "gb200-36-per-node",
+        "cluster": {
+            "gpu": "gb200", "gpus_per_node": 36, "nodes": 64, "fabric": "nvlink5-nvl72",
+            "storage": "lustre",
+            "network": {"profile": "ib-xdr-800", "nics_per_node": 8,
+                        "topology": {"kind": "fat_tree", "oversubscription": 1.0}},
+        },
+        "model": "gpt3-175b",
+        "training": {"seq_len": 1024, "global_batch": 4608, "micro_batch": 1, "precision": "fp8"},
+        "parallelism": {"tp": 4, "pp": 1, "sequence_parallel": True,
+                        "sharding": {"kind": "zero", "stage": 1}, "recompute": "full"},
+        "software": "deepspeed",
+    }  # fmt: skip
+    rs = resolve_dict(data)
+    assert _flow_layer_groups(rs) == {"tp"}
+    with pytest.raises(UserError, match=r"per rank per step \(24,883,200 in all\)"):
+        _check_full_size(rs)
+    res = simulate(rs, scaling=False)
+    assert res.engine.mode == "symmetric"
+    assert any("may be optimistic" in n for n in res.notes)
+
+
 def test_a_file_this_tool_wrote_is_named_where_a_scenario_belongs(tmp_path: Path) -> None:
     """A probe, a JSON result or a trace given to simulate (JSON is YAML) was read as a scenario
     of unknown fields ('version: unknown field ... did you mean question?')."""
