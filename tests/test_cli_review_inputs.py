@@ -144,7 +144,8 @@ def test_full_mode_counts_collectives_whose_links_another_group_shares() -> None
     step takes one rank per stage with its note, and --full refuses."""
     from simulator.config.loading import resolve_dict
     from simulator.errors import UserError
-    from simulator.simulate import _check_full_size, _flow_layer_groups, simulate
+    from simulator.limits import check_full_size, flow_layer_groups
+    from simulator.simulate import simulate
 
     data = {
         "name": "gb200-36-per-node",
@@ -161,9 +162,9 @@ def test_full_mode_counts_collectives_whose_links_another_group_shares() -> None
         "software": "deepspeed",
     }  # fmt: skip
     rs = resolve_dict(data)
-    assert _flow_layer_groups(rs) == {"tp"}
+    assert flow_layer_groups(rs) == {"tp"}
     with pytest.raises(UserError, match=r"per rank per step \(24,883,200 in all\)"):
-        _check_full_size(rs)
+        check_full_size(rs)
     res = simulate(rs, scaling=False)
     assert res.engine.mode == "symmetric"
     assert any("may be optimistic" in n for n in res.notes)
