@@ -54,6 +54,12 @@ class AlphaBeta:
         sizes fit and the small ones are off by 2x) (else None)."""
         if self.r2 >= 0.9 and self.rms_rel_err <= SCATTER_LIMIT:
             return None
+        if self.r2 >= 0.9:  # the largest sizes fit; the rest scatter
+            return (
+                f"R²={self.r2:.2f}, but timings scatter {self.rms_rel_err:.0%} rms about the "
+                "fit (a busy or shared machine, or too few iterations per size); re-probe on "
+                "a quiet one, or with a longer --time-budget"
+            )
         if self.points < 5:
             return (
                 f"R²={self.r2:.2f} from {self.points} sizes: too few; re-probe with a larger "

@@ -68,6 +68,10 @@ def test_the_floor_never_exceeds_the_simulated_step(base: dict[str, Any]) -> Non
     assert checked >= 6
 
 
+def _useful(r: dict[str, Any]) -> float:
+    return float(r["step_time_s"]) / float(r["goodput"])
+
+
 def _point_rows(tmp: Path, keep: str, pricing: dict[str, Any] | None) -> list[dict[str, Any]]:
     base = copy.deepcopy(BASES[0])
     if pricing:
@@ -104,11 +108,39 @@ def test_the_bounded_search_keeps_what_an_exhaustive_one_keeps(
     assert every[0]["plans_simulated"] == len(every)
     (kept,) = _point_rows(tmp_path, keep, pricing)
     if keep == "fastest":
-        best = min(every, key=lambda r: (r["step_time_s"] / r["goodput"], r["step_time_s"]))
+        best = min(every, key=lambda r: (_useful(r), r["step_time_s"]))
     else:
-        best = min(every, key=lambda r: (r["usd_per_million_tokens"], r["step_time_s"]))
+        best = min(every, key=lambda r: (r["usd_per_million_tokens"], _useful(r)))
     drop = ("plans_simulated", "point_rows")
     assert {k: v for k, v in kept.items() if k not in drop} == {
         k: v for k, v in best.items() if k not in drop
     }
     assert kept["plans_simulated"] < kept["plans_valid"] == len(every)
+
+
+def test_exact_ties_go_to_the_plan_an_exhaustive_search_keeps() -> None:
+    """A loader-bound point: three plans (TP1 DP8 mb2, TP2 DP4 mb4, TP4 DP2 mb8) wait on the
+    same storage and tie exactly; an exhaustive min keeps the first enumerated, and so must the
+    bounded search, which simulates in floor order (a review found it kept TP2 DP4 mb4)."""
+    from simulator.sweep.plans import _fastest
+    from simulator.sweep.spec import Point
+
+    base = {
+        "name": "tie",
+        "cluster": {"gpu": "h100-sxm-80gb", "gpus_per_node": 8, "nodes": 1,
+                    "fabric": "nvlink4-nvswitch", "storage": "nfs"},
+        "model": {"name": "tiny", "layers": 2, "hidden": 1024, "heads": 16, "kv_heads": 16,
+                  "vocab": 32000, "mlp": "swiglu", "position": "rope", "max_positions": 8192},
+        "training": {"seq_len": 4096, "global_batch": 16, "micro_batch": 1, "precision": "fp8",
+                     "input_bytes_per_token": 100000},
+        "parallelism": {"sharding": {"kind": "fsdp", "strategy": "hybrid_shard"}},
+        "software": "megatron-deepspeed",
+        "run": {"stragglers": "off", "tokens": 1e12},
+    }  # fmt: skip
+    auto = ["tp", "micro_batch", "schedule"]
+    point = Point(index=0, labels={}, sets=[])
+    every = evaluate_point("t", copy.deepcopy(base), point, auto, "all")
+    assert sum(_fastest(r) == min(map(_fastest, every)) for r in every) >= 2  # a real tie
+    (kept,) = evaluate_point("t", copy.deepcopy(base), point, auto, "fastest")
+    best = min(every, key=_fastest)
+    assert (kept["tp"], kept["micro_batch"]) == (best["tp"], best["micro_batch"])

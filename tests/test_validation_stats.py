@@ -117,6 +117,8 @@ def test_a_poor_collective_fit_says_why_and_what_to_run() -> None:
     # R² high (the largest sizes fit) but the timings 128% rms off it: flagged too
     wild = AlphaBeta("all_reduce", "intra", 2, 1e-4, 1e-9, 0.97, 1.28, 9, [], True)
     assert "scatter 128%" in (wild.note or "") and "busy" in (wild.note or "")
+    few = AlphaBeta("all_reduce", "intra", 2, 1e-4, 1e-9, 0.97, 1.28, 3, [], False)
+    assert "scatter 128%" in (few.note or "")  # not "too few" or "latency-dominated"
 
 
 def test_a_time_budget_that_is_not_positive_is_refused(tmp_path: Path) -> None:

@@ -292,14 +292,19 @@ def evaluate_point(
             drops["memory"] += 1
             continue
         fitting.append(rs)
-    pairs: list[tuple[float, ResolvedScenario]] = [(0.0, rs) for rs in fitting]
+    plans: list[tuple[float, int, ResolvedScenario]] = [
+        (0.0, i, rs) for i, rs in enumerate(fitting)
+    ]
     if keep != "all" and len(fitting) > 1:
         # From the lowest floor up, so that the winner comes early and the rest are skipped
         # once their floor exceeds it (sweep.bounds): the answer an exhaustive search gives.
-        pairs = sorted(((step_floor(rs), rs) for rs in fitting), key=lambda p: p[0])
+        plans = sorted(
+            ((step_floor(rs), i, rs) for i, rs in enumerate(fitting)), key=lambda p: p[0]
+        )
     best: tuple[float, ...] | None = None
     simulated = 0
-    for floor, rs in pairs:
+    order: dict[int, int] = {}  # id of a row: its plan's place in the enumeration
+    for floor, index, rs in plans:
         if best is not None and _beyond(rs, floor, keep, best):
             continue
         try:
@@ -308,6 +313,7 @@ def evaluate_point(
             return [_failed(sweep, point, f"invalid: {err.message}", drops)]
         simulated += 1
         rows.append(row)
+        order[id(row)] = index
         if keep != "all":
             key = (_fastest if keep == "fastest" else _cheapest)(row)
             if best is None or key < best:
@@ -330,7 +336,10 @@ def evaluate_point(
                 reason += f" ({n} of {drops['invalid']} plans; others for other reasons)"
         return [_failed(sweep, point, reason, drops)]
     if keep != "all":
-        rows = [min(rows, key=_fastest if keep == "fastest" else _cheapest)]
+        # Exact ties go to the plan enumerated first, as an exhaustive search's min gives them
+        # (a skipped plan never ties: its floor is strictly past the best).
+        rank_of = _fastest if keep == "fastest" else _cheapest
+        rows = [min(rows, key=lambda r: (rank_of(r), order[id(r)]))]
     valid = len(variants) - drops["memory"] - drops["invalid"]
     for r in rows:
         r.update(
