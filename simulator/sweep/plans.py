@@ -250,19 +250,18 @@ def _simulated_row(sweep: str, point: Point, rs: ResolvedScenario) -> dict[str, 
     return row
 
 
-def _beyond(rs: ResolvedScenario, floor: float, keep: str, best: tuple[float, ...]) -> bool:
-    """Whether a plan whose step is at least ``floor`` seconds cannot beat ``best`` (the
-    winner's key so far): its step over goodput is at least the floor (goodput is at most 1),
-    and so is its cost per token at the lowest hourly price its cluster can have (an owned
-    one drawing idle power)."""
+def _key_floor(rs: ResolvedScenario, floor: float, keep: str) -> tuple[Any, ...]:
+    """No more than the key (``_fastest`` or ``_cheapest``) of a plan whose step is at least
+    ``floor`` seconds, field by field: its step over goodput is at least the floor (goodput is
+    at most 1), and so is its cost per token at the lowest hourly price its cluster can have
+    (an owned one drawing idle power). A plan whose floor key already sorts after the best
+    key found cannot win."""
     if keep == "fastest":
-        return floor > best[0]  # _fastest: (step over goodput, step)
-    if rs.price is None:  # _cheapest without prices: (True, 0, step over goodput)
-        return floor > best[2]
-    if best[0]:  # the best so far has no price: a priced plan beats it whatever it costs
-        return False
+        return (floor, floor)
+    if rs.price is None:
+        return (True, 0.0, floor)
     usd = usd_per_hour_floor(rs) * floor / 3600.0 / rs.training.tokens_per_step * 1e6
-    return usd > best[1]
+    return (False, usd, floor)
 
 
 def evaluate_point(
@@ -301,11 +300,11 @@ def evaluate_point(
         plans = sorted(
             ((step_floor(rs), i, rs) for i, rs in enumerate(fitting)), key=lambda p: p[0]
         )
-    best: tuple[float, ...] | None = None
+    best: tuple[Any, ...] | None = None
     simulated = 0
     order: dict[int, int] = {}  # id of a row: its plan's place in the enumeration
     for floor, index, rs in plans:
-        if best is not None and _beyond(rs, floor, keep, best):
+        if best is not None and _key_floor(rs, floor, keep) > best:
             continue
         try:
             row = _simulated_row(sweep, point, rs)
@@ -317,7 +316,7 @@ def evaluate_point(
         if keep != "all":
             key = (_fastest if keep == "fastest" else _cheapest)(row)
             if best is None or key < best:
-                best = key  # type: ignore[assignment]
+                best = key
     if not rows:
         if drops["memory"]:
             reason = f"no plan fits in memory ({drops['memory']} tried)"
