@@ -1,0 +1,98 @@
+"""The published sets of ``benchmarks/accuracy.py`` against their bands: each set's mean error
+must stay inside its band, so that no later change loses accuracy unnoticed, and no published
+run but the known ones may be said not to fit in its GPUs' memory. The mechanisms themselves
+are tested against their analytical limits in test_accuracy.py.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from conftest import load_benchmark
+
+
+def _accuracy() -> Any:
+    return load_benchmark("accuracy")
+
+
+# Mean absolute error each set must stay within: today's figure plus a small margin (the
+# issue's targets are tighter; see README "Accuracy"). Tighten these as the model improves.
+BANDS = {
+    "sc21-1f1b": 0.07,
+    "sc21-interleaved": 0.04,
+    "sc21-script": 0.04,
+    "korthikanti-table5": 0.035,
+    "korthikanti-table4": 0.025,
+    "llmfoundry-a100-80gb": 0.05,
+    "llmfoundry-a100-40gb": 0.10,
+    "llmfoundry-h100-80gb": 0.07,  # optimistic (+5.9% mean), see README "Accuracy"
+    "llmfoundry-h100-80gb-fp8": 0.11,
+    # all twelve NeMo 24.07 rows from 2026-12-06: its 5-22B rows (but GPT-3 20B) run 12-21%
+    # slower than the model (Llama 3 8B also than on Megatron-Bridge 25.11)
+    "nemo-h100-fp8": 0.095,
+    "nemo-b200-fp8": 0.07,
+    "nccl-tests": 0.10,
+    "nccl-tests-pcie": 0.25,  # one PCIe host: host-staged (SHM) plateau 14.5 GB/s, modelled 18.7
+    "h100-eager-layers": 0.06,
+    # Held out: never used to set a profile value.
+    "megascale-megatron": 0.065,  # fast (-4.9% mean step time) at 1,024 and 8-12k GPUs
+    "bloom-176b": 0.25,  # a known miss: the per-micro-batch rate is ~20% optimistic
+    "torchtitan-a100": 0.10,  # uniformly optimistic, as the other PyTorch-native sets
+    "llama3-405b": 0.17,  # known misses (README "Accuracy"): fast at 8-16k GPUs
+    "nemotron-4": 0.15,  # the 15B rows: DP-heavy, few micro-batches, dtype unstated
+    "mtnlg-530b": 0.20,
+    "nemo-gb200-fp8": 0.05,
+    # Held out, gathered by an independent search (2026-11-25) and never fitted to:
+    "ibm-fsdp-2024": 0.08,  # FSDP1 (HSDP at 7B) on 128 A100 and 96 H100
+    "torchtitan-h100": 0.07,  # known misses: the 405B pipeline rows (interleaved +40%)
+    "megatron-readme": 0.04,
+    "llama1-65b": 0.05,
+    # Held out, 2026-12-06: SC21 Table 2's PTD rows (micro-batch 1, fixed batch, 384-2,240 GPUs)
+    "sc21-table2": 0.03,
+    # Held out, 2026-12-06: torchtitan on 32-64 H200 (Trainy/WhiteFiber, June 2025), the first
+    # H200 rows: slow by 6.5-7.2%
+    "torchtitan-h200": 0.08,
+}
+
+
+def test_accuracy_sets_stay_in_their_bands() -> None:
+    report = _accuracy().run(list(BANDS))
+    for name, band in BANDS.items():
+        s = report[name]["summary"]
+        assert s["rows"] > 0, name
+        assert s["mean_abs"] <= band, f"{name}: mean |error| {s['mean_abs']:.1%} > {band:.0%}"
+    # nccl-tests below 1 MiB (64 KiB up): the issue's target is 30%, for every point.
+    small = report["nccl-tests"]["summary_small"]
+    assert small["rows"] > 0 and small["mean_abs"] <= 0.13, small
+    assert small["max_abs"] <= 0.30, small
+    # Only the two points whose source's own in-place run contradicts them stay out of the
+    # summaries (scenarios/validation/nccl/SOURCES.md); every other published point counts.
+    odd = [r["row"] for r in report["nccl-tests"]["rows"] if r["outlier"]]
+    assert sorted(odd) == [
+        "nccl-allreduce-4x8xh100-ib-ndr-nccltests309 2 MiB",
+        "nccl-allreduce-8x8xh100-ib-ndr-nccltests309 8 MiB",
+    ]
+
+
+# Published runs the memory model says do not fit, though each ran (README "Accuracy"): the
+# Llama 3 405B rows hold Megatron's interleaved warm-up of 141 one-layer chunks (75 GB) with
+# no recomputation, where Meta reports freeing tensors the model cannot name; GB200's 405B row
+# holds Megatron's interleaved warm-up of 77 two-layer chunks (142 GB) where NVIDIA's GB200
+# recipes offload activations to the Grace CPU's memory, in an amount the table does not state;
+# its 70B row, with the 40 offloaded layers its recipe states, needs 202 GB of 186. (The MPT-1B
+# rows at micro-batch 10 on 40 GB and 20 on H100 fit once the loss's logits are counted as
+# llm-foundry's fused cross-entropy holds them: test_logit_memory.) No other row may join them.
+KNOWN_OVER = {
+    "mbridge-llama3.1-405b-256xgb200",
+    "mbridge-llama3-70b-64xgb200",
+    "llama3-405b-8192xh100",
+    "llama3-405b-16384xh100",
+}
+
+
+def test_published_runs_fit_in_their_gpus_memory() -> None:
+    acc = _accuracy()
+    skip = ("nccl-tests", "nccl-tests-pcie", "h100-eager-layers", "korthikanti-table4")
+    sets = [s for s in BANDS if s not in skip]
+    over = {r["row"] for rep in acc.run(sets).values() for r in rep["rows"] if acc._over(r)}
+    assert over == KNOWN_OVER, (sorted(over - KNOWN_OVER), sorted(KNOWN_OVER - over))
