@@ -51,6 +51,30 @@ def test_fp8_gemms_follow_their_own_curve_and_the_wide_ones_stay_16_bit() -> Non
     assert t8.time(replace(wide, wide=False)) < t16.time(wide)
 
 
+def test_fp8_backward_gemms_promote_their_sums_and_run_slower_than_the_forward() -> None:
+    """fp8 training's input- and weight-gradient GEMMs promote partial sums to FP32 (no fast
+    accumulation) and run at ``matmul_fp8_promoted_accum`` of the forward's rate; the GEMMs it
+    keeps in 16 bits, bf16 training, and a GPU without the figure (Blackwell) are unchanged."""
+    n = 128 * 132  # whole waves, so the rate is the only difference
+    fwd = Op("x", "gemm", flops=2.0 * n**3, dims=(1, n, n, n))
+    bwd = backward_op(fwd)
+    slow, fast = _gpu(matmul_fp8_promoted_accum=0.8), _gpu()
+    t_slow, t_fast = OpTimer(slow, "fp8"), OpTimer(fast, "fp8")
+    assert t_slow.time(fwd) == pytest.approx(t_fast.time(fwd))
+    body = t_fast.time(bwd) - 2 * t_fast.launch  # two products, each compute-bound
+    assert t_slow.time(bwd) - 2 * t_slow.launch == pytest.approx(body / 0.8, rel=1e-9)
+    wide = backward_op(replace(fwd, wide=True))
+    assert t_slow.time(wide) == pytest.approx(t_fast.time(wide))
+    assert OpTimer(slow, "bf16").time(bwd) == pytest.approx(OpTimer(fast, "bf16").time(bwd))
+    from simulator.catalog import load_catalog
+
+    cat = load_catalog()
+    for name in ("h100-sxm-80gb", "h200-sxm-141gb", "h100-pcie-80gb"):  # Hopper: fast mode
+        assert cat.get(name, "gpu").efficiency.matmul_fp8_promoted_accum is not None, name
+    for name in ("b200", "gb200"):  # Blackwell accumulates fp8 in full FP32: no fast mode
+        assert cat.get(name, "gpu").efficiency.matmul_fp8_promoted_accum is None, name
+
+
 def test_fp8_training_casts_every_fp8_gemm_input_and_output_gradient() -> None:
     from simulator.workload.ops import FP8_CAST_BYTES, backward_ops
 

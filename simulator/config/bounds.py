@@ -38,6 +38,7 @@ FIGURE_RANGES: dict[str, Range] = {
     "speed_cv": (0.0, 1.0, False, "coefficient of variation"),
     "matmul_max": _FRACTION,
     "matmul_fp8_max": _FRACTION,
+    "matmul_fp8_promoted_accum": _FRACTION,
     "attention_max": _FRACTION,
     "attention_flash3_max": _FRACTION,
     "attention_forward_share": (0.1, 0.5, False, "fraction of forward+backward time"),

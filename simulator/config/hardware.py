@@ -54,6 +54,16 @@ class GPUEfficiency(BaseModel):
         default=None,
         description="matmul_half_flops for fp8 GEMMs; unset: matmul_half_flops",
     )
+    matmul_fp8_promoted_accum: Num | None = Field(
+        default=None,
+        description=(
+            "rate of fp8 GEMMs that promote their partial sums to FP32 at intervals (cuBLASLt "
+            "FP8 fast accumulation off), as a fraction of the fast-accumulation rate "
+            "matmul_fp8_max measures; fp8 training runs its backward GEMMs (input and weight "
+            "gradients) this way and its forward ones fast; unset: 1 (tensor cores that "
+            "accumulate fp8 products in full FP32 and have no fast mode, as Blackwell's)"
+        ),
+    )
     attention_max: Num = Field(
         description="fraction of dense peak reached by the portable fused attention kernel "
         "(FlashAttention-2 class), forward and backward"

@@ -6,7 +6,9 @@ attention at ``attention_max`` of peak (``attention_flash3_max`` under a flash3 
 where the GPU has one), times ``s / (s + attention_half_seq)`` (``attention_flash3_half_seq``)
 over a key length s where the profile measured that curve; memory-bound operations at bytes /
 (bandwidth · achieved fraction), the cache's bandwidth for those that fit a profile's
-``cache_mb``; each kernel pays a launch overhead. A calibrated profile may add
+``cache_mb``; each kernel pays a launch overhead. fp8 training's backward GEMMs run at
+``matmul_fp8_promoted_accum`` of the fp8 rate (they promote partial sums to FP32 where the
+forward's accumulate fast). A calibrated profile may add
 ``gemm_weight_bandwidth`` (a linear layer's weight streamed afresh by every pass, on top of the
 GEMM) and ``in_step_factor``: how much slower the operations run inside a real training step
 than timed alone.
@@ -80,9 +82,15 @@ class OpTimer:
         # fp8 GEMMs follow their own curve where the profile measures one; the GEMMs fp8
         # training keeps in 16-bit (``Op.wide``) follow the 16-bit one.
         self.wide_max, self.wide_half = self.mm_max, self.mm_half
+        # The backward's fp8 GEMMs promote partial sums to FP32 (TransformerEngine's
+        # _2X_ACC_DGRAD/_2X_ACC_WGRAD, torchao's grad_input/grad_weight gemm configs); the
+        # forward's accumulate fast, as the measured fp8 curve does.
+        self.fp8_bwd_rate = 1.0
         if precision == "fp8":
             self.mm_max = (e.matmul_fp8_max or e.matmul_max).value
             self.mm_half = (e.matmul_fp8_half_flops or e.matmul_half_flops).value
+            if e.matmul_fp8_promoted_accum is not None:
+                self.fp8_bwd_rate = e.matmul_fp8_promoted_accum.value
         flash3 = e.attention_flash3_max if flash_kernel == "flash3" else None
         self.attn_eff = (flash3 or e.attention_max).value
         half = e.attention_flash3_half_seq if flash3 else e.attention_half_seq
@@ -132,17 +140,24 @@ class OpTimer:
         return best
 
     def gemm_time(
-        self, b: int, m: int, n: int, k: int, wide: bool = False, streamed: float = 0.0
+        self,
+        b: int,
+        m: int,
+        n: int,
+        k: int,
+        wide: bool = False,
+        streamed: float = 0.0,
+        rate: float = 1.0,
     ) -> float:
         """One (batched) GEMM: the slower of its tensor-core time (shape-dependent efficiency:
-        size curve times wave quantisation) and its memory traffic (read both inputs, write the
-        output), plus the launch. ``wide``: at the 16-bit rate even in fp8 training.
-        ``streamed``: bytes of a weight operand (or weight gradient) that move on top of the
-        GEMM at ``gemm_weight_bandwidth``, so no longer part of its own traffic."""
+        size curve times wave quantisation, times ``rate``) and its memory traffic (read both
+        inputs, write the output), plus the launch. ``wide``: at the 16-bit rate even in fp8
+        training. ``streamed``: bytes of a weight operand (or weight gradient) that move on top
+        of the GEMM at ``gemm_weight_bandwidth``, so no longer part of its own traffic."""
         if min(b, m, n, k) <= 0:
             return 0.0
         flops = 2.0 * b * m * n * k
-        eff = self.gemm_efficiency(flops, wide) * self.wave_efficiency(b, m, n)
+        eff = self.gemm_efficiency(flops, wide) * self.wave_efficiency(b, m, n) * rate
         compute = flops / ((self.wide_peak if wide else self.gemm_peak) * eff)
         el = self.wide_el if wide else self.el
         memory = max(0.0, el * b * (m * k + k * n + m * n) - streamed) / self.mem_bw
@@ -160,8 +175,9 @@ class OpTimer:
             write = max(el, self.wide_el) * b * k * n if read else 0.0
             passes = 1.0
             if op.backward:  # dIn = dOut·W^T (m×k, reduce over n), dW = In^T·dOut (k×n, over m)
-                dgrad = self.gemm_time(b, m, k, n, w, read) if op.part != "wgrad" else 0.0
-                wgrad = self.gemm_time(b, k, n, m, w, write) if op.part != "dgrad" else 0.0
+                r = 1.0 if w else self.fp8_bwd_rate
+                dgrad = self.gemm_time(b, m, k, n, w, read, r) if op.part != "wgrad" else 0.0
+                wgrad = self.gemm_time(b, k, n, m, w, write, r) if op.part != "dgrad" else 0.0
                 t = dgrad + wgrad
                 passes = 2.0 if op.part == "both" else 1.0
             else:
