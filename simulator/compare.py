@@ -196,9 +196,29 @@ def _gpu_time_why(a: dict[str, Any], b: dict[str, Any]) -> str | None:
 WHOLE_RUN = ("time_to_train_days", "usd_total")
 
 
+def _cluster(r: dict[str, Any]) -> str:
+    """``256×h100-sxm-80gb``: the GPUs a scenario runs on (results of older versions name no
+    GPU type)."""
+    return f"{r['gpus']:,}×{r.get('gpu') or 'GPUs'}"
+
+
+def _layout(r: dict[str, Any]) -> str:
+    lay = r.get("layout") or {}
+    text = " ".join(f"{k.upper()}{lay[k]}" for k in ("tp", "pp", "dp") if k in lay)
+    return text + (f" CP{lay['cp']}" if lay.get("cp", 1) > 1 else "")
+
+
 def _unlike(results: list[dict[str, Any]], names: list[str]) -> list[str]:
-    """What makes the scenarios not like for like: another model, or other tokens per step."""
+    """What makes the scenarios not like for like: another model, other tokens per step, or
+    another cluster."""
     notes = []
+    clusters = [_cluster(r) for r in results]
+    if len(set(clusters)) > 1:
+        notes.append(
+            f"the scenarios run on different clusters ({', '.join(clusters)}): step time and "
+            "its parts are each cluster's own; tokens/s per GPU and MFU compare the GPUs, "
+            "$ per million tokens the clusters"
+        )
     params = {round(float(r.get("params") or 0), -3) for r in results}
     if len(params) > 1:
         shown = ", ".join(
@@ -343,6 +363,8 @@ def compare_results(results: list[dict[str, Any]]) -> dict[str, Any]:
         )
     return {
         "scenarios": names,
+        "clusters": [_cluster(r) for r in results],
+        "layouts": [_layout(r) for r in results],
         "fits": fits,
         "not_fitting": not_fitting,
         "notes": notes,
@@ -353,7 +375,11 @@ def compare_results(results: list[dict[str, Any]]) -> dict[str, Any]:
 def compare_csv_rows(rep: dict[str, Any]) -> tuple[list[str], list[dict[str, Any]]]:
     """The comparison as CSV: one row per metric, a column per scenario, the best one."""
     keys = ["metric", *rep["scenarios"], "best"]
-    rows = [{"metric": "fits", **dict(zip(rep["scenarios"], rep["fits"], strict=True))}]
+    rows = [
+        {"metric": key, **dict(zip(rep["scenarios"], rep[key + "s"], strict=True))}
+        for key in ("cluster", "layout")
+    ]
+    rows.append({"metric": "fits", **dict(zip(rep["scenarios"], rep["fits"], strict=True))})
     for m in rep["metrics"]:
         rows.append(
             {
@@ -370,6 +396,8 @@ def print_compare(rep: dict[str, Any], console: Console) -> None:
     t.add_column("metric", style="cyan")
     for n in rep["scenarios"]:
         t.add_column(safe(n), justify="right")
+    t.add_row("cluster", *(safe(c) for c in rep["clusters"]))
+    t.add_row("layout", *(safe(c) for c in rep["layouts"]), end_section=True)
     for m in rep["metrics"]:
         cells = []
         for n, f in zip(rep["scenarios"], m["formatted"], strict=True):

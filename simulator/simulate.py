@@ -40,6 +40,7 @@ class SimResult:
             "file": rs.source_file,
             "gpus": m.gpus,
             "nodes": rs.nodes,
+            "gpu": rs.gpu.name,
             "mode": m.mode,
             "layout": rs.layout(),
             # every GPU's compute stretched to the expected slowest one's (run.stragglers)

@@ -36,7 +36,12 @@ def test_compare_gives_a_verdict_per_metric() -> None:
     lines = res.stdout.splitlines()
     names = [yaml.safe_load(p.read_text())["name"] for p in (a, b)]
     assert lines[0] == f"metric,{names[0]},{names[1]},best"
-    assert lines[1].startswith("fits,") and any(ln.startswith("step_time_s,") for ln in lines)
+    # what each runs on first: a walkthrough compared 256 H100 with 128 B200 with no word of
+    # either
+    assert lines[1] == "cluster,8×h100-sxm-80gb,16×a100-sxm4-80gb,"
+    assert lines[2].startswith("layout,TP")
+    assert lines[3].startswith("fits,") and any(ln.startswith("step_time_s,") for ln in lines)
+    assert "different clusters" in " ".join(run_cli("compare", str(a), str(b)).stdout.split())
 
 
 def test_compare_never_names_a_plan_that_does_not_fit_best(tmp_path: Path) -> None:

@@ -293,6 +293,28 @@ def test_a_fabric_faster_than_the_gpus_own_nvlink_is_noted() -> None:
     assert "more than 'a100-sxm4-80gb' has (300 GB/s" in " ".join(res.stderr.split())
 
 
+def test_a_fabric_slower_than_the_gpus_own_nvlink_is_noted() -> None:
+    """A B200 put on the file's fourth-generation NVLink (the GPU changed with --set, the
+    fabric did not) is simulated at the fabric's 450 GB/s with a note naming the GPU's own 900:
+    a walkthrough's B200 step was 20% slow with no word."""
+    res = run_cli(
+        "check", "llama3-8b-8xh100", "--set", "cluster.gpu=b200", "--set", "cluster.pricing=null"
+    )
+    assert res.returncode == 0, res.stderr
+    assert "less than 'b200' has (900 GB/s" in " ".join(res.stderr.split())
+    fixed = run_cli(
+        "check",
+        "llama3-8b-8xh100",
+        "--set",
+        "cluster.gpu=b200",
+        "--set",
+        "cluster.fabric=nvlink5-nvswitch",
+        "--set",
+        "cluster.pricing=null",
+    )
+    assert fixed.returncode == 0 and "less than" not in fixed.stderr
+
+
 def test_a_scenario_without_storage_says_which_it_gets(tmp_path: Any) -> None:
     import yaml
 

@@ -120,3 +120,22 @@ def test_an_op_level_policy_holds_what_it_saves_and_brings_back_one_layer() -> N
     )
     back = max(0.0, full - saved)
     assert more * 1e9 == pytest.approx(held * (saved - full) + back, rel=1e-9)
+
+
+def test_pp_auto_tries_every_stage_count_that_divides_the_cluster() -> None:
+    """192 GPUs (24 nodes) of a 48-layer model: PP 3, 6 and 12 split both, and a plan search
+    that tried powers of two only found no valid plan at 24, 48 or 96 nodes (walkthrough)."""
+    data = read_yaml(BASE)
+    data["cluster"]["nodes"] = 24
+    pps = sorted({d["parallelism"]["pp"] for d in plan_variants(data, ["pp"])})
+    assert pps == [1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64]
+    data["cluster"]["nodes"] = 8  # 64 GPUs: the powers of two, as before
+    assert sorted({d["parallelism"]["pp"] for d in plan_variants(data, ["pp"])}) == [
+        1,
+        2,
+        4,
+        8,
+        16,
+        32,
+        64,
+    ]

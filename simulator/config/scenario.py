@@ -281,6 +281,15 @@ class ResolvedScenario(BaseModel):
                     "simulated at the fabric's figure (for this GPU as built, pick its NVLink "
                     "generation: clustersim profiles list fabric)"
                 )
+            elif f.bandwidth_gbps.value < link.value * 0.999:
+                # e.g. --set cluster.gpu=b200 over a file's nvlink4-nvswitch: the GPU changed,
+                # the fabric did not
+                out.append(
+                    f"fabric '{f.name}' gives each GPU {f.bandwidth_gbps.value:g} GB/s of NVLink, "
+                    f"less than '{self.gpu.name}' has ({link.value:g} GB/s per direction): "
+                    "simulated at the fabric's figure (for this GPU as built, pick its NVLink "
+                    "generation: clustersim profiles list fabric)"
+                )
         return out
 
     def sharding_notes(self) -> list[str]:
@@ -347,7 +356,10 @@ class ResolvedScenario(BaseModel):
             "schedule": par.pp_schedule.kind,
             "zero_stage": par.zero_stage,
             "zero_stage_effective": self.zero_stage,
-            "selective_recompute": self.selective_policy,
+            # what selective recomputation runs again, where it is on
+            "selective_recompute": (
+                self.selective_policy if par.recompute == "selective" else None
+            ),
             "recompute": par.recompute,
             "precision": self.training.precision,
         }

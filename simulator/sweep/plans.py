@@ -102,7 +102,9 @@ def plan_variants(data: dict[str, Any], auto: list[str]) -> list[dict[str, Any]]
     if "tp" in auto:
         choices["tp"] = _divisors(gpn, 64)
     if "pp" in auto:
-        choices["pp"] = [p for p in (1, 2, 4, 8, 16, 32, 64) if p <= gpus]
+        # Every stage count that divides the cluster (192 GPUs take PP 3, 6, 12 as well as
+        # the powers of two); one whose stages do not split the layers is dropped as invalid.
+        choices["pp"] = _divisors(gpus, 64)
     if "cp" in auto:
         choices["cp"] = [1, 2]
     if "sharding" in auto:
