@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from ..config.scenario import ResolvedScenario
 from ..engine.program import Program
+from ..engine.schedule import schedule
 from ..engine.sim import Simulation
 
 
@@ -25,24 +26,35 @@ def _spans(prog: Program) -> float:
 
 
 def step_floor(rs: ResolvedScenario) -> float:
-    """A lower bound of ``rs``'s simulated step time (seconds): the busiest pipeline stage's
-    compute-stream spans over the step's micro-batches, each backward at the cheaper of its
-    two programs (the last micro-batch's, which closes the gradient buckets, or the others')."""
+    """A lower bound of ``rs``'s simulated step time (seconds): over the pipeline stages, the
+    most of a stage's compute-stream spans over the step's micro-batches, each backward at the
+    cheaper of its two programs (the last micro-batch's, which closes the gradient buckets, or
+    the others'), plus the pipeline's fill and drain around them: a stage runs the first
+    micro-batch's forward of its first chunk before anything else, so not before the stages
+    ahead have run theirs, and the last micro-batch's backward of that chunk after everything
+    else, which the stages ahead must then run in turn before the step ends (the 1F1B bubble,
+    (p-1) passes of a uniform pipeline; its 1/v under the interleaved schedule)."""
     sim = Simulation(rs)
-    m = rs.micro_batches
+    m, p, v = rs.micro_batches, rs.pp, rs.parallelism.virtual_stages
     fwd = _spans(sim.p_fwd)
     bwd = min(_spans(sim.p_bwd), _spans(sim.p_bwd_sync))
-    first = _spans(sim.p_emb_f) + min(_spans(sim.p_emb_b), _spans(sim.p_emb_b_sync))
+    emb_f = _spans(sim.p_emb_f)
+    emb_b = min(_spans(sim.p_emb_b), _spans(sim.p_emb_b_sync))
     last = _spans(sim.p_head_f) + min(_spans(sim.p_head_b), _spans(sim.p_head_b_sync))
-    busiest = 0.0
-    for stage in range(rs.pp):
+    kind = rs.parallelism.pp_schedule.kind
+    floor = ahead = 0.0  # ahead: the first chunk's forward and backward on the stages before
+    for stage in range(p):
         per_mb = sum(rs.chunk_layers(stage)) * (fwd + bwd)
         if stage == 0:
-            per_mb += first
-        if stage == rs.pp - 1:
+            per_mb += emb_f + emb_b
+        if stage == p - 1:
             per_mb += last
-        busiest = max(busiest, m * per_mb)
-    return busiest
+        order = schedule(kind, stage, p, m, v)
+        bounded = order[0] == ("F", 0, 0) and order[-1] == ("B", m - 1, 0)
+        floor = max(floor, m * per_mb + (ahead if bounded else 0.0))
+        chunk0 = rs.chunk_layers(stage)[0]
+        ahead += chunk0 * (fwd + bwd) + (emb_f + emb_b if stage == 0 else 0.0)
+    return floor
 
 
 __all__ = ["step_floor"]
