@@ -183,6 +183,11 @@ class SimulationBase(Tracing, LinkSharing):
             )[2]
         return out
 
+    def programs(self, analytic: set[str]) -> dict[str, Program]:
+        """The per-pass programs with the collectives of ``analytic`` timed in closed form, as
+        on links no other traffic reaches (those it already times so, and ``analytic``)."""
+        return self._build_programs(self._analytic | analytic)
+
     def _build_programs(self, analytic: set[str]) -> dict[str, Program]:
         """The programs named in ``PROGRAMS``, with the collectives of ``analytic`` timed
         analytically and the others run through the flow network."""

@@ -16,6 +16,7 @@ from __future__ import annotations
 from ..config.scenario import ResolvedScenario
 from ..engine.program import Program
 from ..engine.schedule import schedule
+from ..engine.setup import PROGRAMS
 from ..engine.sim import Simulation
 
 
@@ -35,12 +36,21 @@ def step_floor(rs: ResolvedScenario) -> float:
     else, which the stages ahead must then run in turn before the step ends (the 1F1B bubble,
     (p-1) passes of a uniform pipeline; its 1/v under the interleaved schedule)."""
     sim = Simulation(rs)
+    progs = {name: getattr(sim, name) for name in PROGRAMS}
+    if rs.tp > 1 and sim.lay.node_aligned() and sim.topo.shape(sim.ranks[0], "tp").nodes == 1:
+        # TP collectives inside a node that share links with other groups (CP beside TP on
+        # the NVLink ports) run through the flow network, so the programs leave them out;
+        # each takes at least its closed-form time on links of its own, and blocks the
+        # compute stream as long as that time is more than the GEMM that may hide it.
+        progs = sim.programs({"tp"})
     m, p, v = rs.micro_batches, rs.pp, rs.parallelism.virtual_stages
-    fwd = _spans(sim.p_fwd)
-    bwd = min(_spans(sim.p_bwd), _spans(sim.p_bwd_sync))
-    emb_f = _spans(sim.p_emb_f)
-    emb_b = min(_spans(sim.p_emb_b), _spans(sim.p_emb_b_sync))
-    last = _spans(sim.p_head_f) + min(_spans(sim.p_head_b), _spans(sim.p_head_b_sync))
+    fwd = _spans(progs["p_fwd"])
+    bwd = min(_spans(progs["p_bwd"]), _spans(progs["p_bwd_sync"]))
+    emb_f = _spans(progs["p_emb_f"])
+    emb_b = min(_spans(progs["p_emb_b"]), _spans(progs["p_emb_b_sync"]))
+    last = _spans(progs["p_head_f"]) + min(
+        _spans(progs["p_head_b"]), _spans(progs["p_head_b_sync"])
+    )
     kind = rs.parallelism.pp_schedule.kind
     floor = ahead = 0.0  # ahead: the first chunk's forward and backward on the stages before
     for stage in range(p):
