@@ -66,9 +66,16 @@ def test_fp8_backward_gemms_promote_their_sums_and_run_slower_than_the_forward()
     wide = backward_op(replace(fwd, wide=True))
     assert t_slow.time(wide) == pytest.approx(t_fast.time(wide))
     assert OpTimer(slow, "bf16").time(bwd) == pytest.approx(OpTimer(fast, "bf16").time(bwd))
+    # a stack whose backward accumulates fast too (torchao's rowwise recipes) runs it at the
+    # forward's rate
+    fast_bwd = OpTimer(slow, "fp8", fp8_backward_fast=True)
+    assert fast_bwd.time(bwd) == pytest.approx(t_fast.time(bwd))
     from simulator.catalog import load_catalog
 
     cat = load_catalog()
+    for stack in ("megatron-core", "pytorch-fsdp", "torchtitan"):  # TE; torchao tensorwise
+        flag = cat.get(stack, "software").fp8_backward_fast_accum
+        assert flag is not None and not flag.value, stack
     for name in ("h100-sxm-80gb", "h200-sxm-141gb", "h100-pcie-80gb"):  # Hopper: fast mode
         assert cat.get(name, "gpu").efficiency.matmul_fp8_promoted_accum is not None, name
     for name in ("b200", "gb200"):  # Blackwell accumulates fp8 in full FP32: no fast mode

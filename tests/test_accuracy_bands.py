@@ -50,8 +50,8 @@ BANDS = {
     # Held out, 2026-12-06: SC21 Table 2's PTD rows (micro-batch 1, fixed batch, 384-2,240 GPUs)
     "sc21-table2": 0.03,
     # Held out, 2026-12-06: torchtitan on 32-64 H200 (Trainy/WhiteFiber, June 2025), the first
-    # H200 rows, float8 rowwise: slow by 8.5-9.1% since the backward's fp8 GEMMs promote
-    # their sums (5.4-6.0% before)
+    # H200 rows, float8 tensorwise (with float8 all-gathers): slow by 8.5-9.1% since the
+    # backward's fp8 GEMMs promote their sums, as that recipe's do (5.4-6.0% before)
     "torchtitan-h200": 0.10,
 }
 

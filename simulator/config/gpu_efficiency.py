@@ -35,10 +35,11 @@ class GPUEfficiency(BaseModel):
         default=None,
         description=(
             "rate of fp8 GEMMs that promote their partial sums to FP32 at intervals (cuBLASLt "
-            "FP8 fast accumulation off), as a fraction of the fast-accumulation rate "
-            "matmul_fp8_max measures; fp8 training runs its backward GEMMs (input and weight "
-            "gradients) this way and its forward ones fast; unset: 1 (tensor cores that "
-            "accumulate fp8 products in full FP32 and have no fast mode, as Blackwell's)"
+            "FP8 fast accumulation off), as a fraction of the fast-accumulation fp8 rate "
+            "(matmul_fp8_max, or matmul_max where that is unset); fp8 training runs its "
+            "backward GEMMs (input and weight gradients) this way and its forward ones fast, "
+            "unless the stack says otherwise (fp8_backward_fast_accum); unset: 1 (tensor cores "
+            "that accumulate fp8 products in full FP32 and have no fast mode, as Blackwell's)"
         ),
     )
     attention_max: Num = Field(

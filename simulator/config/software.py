@@ -259,6 +259,14 @@ class SoftwareProfile(_Profile):
         "their input they cast for the forward GEMM (1 byte per element) instead of its 16-bit "
         "original (unset: the 16-bit input, as torchao's float8 training keeps)",
     )
+    fp8_backward_fast_accum: SourcedFlag | None = Field(
+        default=None,
+        description="under fp8 the backward's GEMMs (input and weight gradients) accumulate "
+        "fast as the forward's do, at the GPU's fp8 rate (torchao's rowwise recipes: "
+        "use_fast_accum for all three GEMMs); unset or false: they promote their partial sums "
+        "to FP32 and run at the GPU's matmul_fp8_promoted_accum of it (TransformerEngine; "
+        "torchao's default tensorwise recipe)",
+    )
     sp_keeps_gathered_input: SourcedFlag | None = Field(
         default=None,
         description="under sequence parallelism the column-parallel layers keep for backward "

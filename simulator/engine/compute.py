@@ -62,6 +62,7 @@ class OpTimer:
         host_us_per_kernel: float = 0.0,
         flash_kernel: str = "flash2",
         head_dim: int = 128,
+        fp8_backward_fast: bool = False,
     ) -> None:
         e = gpu.efficiency
         # Fused attention kernels are compiled for head dimensions in steps of 32 (to 192;
@@ -83,13 +84,14 @@ class OpTimer:
         # training keeps in 16-bit (``Op.wide``) follow the 16-bit one.
         self.wide_max, self.wide_half = self.mm_max, self.mm_half
         # The backward's fp8 GEMMs promote partial sums to FP32 (TransformerEngine's
-        # _2X_ACC_DGRAD/_2X_ACC_WGRAD, torchao's grad_input/grad_weight gemm configs); the
+        # _2X_ACC_DGRAD/_2X_ACC_WGRAD, torchao's default grad_input/grad_weight gemm configs)
+        # unless the stack accumulates them fast too (torchao's rowwise recipes); the
         # forward's accumulate fast, as the measured fp8 curve does.
         self.fp8_bwd_rate = 1.0
         if precision == "fp8":
             self.mm_max = (e.matmul_fp8_max or e.matmul_max).value
             self.mm_half = (e.matmul_fp8_half_flops or e.matmul_half_flops).value
-            if e.matmul_fp8_promoted_accum is not None:
+            if e.matmul_fp8_promoted_accum is not None and not fp8_backward_fast:
                 self.fp8_bwd_rate = e.matmul_fp8_promoted_accum.value
         flash3 = e.attention_flash3_max if flash_kernel == "flash3" else None
         self.attn_eff = (flash3 or e.attention_max).value

@@ -92,6 +92,7 @@ class SimulationBase(Tracing, LinkSharing):
             rs.software.host_us_per_kernel.value,
             rs.software.flash_kernel,
             rs.model.head_dim,
+            on(rs.software.fp8_backward_fast_accum),
         )
         self.pace = straggler_pace(rs)
         self.p = rs.pp
