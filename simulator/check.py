@@ -118,10 +118,14 @@ def _candidate_changes(rs: ResolvedScenario) -> list[str]:
         # Under a pipeline this stack holds every stage's weights and gradients whole; without
         # one, its FSDP shards them again.
         out.append("parallelism.pp=1")
-    for pp in (rs.pp * 2, rs.pp * 4):
-        if m.layers % pp == 0 and rs.gpus % (pp * rs.tp * rs.cp) == 0:
-            out.append(f"parallelism.pp={pp}")
-            break
+    # the next few stage counts that split both the layers and the GPUs (3 as well as 2 and
+    # 4: 24 GPUs of a 60-layer model fit at PP 3, and a doubling-only search offered none)
+    more = [
+        pp
+        for pp in range(rs.pp + 1, min(m.layers, rs.gpus // (rs.tp * rs.cp)) + 1)
+        if m.layers % pp == 0 and rs.gpus % (pp * rs.tp * rs.cp) == 0
+    ]
+    out += [f"parallelism.pp={pp}" for pp in more[:3]]
     return out
 
 

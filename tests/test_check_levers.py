@@ -84,3 +84,26 @@ def test_an_explicit_dp_lists_the_same_levers() -> None:
     assert auto
     strip = [[s for s in lv["set"] if s != "parallelism.dp=auto"] for lv in explicit]
     assert strip == [lv["set"] for lv in auto]
+
+
+def test_a_stage_count_that_is_not_a_power_of_two_is_offered() -> None:
+    """A 76B model (60 layers) without ZeRO on 24 GPUs: three pipeline stages fit. The lever
+    search tried only the first doubling of PP that divided (PP 2, which does not fit) and
+    offered ZeRO alone (review finding); it now tries the next few stage counts that split
+    both the layers and the GPUs."""
+    base = [
+        "llama3-70b-64xh100",
+        *("--set", "model=megatron-76.1b"),
+        *("--set", "training.seq_len=2048"),
+        *("--set", "cluster.nodes=3"),
+        *("--set", "training.global_batch=96"),
+        *("--set", "parallelism.pp=1"),
+        *("--set", "parallelism.pp_schedule.kind=1f1b"),
+        *("--set", "parallelism.recompute=none"),
+        *("--set", "parallelism.sharding.stage=0"),
+    ]
+    d = _check(*base)
+    assert d["fits"] is False
+    sets = [" ".join(lv["set"]) for lv in d["levers"]]
+    assert "parallelism.pp=3" in sets, sets
+    assert _check(*base, "--set", "parallelism.pp=3")["fits"] is True

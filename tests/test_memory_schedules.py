@@ -123,13 +123,23 @@ def test_an_op_level_policy_holds_what_it_saves_and_brings_back_one_layer() -> N
 
 
 def test_pp_auto_tries_every_stage_count_that_divides_the_cluster() -> None:
-    """192 GPUs (24 nodes) of a 48-layer model: PP 3, 6 and 12 split both, and a plan search
-    that tried powers of two only found no valid plan at 24, 48 or 96 nodes (walkthrough)."""
+    """192 GPUs (24 nodes) of a 48-layer model (Megatron's 39.1B): PP 3 splits both, and a plan
+    search that tried powers of two only found no valid plan at 24, 48 or 96 nodes
+    (walkthrough); the point now keeps a 3-stage plan. 64 GPUs enumerate the powers of two, as
+    before."""
+    from simulator.sweep.plans import evaluate_point
+    from simulator.sweep.spec import Point
+
     data = read_yaml(BASE)
     data["cluster"]["nodes"] = 24
+    data["model"] = "megatron-39.1b"
+    data["training"]["seq_len"] = 2048
     pps = sorted({d["parallelism"]["pp"] for d in plan_variants(data, ["pp"])})
     assert pps == [1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64]
-    data["cluster"]["nodes"] = 8  # 64 GPUs: the powers of two, as before
+    point = Point(index=0, labels={}, sets=[])
+    (row,) = evaluate_point("pp", data, point, ["tp", "pp", "schedule"], "fastest")
+    assert row["status"] == "ok" and row["pp"] == 3, row["status"]
+    data["cluster"]["nodes"] = 8
     assert sorted({d["parallelism"]["pp"] for d in plan_variants(data, ["pp"])}) == [
         1,
         2,

@@ -183,3 +183,28 @@ def test_an_edited_profile_changes_every_points_key_and_an_unnamed_one_none(
     assert replaced != bundled
     (prof / "aws-p5-h100.yaml").write_text(mine + "\n\n")
     assert run_fingerprint(spec, base) != replaced
+
+
+def test_a_point_without_a_valid_plan_names_the_fields_that_refused_them() -> None:
+    """Plans refused one reason per stage count (PP=3, PP=6, PP=12 do not split the layers)
+    are counted under their field, so the batch the user can change is not hidden behind
+    them (a review found every point blamed 'PP=3' alone)."""
+    from collections import Counter
+
+    from simulator.sweep.plans import _refusals
+
+    invalid = Counter(
+        {
+            "parallelism.pp: PP=3 does not divide the 80 layers": 12,
+            "parallelism.pp: PP=6 does not divide the 80 layers": 12,
+            "parallelism.pp: PP=12 does not divide the 80 layers": 12,
+            "training.global_batch: global batch 512 is not a multiple of DP·mb = 3": 10,
+            "no GPUs left for data parallelism": 2,
+        }
+    )
+    text = _refusals(invalid, 48)
+    assert text.startswith("parallelism.pp (36 of 48 plans; e.g. PP=3 does not divide")
+    assert "training.global_batch: global batch 512 is not a multiple" in text
+    assert "(10 of 48 plans)" in text and text.endswith(
+        "no GPUs left for data parallelism (2 of 48 plans)"
+    )

@@ -156,6 +156,31 @@ def plan_variants(data: dict[str, Any], auto: list[str]) -> list[dict[str, Any]]
     return out
 
 
+def _refusals(invalid: Counter[str], total: int) -> str:
+    """Why the plans were refused, by the field each reason names (``parallelism.pp: PP=3
+    ...``), commonest first, three at most, each with its commonest message: the stage
+    counts that do not split the layers give one reason per count, which alone would hide the
+    field the user can act on (the batch)."""
+    fields: Counter[str] = Counter()
+    example: dict[str, tuple[int, str]] = {}
+    for why, n in invalid.items():
+        head, sep, _ = why.partition(": ")
+        field = head if sep and " " not in head else why
+        fields[field] += n
+        if n > example.get(field, (0, ""))[0]:
+            example[field] = (n, why)
+    parts = []
+    for field, n in fields.most_common(3):
+        why = example[field][1]
+        parts.append(
+            f"{why} ({n} of {total} plans)"
+            if why == field or example[field][0] == n
+            else f"{field} ({n} of {total} plans; e.g. {why.partition(': ')[2]})"
+        )
+    shown = sum(n for _, n in fields.most_common(3))
+    return "; ".join(parts) + ("; others for other reasons" if shown < total else "")
+
+
 # Per process: the same cluster and plan under another price needs no new simulation.
 _SIMULATED: dict[str, tuple[dict[str, Any], float, float]] = {}
 
@@ -330,11 +355,13 @@ def evaluate_point(
             except UserError as err:
                 reason = "invalid: " + (f"{err.path}: {err.message}" if err.path else err.message)
         else:
-            # The commonest reason the plans were refused (with one plan, its reason).
-            why, n = invalid.most_common(1)[0]
-            reason = f"invalid: {why}" if len(variants) == 1 else f"no valid plan: {why}"
-            if n < drops["invalid"]:
-                reason += f" ({n} of {drops['invalid']} plans; others for other reasons)"
+            # The commonest reasons the plans were refused (with one plan, its reason): three,
+            # so that a reason the enumeration adds many plans for (stage counts that do not
+            # split the layers) does not hide the one the user can act on (the batch).
+            if len(variants) == 1:
+                reason = f"invalid: {invalid.most_common(1)[0][0]}"
+            else:
+                reason = "no valid plan: " + _refusals(invalid, drops["invalid"])
         return [_failed(sweep, point, reason, drops)]
     if keep != "all":
         # Exact ties go to the plan enumerated first, as an exhaustive search's min gives them
