@@ -10,7 +10,7 @@ from test_errors import assert_user_error
 
 from simulator.config.loading import load_scenario
 from simulator.config.reading import read_yaml
-from simulator.sweep.plans import plan_variants
+from simulator.sweep.variants import plan_variants
 from simulator.workload.memory import inflight_microbatches, memory_report
 
 BASE = REPO / "scenarios" / "llama3-70b-64xh100.yaml"  # PP4, interleaved v5

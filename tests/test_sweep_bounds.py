@@ -17,8 +17,9 @@ from simulator.config.loading import resolve_dict
 from simulator.errors import UserError
 from simulator.simulate import simulate
 from simulator.sweep.bounds import step_floor
-from simulator.sweep.plans import evaluate_point, plan_variants
+from simulator.sweep.plans import evaluate_point
 from simulator.sweep.spec import load_spec, points
+from simulator.sweep.variants import plan_variants
 from simulator.workload.memory import memory_report
 
 AUTO = ["tp", "pp", "cp", "sharding", "micro_batch", "schedule", "recompute"]
