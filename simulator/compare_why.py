@@ -126,6 +126,13 @@ def why(a: dict[str, Any], b: dict[str, Any], key: str) -> str:
         if per_gpu:
             reasons.append(per_gpu)
         return "; ".join(reasons) if reasons else "the same GPU time per token"
+    if key == "tokens_per_s_per_gpu":
+        # per GPU is GPU-seconds per token turned over: a step's parts on clusters of other
+        # sizes do not compare (256 H100 against 128 B200: 'exposed TP communication' was
+        # given where compute per token halved)
+        per_gpu = _gpu_time_why(a, b)
+        if per_gpu:
+            return per_gpu
     tps_a, tps_b = a.get("tokens_per_s") or 0.0, b.get("tokens_per_s") or 0.0
     if _differs(a["step_time_s"], b["step_time_s"]) or _differs(tps_a, tps_b):
         reasons.append(_step_why(a, b))

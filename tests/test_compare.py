@@ -190,3 +190,27 @@ def test_compare_explains_money_by_gpu_time_per_token(tmp_path: Path) -> None:
             assert tb > ta, verdict
     # the step itself is still explained per step
     assert "per step" in by["step_time_s"]["verdict"]
+
+
+def test_compare_explains_tokens_per_gpu_by_gpu_time_per_token(tmp_path: Path) -> None:
+    """Tokens/s per GPU across clusters of other sizes and GPUs is explained by GPU-seconds per
+    million tokens, not by the parts of two steps that do not compare (a walkthrough's 128 B200
+    beat 256 H100 2.5x per GPU 'because' of exposed TP communication per step)."""
+    base = yaml.safe_load((REPO / "scenarios" / "llama3-8b-8xh100.yaml").read_text())
+    paths = []
+    for name, gpu, fabric, nodes in (
+        ("h100x4", "h100-sxm-80gb", "nvlink4-nvswitch", 4),
+        ("b200x2", "b200", "nvlink5-nvswitch", 2),
+    ):
+        data = {**base, "name": name}
+        data["cluster"] = {**base["cluster"], "gpu": gpu, "fabric": fabric, "nodes": nodes}
+        data["cluster"]["network"] = {"profile": "ib-ndr-400", "nics_per_node": 8}
+        data["cluster"].pop("pricing", None)
+        p = tmp_path / f"{name}.yaml"
+        p.write_text(yaml.safe_dump(data))
+        paths.append(p)
+    rep = json.loads(run_cli("compare", *map(str, paths), "--format", "json").stdout)
+    per_gpu = {m["metric"]: m for m in rep["metrics"]}["tokens_per_s_per_gpu"]
+    assert per_gpu["best"] == "b200x2", per_gpu["verdict"]
+    assert "GPU-seconds per million tokens" in per_gpu["verdict"], per_gpu["verdict"]
+    assert "per step" not in per_gpu["verdict"], per_gpu["verdict"]
