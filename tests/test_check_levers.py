@@ -8,7 +8,7 @@ import copy
 import json
 from pathlib import Path
 
-from conftest import CATALOG_SCENARIO, run_cli, write_yaml
+from conftest import CATALOG_SCENARIO, REPO, run_cli, write_yaml
 
 
 def _check(*args: str) -> dict:  # type: ignore[type-arg]
@@ -107,3 +107,21 @@ def test_a_stage_count_that_is_not_a_power_of_two_is_offered() -> None:
     sets = [" ".join(lv["set"]) for lv in d["levers"]]
     assert "parallelism.pp=3" in sets, sets
     assert _check(*base, "--set", "parallelism.pp=3")["fits"] is True
+
+
+def test_pp_levers_split_the_layers_per_chunk_and_skip_listed_stages() -> None:
+    """Under the interleaved schedule each of a stage's v chunks holds layers, so a PP lever
+    must split the layers into PP·v chunks (the 70B file: 80 layers, v 5: PP 8 and 16, not 5
+    or 10); a plan that lists its stages' layers gets none (a new count needs a new list)."""
+    from simulator.check import _candidate_changes
+    from simulator.config.loading import load_scenario
+
+    rs = load_scenario(REPO / "scenarios" / "llama3-70b-64xh100.yaml")
+    v = rs.parallelism.virtual_stages
+    pps = [int(c.split("=")[1]) for c in _candidate_changes(rs) if c.startswith("parallelism.pp=")]
+    assert pps and all(rs.model.layers % (p * v) == 0 for p in pps), pps
+    listed = load_scenario(
+        REPO / "scenarios" / "llama3-70b-64xh100.yaml",
+        ["parallelism.pp_schedule={kind: 1f1b}", "parallelism.stage_layers=[19, 21, 21, 19]"],
+    )
+    assert not [c for c in _candidate_changes(listed) if c.startswith("parallelism.pp=")]

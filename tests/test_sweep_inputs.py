@@ -205,6 +205,10 @@ def test_a_point_without_a_valid_plan_names_the_fields_that_refused_them() -> No
     text = _refusals(invalid, 48)
     assert text.startswith("parallelism.pp (36 of 48 plans; e.g. PP=3 does not divide")
     assert "training.global_batch: global batch 512 is not a multiple" in text
+    # a message that only looks like 'field: ...' is not a field
+    assert (
+        _refusals(Counter({"Error: something odd": 1}), 1) == "Error: something odd (1 of 1 plans)"
+    )
     assert "(10 of 48 plans)" in text and text.endswith(
         "no GPUs left for data parallelism (2 of 48 plans)"
     )

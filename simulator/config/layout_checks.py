@@ -157,7 +157,8 @@ def check_layout(
             ),
             file=file,
             path="training.param_gather_dtype",
-            hint="use bf16, or train in fp8 with sharding: {kind: fsdp} (or ZeRO stage 3)",
+            hint="set training.param_gather_dtype: bf16 (or remove it), or train in fp8 with "
+            "sharding: {kind: fsdp} (or ZeRO stage 3)",
         )
     if v > 1 and par.pp == 1:
         raise UserError(

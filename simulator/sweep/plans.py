@@ -11,6 +11,7 @@ not simulated: the same plan is kept, with far fewer simulations (``plans_simula
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from typing import Any
 
@@ -74,6 +75,9 @@ COLUMNS = [
 ]
 
 
+_FIELD = re.compile(r"[a-z_][a-z0-9_]*(\.[a-z0-9_]+)*")  # a field path, as UserError's
+
+
 def _refusals(invalid: Counter[str], total: int) -> str:
     """Why the plans were refused, by the field each reason names (``parallelism.pp: PP=3
     ...``), commonest first, three at most, each with its commonest message: the stage
@@ -83,7 +87,7 @@ def _refusals(invalid: Counter[str], total: int) -> str:
     example: dict[str, tuple[int, str]] = {}
     for why, n in invalid.items():
         head, sep, _ = why.partition(": ")
-        field = head if sep and " " not in head else why
+        field = head if sep and _FIELD.fullmatch(head) else why
         fields[field] += n
         if n > example.get(field, (0, ""))[0]:
             example[field] = (n, why)
