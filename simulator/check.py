@@ -122,13 +122,13 @@ def _candidate_changes(rs: ResolvedScenario) -> list[str]:
     # 4: 24 GPUs of a 60-layer model fit at PP 3, and a doubling-only search offered none)
     # (each chunk of an interleaved schedule holds layers too; a plan that lists its stages'
     # layers needs a new list for another count, so gets no PP lever)
-    v = par.virtual_stages if par.pp_schedule.kind == "interleaved" else 1
-    more = [
-        pp
-        for pp in range(rs.pp + 1, min(m.layers, rs.gpus // (rs.tp * rs.cp)) + 1)
-        if m.layers % (pp * v) == 0 and rs.gpus % (pp * rs.tp * rs.cp) == 0
-    ]
     if par.stage_layers is None:
+        v = par.virtual_stages if par.pp_schedule.kind == "interleaved" else 1
+        more = [
+            pp
+            for pp in range(rs.pp + 1, min(m.layers, rs.gpus // (rs.tp * rs.cp)) + 1)
+            if m.layers % (pp * v) == 0 and rs.gpus % (pp * rs.tp * rs.cp) == 0
+        ]
         out += [f"parallelism.pp={pp}" for pp in more[:3]]
     return out
 

@@ -64,11 +64,10 @@ def _layout(r: dict[str, Any]) -> str:
     return text + (f" CP{lay['cp']}" if lay.get("cp", 1) > 1 else "")
 
 
-def _unlike(results: list[dict[str, Any]], names: list[str]) -> list[str]:
+def _unlike(results: list[dict[str, Any]], names: list[str], clusters: list[str]) -> list[str]:
     """What makes the scenarios not like for like: another model, other tokens per step, or
-    another cluster."""
+    another cluster (``clusters``: each one's :func:`_cluster`)."""
     notes = []
-    clusters = [_cluster(r) for r in results]
     if len(set(clusters)) > 1:
         notes.append(
             f"the scenarios run on different clusters ({', '.join(clusters)}): step time and "
@@ -120,7 +119,8 @@ def compare_results(results: list[dict[str, Any]]) -> dict[str, Any]:
     vals = [_values(r) for r in results]
     fits = [bool(r.get("fits", True)) for r in results]
     not_fitting = [n for n, f in zip(names, fits, strict=True) if not f]
-    notes = _unlike(results, names)
+    clusters = [_cluster(r) for r in results]
+    notes = _unlike(results, names, clusters)
     budgets = {r.get("run_tokens") for r in results if r.get("run_tokens") is not None}
     rows = []
     for key, label, better, fmt in METRICS:
@@ -219,7 +219,7 @@ def compare_results(results: list[dict[str, Any]]) -> dict[str, Any]:
         )
     return {
         "scenarios": names,
-        "clusters": [_cluster(r) for r in results],
+        "clusters": clusters,
         "layouts": [_layout(r) for r in results],
         "fits": fits,
         "not_fitting": not_fitting,

@@ -274,21 +274,18 @@ class ResolvedScenario(BaseModel):
                     "wiring)"
                 )
         if f.technology == "nvswitch" and link is not None:
-            if f.bandwidth_gbps.value > link.value * 1.001:
+            # (less: e.g. --set cluster.gpu=b200 over a file's nvlink4-nvswitch, the GPU changed
+            # and the fabric did not)
+            fab = f.bandwidth_gbps.value
+            than = (
+                "more" if fab > link.value * 1.001 else "less" if fab < link.value * 0.999 else ""
+            )
+            if than:
                 out.append(
-                    f"fabric '{f.name}' gives each GPU {f.bandwidth_gbps.value:g} GB/s of NVLink, "
-                    f"more than '{self.gpu.name}' has ({link.value:g} GB/s per direction): "
-                    "simulated at the fabric's figure (for this GPU as built, pick its NVLink "
-                    "generation: clustersim profiles list fabric)"
-                )
-            elif f.bandwidth_gbps.value < link.value * 0.999:
-                # e.g. --set cluster.gpu=b200 over a file's nvlink4-nvswitch: the GPU changed,
-                # the fabric did not
-                out.append(
-                    f"fabric '{f.name}' gives each GPU {f.bandwidth_gbps.value:g} GB/s of NVLink, "
-                    f"less than '{self.gpu.name}' has ({link.value:g} GB/s per direction): "
-                    "simulated at the fabric's figure (for this GPU as built, pick its NVLink "
-                    "generation: clustersim profiles list fabric)"
+                    f"fabric '{f.name}' gives each GPU {fab:g} GB/s of NVLink, {than} than "
+                    f"'{self.gpu.name}' has ({link.value:g} GB/s per direction): simulated at "
+                    "the fabric's figure (for this GPU as built, pick its NVLink generation: "
+                    "clustersim profiles list fabric)"
                 )
         return out
 

@@ -123,6 +123,14 @@ class LinkSharing:
                 out.add(kind)
         return out
 
+    def tp_in_node(self) -> bool:
+        """TP groups of two or more GPUs that each sit inside one node, alike on every node."""
+        return (
+            self.rs.tp > 1
+            and self.lay.node_aligned()
+            and self.topo.shape(self.ranks[0], "tp").nodes == 1
+        )
+
     def _tp_guards(self) -> dict[int, tuple[str, ...]] | None:
         """Where TP's traffic goes through the flow network only because its own class's DP
         collectives or pipeline sends can share its links (no other class's traffic crosses
@@ -130,9 +138,7 @@ class LinkSharing:
         streams whose transfers can cross its TP links. A pass that starts while those are idle
         (and launches nothing on them) has TP to itself. ``None`` where this does not hold."""
         rs = self.rs
-        if self.full or rs.tp <= 1 or "tp" in self._analytic or not self.lay.node_aligned():
-            return None
-        if self.topo.shape(self.ranks[0], "tp").nodes > 1:
+        if self.full or "tp" in self._analytic or not self.tp_in_node():
             return None
         if rs.cp > 1 and self._uses_fabric("cp"):
             return None

@@ -37,7 +37,7 @@ def step_floor(rs: ResolvedScenario) -> float:
     (p-1) passes of a uniform pipeline; its 1/v under the interleaved schedule)."""
     sim = Simulation(rs)
     progs = {name: getattr(sim, name) for name in PROGRAMS}
-    if rs.tp > 1 and sim.lay.node_aligned() and sim.topo.shape(sim.ranks[0], "tp").nodes == 1:
+    if sim.tp_in_node():
         # TP collectives inside a node that share links with other groups (CP beside TP on
         # the NVLink ports) run through the flow network, so the programs leave them out;
         # each takes at least its closed-form time on links of its own, and blocks the
