@@ -9,8 +9,10 @@ operation with :class:`~simulator.engine.compute.OpTimer`.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
+from itertools import accumulate
 
 from ..config.scenario import ResolvedScenario
 from ..workload.ops import Op
@@ -121,6 +123,7 @@ def build_program(
     cat: str = "compute",
     overlap_tp: bool = False,
     pace: float = 1.0,
+    together: Callable[[list[str]], list[float]] | None = None,
 ) -> Program:
     """Compute spans merged where adjacent; a collective becomes a span when ``coll_time`` gives
     its analytic time for the group (key ``"group:coll:size"``), else a flow-network item.
@@ -136,7 +139,11 @@ def build_program(
     GEMM's start to the span's end; only what that cannot cover stays exposed. An analytic one
     is shortened by that time; one that runs through the flow network starts that long before
     the span ends (its ``hide``). A collective the stack itself launches beside the GEMM
-    before it (``Op.overlapped``: Megatron's asynchronous TP backward) hides the same way."""
+    before it (``Op.overlapped``: Megatron's asynchronous TP backward) hides the same way.
+
+    A CP ring's collectives start together behind the attention kernel before them and share
+    its links, as in the flow network: ``together`` gives, for the keys of such a run, when
+    each ends after their common start (without it, one after another)."""
     prog = Program()
     # The span being built, in seconds from its start: ``end``, when the GPU finishes its
     # last kernel so far; ``issued``, when the host has issued them all (one kernel per
@@ -144,8 +151,10 @@ def build_program(
     end = issued = 0.0
     gemm_at: float | None = None
     # A CP ring's exchange hides behind the attention kernel before it (``attn``: its
-    # duration, paced); what one collective leaves of it covers the next (``ring_left``).
-    attn = ring_left = 0.0
+    # duration, paced); ``ring``: the exposed time of each analytic collective of the run
+    # started behind it, in order.
+    attn = 0.0
+    ring: list[float] = []
     in_attn = False  # within the attention's kernels (one fused, or scores-softmax-values)
     pending_name: list[str] = []
 
@@ -171,18 +180,46 @@ def build_program(
         gemm_at = None
         pending_name = []
 
-    for op in ops:
+    def key(op: Op) -> str:
+        return f"{op.group}:{op.collective}:{op.msg_bytes}"
+
+    def ring_run(i: int) -> list[float]:
+        """Exposed seconds of each analytic CP collective from ``ops[i]`` on that starts
+        with it behind the attention kernel: each waited for in turn after the span ends."""
+        keys = []
+        for op in ops[i:]:
+            if op.only == "backward":
+                continue
+            if op.kind != "collective" or op.group != "cp" or not op.overlapped:
+                break
+            keys.append(key(op))
+        if together is not None:
+            ends = together(keys)
+        else:
+            ends = list(accumulate(coll_time.get(k) or 0.0 for k in keys))
+        hidden = min(attn * ops[i].cover, end * pace)
+        out, waited = [], hidden
+        for e in ends:
+            out.append(max(0.0, e - waited))
+            waited = max(waited, e)
+        return out
+
+    for i, op in enumerate(ops):
         if op.only == "backward":
             continue  # a forward pass's list holds it for its backward (ops.backward_ops)
         if op.kind == "collective":
             assert op.group is not None and op.collective is not None
-            t = coll_time.get(f"{op.group}:{op.collective}:{op.msg_bytes}")
+            t = coll_time.get(key(op))
             if op.group == "cp" and op.overlapped:
-                if t is None:  # through the flows: each beside the kernel, all at once
-                    covered = attn * op.cover
-                else:  # one after another: what the first leaves of the kernel, the next
-                    covered = ring_left if ring_left > 0 else attn * op.cover
-                    ring_left, attn = max(0.0, covered - t), 0.0
+                covered = attn * op.cover  # through the flows: each beside the kernel
+                if t is not None:
+                    if not ring:
+                        ring = ring_run(i)
+                    flush()
+                    exposed = ring.pop(0)
+                    if exposed > 0:
+                        prog.items.append(Item("span", op.name, exposed, "comm_cp"))
+                    continue
             else:
                 covered = hide() if op.overlapped or (overlap_tp and op.group == "tp") else 0.0
             if t is None:
@@ -207,7 +244,7 @@ def build_program(
             continue
         dt = timer.time(op)
         if op.kind == "attention" or op.name.startswith(ATTENTION_OPS):
-            attn, ring_left = (attn if in_attn else 0.0) + dt * pace, 0.0
+            attn = (attn if in_attn else 0.0) + dt * pace
             in_attn = True
         elif op.kind != "memory":
             in_attn = False

@@ -15,6 +15,8 @@ from ..config.scenario import ResolvedScenario
 from ..config.software import on
 from ..network.collectives import choose
 from ..network.flows import FlowNetwork
+from ..network.nccl import Phase
+from ..network.together import finish_together
 from ..network.topology import Topology
 from ..workload.buckets import end_params, layer_tensors
 from ..workload.comm import (
@@ -156,7 +158,7 @@ class SimulationBase(Tracing, LinkSharing):
         self.guard_streams: dict[int, list[Stream]] = {}
         guards = self._tp_guards()
         if guards is not None:
-            fast = self._build_programs(self._analytic | {"tp"})
+            fast = self._build_programs(self._analytic | (self.twin_groups() or {"tp"}))
             for name in PROGRAMS:
                 rest = twin_suffixes(progs[name], fast[name])
                 if rest is not None and not progs[name].analytic:
@@ -170,18 +172,18 @@ class SimulationBase(Tracing, LinkSharing):
         self.gather_kind = "dp_shard" if self.shard_n < rs.dp_cp else "dp"
 
     # -- programs -----------------------------------------------------------------------------
-    def _coll_times(self, ops: list, groups: set[str]) -> dict[str, float | None]:
-        """Analytic times of the collectives of ``groups`` among ``ops``."""
-        out: dict[str, float | None] = {}
+    def _coll_plans(self, ops: list, groups: set[str]) -> dict[str, tuple[str, list[Phase], float]]:
+        """For each collective of ``groups`` among ``ops`` (key ``"group:coll:size"``): its
+        group, and the phases and analytic time of the algorithm chosen for it."""
+        out: dict[str, tuple[str, list[Phase], float]] = {}
         rep = self.ranks[0]
         for op in ops:
             if op.kind != "collective" or op.group not in groups:
                 continue
             shape = self.topo.shape(rep, op.group)
             fabric = self.topo.fabric_tier(rep, op.group)
-            out[f"{op.group}:{op.collective}:{op.msg_bytes}"] = choose(
-                op.collective, shape, op.msg_bytes, fabric, self.network_tier
-            )[2]
+            _algo, phases, t = choose(op.collective, shape, op.msg_bytes, fabric, self.network_tier)
+            out[f"{op.group}:{op.collective}:{op.msg_bytes}"] = (op.group, phases, t)
         return out
 
     def programs(self, analytic: set[str]) -> dict[str, Program]:
@@ -195,8 +197,17 @@ class SimulationBase(Tracing, LinkSharing):
         rs = self.rs
 
         def prog(ops: list, groups: set[str] = analytic) -> Program:
-            times = self._coll_times(ops, groups)
-            return build_program(ops, self.timer, times, overlap_tp=self.ov.tp_comm, pace=self.pace)
+            plans = self._coll_plans(ops, groups)
+            times: dict[str, float | None] = {k: t for k, (_g, _p, t) in plans.items()}
+
+            def together(keys: list[str]) -> list[float]:
+                fabric = self.topo.fabric_tier(self.ranks[0], plans[keys[0]][0])
+                return finish_together([plans[k][1] for k in keys], fabric, self.network_tier)
+
+            return build_program(
+                ops, self.timer, times, overlap_tp=self.ov.tp_comm, pace=self.pace,
+                together=together,
+            )  # fmt: skip
 
         fwd = layer_ops(rs)
         bwd = stack_backward(rs, fwd)

@@ -2,8 +2,9 @@
 
 Link capacities and the symmetric-mode weights (how many class members share a node's root,
 a NIC or a leaf's up-links), the communicator kinds whose collectives stay on links nothing else
-uses and can be timed analytically, and the condition under which TP may be timed analytically
-for a pass even though DP or pipeline traffic can reach its links at other times. A mixin of
+uses and can be timed analytically, and the condition under which TP (with a CP ring on the same
+ports inside the node) may be timed analytically for a pass even though DP or pipeline traffic
+can reach its links at other times. A mixin of
 :class:`simulator.engine.setup.SimulationBase`, which holds the state it reads.
 """
 
@@ -131,16 +132,26 @@ class LinkSharing:
             and self.topo.shape(self.ranks[0], "tp").nodes == 1
         )
 
+    def twin_groups(self) -> set[str] | None:
+        """The groups a pass's analytic twin times in closed form: TP, and a context-parallel
+        ring on the same fabric ports inside the node (a pass runs its TP and CP collectives
+        one after another, so they never share those ports). ``None`` where the ring shares
+        TP's ports but also leaves the node (its flows meet other traffic on the NICs)."""
+        if self.rs.cp == 1 or "cp" in self._analytic or not self._uses_fabric("cp"):
+            return {"tp"}
+        return {"tp", "cp"} if self.topo.shape(self.ranks[0], "cp").nodes == 1 else None
+
     def _tp_guards(self) -> dict[int, tuple[str, ...]] | None:
-        """Where TP's traffic goes through the flow network only because its own class's DP
-        collectives or pipeline sends can share its links (no other class's traffic crosses
-        them, and context-parallel traffic does not use the fabric): for each class, the
-        streams whose transfers can cross its TP links. A pass that starts while those are idle
-        (and launches nothing on them) has TP to itself. ``None`` where this does not hold."""
+        """Where TP's (and an in-node CP ring's: ``twin_groups``) traffic goes through the flow
+        network only because its own class's DP collectives or pipeline sends can share its
+        links (no other class's traffic crosses them): for each class, the streams whose
+        transfers can cross those links. A pass that starts while those are idle (and launches
+        nothing on them) has the links to itself. ``None`` where this does not hold."""
         rs = self.rs
         if self.full or "tp" in self._analytic or not self.tp_in_node():
             return None
-        if rs.cp > 1 and self._uses_fabric("cp"):
+        kinds = self.twin_groups()
+        if kinds is None:
             return None
         comm = self.comm
         dp_kinds = ["dp"] + (["dp_shard", "dp_rep"] if shard_group(rs) < rs.dp_cp else [])
@@ -153,17 +164,17 @@ class LinkSharing:
             peers = [p for p in self.ranks[max(0, i - 1) : i + 2] if p != r]
             return {id(link) for p in peers for link, _ in comm.p2p_links(r, p)[1]}
 
-        tp = {r: links(r, "tp", ("fabric",)) for r in self.ranks}
+        own = {r: set().union(*(links(r, k, ("fabric",)) for k in kinds)) for r in self.ranks}
         pp = {r: pp_links(i, r) for i, r in enumerate(self.ranks)}
         dp = {
             r: set().union(*(links(r, k, ("fabric", "network")) for k in dp_kinds))
             for r in self.ranks
         }
-        if any(tp[r] & (tp[o] | pp[o] | dp[o]) for r in self.ranks for o in self.ranks if o != r):
+        if any(own[r] & (own[o] | pp[o] | dp[o]) for r in self.ranks for o in self.ranks if o != r):
             return None
         # A class's own DP and pipeline traffic is left to the run-time check.
         return {
-            r: ("dp",) * bool(tp[r] & dp[r]) + ("pp-fwd", "pp-bwd") * bool(tp[r] & pp[r])
+            r: ("dp",) * bool(own[r] & dp[r]) + ("pp-fwd", "pp-bwd") * bool(own[r] & pp[r])
             for r in self.ranks
         }
 

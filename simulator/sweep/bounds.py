@@ -38,11 +38,12 @@ def step_floor(rs: ResolvedScenario) -> float:
     sim = Simulation(rs)
     progs = {name: getattr(sim, name) for name in PROGRAMS}
     if sim.tp_in_node():
-        # TP collectives inside a node that share links with other groups (CP beside TP on
-        # the NVLink ports) run through the flow network, so the programs leave them out;
-        # each takes at least its closed-form time on links of its own, and blocks the
-        # compute stream as long as that time is more than the GEMM that may hide it.
-        progs = sim.programs({"tp"})
+        # TP collectives inside a node that share links with other groups (a CP ring beside
+        # TP on the NVLink ports) run through the flow network, so the programs leave them
+        # out; each takes at least its closed-form time on links of its own (the ring's
+        # exchanges sharing them with each other), and blocks the compute stream as long as
+        # that time is more than the kernel that may hide it.
+        progs = sim.programs(sim.twin_groups() or {"tp"})
     m, p, v = rs.micro_batches, rs.pp, rs.parallelism.virtual_stages
     fwd = _spans(progs["p_fwd"])
     bwd = min(_spans(progs["p_bwd"]), _spans(progs["p_bwd_sync"]))
