@@ -45,11 +45,12 @@ def scenario(
     nics: int = 8,
     topology: dict[str, Any] | None = None,
     storage: Any = "lustre",
+    gpu: Any = "h100-sxm-80gb",
     **par: Any,
 ) -> dict[str, Any]:
     """A scenario mapping; the global batch gives ``micro_batches`` per pipeline."""
     cluster: dict[str, Any] = {
-        "gpu": "h100-sxm-80gb",
+        "gpu": gpu,
         "gpus_per_node": gpn,
         "nodes": nodes,
         "fabric": fabric,
@@ -225,6 +226,10 @@ def scaled(
     if prof.shared_uplink_gbps is not None:
         over["shared_uplink_gbps"] = value(over, prof, "shared_uplink_gbps") * fabric_bw
     cl["fabric"] = over
+    if prof.technology == "nvswitch":  # the GPU's own NVLink ports cap what the switch gives
+        gpu, gover = ref(cl["gpu"])
+        gover["nvlink_gbps"] = value(gover, gpu, "nvlink_gbps") * fabric_bw
+        cl["gpu"] = gover
     if "network" in cl:
         prof, over = ref(cl["network"]["profile"])
         for field, f in (("port_gbps", net_bw), ("latency_us", net_lat)):

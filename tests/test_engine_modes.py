@@ -20,6 +20,8 @@ from simulator.engine.sim import CATEGORIES, STREAMS, run_engine
 from simulator.simulate import simulate
 
 FREE_FABRIC = {"profile": "nvlink4-nvswitch", "bandwidth_gbps": 1e9, "latency_us": 0.0}
+# (the GPU's own NVLink ports cap what the switch gives it: free on both sides)
+FREE_NVLINK_GPU = {"profile": "h100-sxm-80gb", "nvlink_gbps": 1e9}
 
 
 @pytest.mark.parametrize(
@@ -48,6 +50,7 @@ def test_pipeline_bubble_matches_the_analytic_fraction(kind: str, p: int, m: int
             pp=p,
             pp_schedule=sched,
             fabric=FREE_FABRIC,
+            gpu=FREE_NVLINK_GPU,
         )
     )
     b = res.metrics.breakdown_s

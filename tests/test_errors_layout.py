@@ -119,11 +119,28 @@ def test_global_batch_not_divisible(tmp_path: Path) -> None:
     )
 
 
+def test_sequence_parallel_at_tp_1_is_off_with_a_note() -> None:
+    """As Megatron-LM does (it turns the flag off with a warning at TP 1): a sweep over
+    tp: [1, 2, 8] from a base that sets sequence_parallel lost its TP 1 point as invalid."""
+    data = inline_scenario("llama3-8b")
+    data["parallelism"].update({"tp": 1, "sequence_parallel": True})
+    rs = resolve_dict(data)
+    assert not rs.parallelism.sequence_parallel
+    assert any("off at TP 1" in n for n in rs.sharding_notes())
+    data["parallelism"]["tp"] = 2
+    assert resolve_dict(data).sharding_notes() == []
+
+
 @pytest.mark.parametrize(
     ("kw", "par", "path", "fragment"),
     [
         ({"nodes": 2}, {}, "cluster.network", "need a network"),
-        ({}, {"sequence_parallel": True}, "parallelism.sequence_parallel", "TP > 1"),
+        (
+            {"seq_len": 1001},
+            {"tp": 2, "sequence_parallel": True},
+            "parallelism.sequence_parallel",
+            "which does not divide them",
+        ),
         ({}, {"pp_schedule": {"kind": "interleaved"}}, "parallelism.pp_schedule", "PP > 1"),
         ({"seq_len": 1001}, {"cp": 8}, "parallelism.cp", "sequence length 1001"),
         ({"gpus_per_node": 128, "global_batch": 128}, {}, "cluster.gpus_per_node", "at most 64"),
@@ -279,8 +296,8 @@ def test_a_sequence_past_a_learned_position_table_is_noted() -> None:
 
 
 def test_a_fabric_faster_than_the_gpus_own_nvlink_is_noted() -> None:
-    """An A100 on fourth-generation NVLink is simulated at the fabric's figure (a what-if of a
-    faster link stays possible) with a note that the GPU as built has less."""
+    """An A100 on fourth-generation NVLink is simulated at its own 300 GB/s (its ports cap
+    what the switch gives it) with a note that says so."""
     res = run_cli(
         "check",
         "llama3-8b-8xh100",
@@ -290,7 +307,23 @@ def test_a_fabric_faster_than_the_gpus_own_nvlink_is_noted() -> None:
         "cluster.pricing=null",
     )
     assert res.returncode == 0, res.stderr
-    assert "more than 'a100-sxm4-80gb' has (300 GB/s" in " ".join(res.stderr.split())
+    said = " ".join(res.stderr.split())
+    assert "more than 'a100-sxm4-80gb' has (300 GB/s" in said and "the GPU's figure" in said
+
+
+def test_a_gpu_with_fewer_nvlink_ports_moves_less_on_the_same_switch() -> None:
+    """An H800 written as an H100 with 200 GB/s of NVLink (8 links, not 18) on the H100's
+    NVSwitch: its TP collectives take 450/200 as long as the H100's (they ran at the switch's
+    450 GB/s, a held-out run 26% fast), and NVLink SHARP scales with the port too."""
+    from simulator.config.loading import load_scenario
+    from simulator.network.topology import Topology
+
+    path = Path(__file__).resolve().parents[1] / "scenarios" / "llama3-8b-8xh100.yaml"
+    fast = Topology(load_scenario(path)).fabric_tier()
+    h800 = load_scenario(path, ["cluster.gpu={profile: h100-sxm-80gb, nvlink_gbps: 200}"])
+    slow = Topology(h800).fabric_tier()
+    assert slow.bandwidth == pytest.approx(fast.bandwidth * 200 / 450)
+    assert slow.switch_reduce == pytest.approx(fast.switch_reduce)
 
 
 def test_a_fabric_slower_than_the_gpus_own_nvlink_is_noted() -> None:

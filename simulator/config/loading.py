@@ -269,6 +269,8 @@ def resolve(
                 if gpus % denom == 0
                 else "make DP·TP·PP·CP equal the GPU count",
             )
+    if par.sequence_parallel and par.tp == 1:  # nothing to split over: Megatron-LM turns it off
+        par = par.model_copy(update={"sequence_parallel": False})
     check_layout(model, par, tr, dp, file)
     check_hybrid_default(par, dp, c.gpus_per_node, file)
     if sc.run.tokens is not None and sc.run.tokens < tr.tokens_per_step:

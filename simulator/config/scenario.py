@@ -280,9 +280,16 @@ class ResolvedScenario(BaseModel):
             than = (
                 "more" if fab > link.value * 1.001 else "less" if fab < link.value * 0.999 else ""
             )
-            if than:
+            if than == "more":
                 out.append(
-                    f"fabric '{f.name}' gives each GPU {fab:g} GB/s of NVLink, {than} than "
+                    f"fabric '{f.name}' gives each GPU {fab:g} GB/s of NVLink, more than "
+                    f"'{self.gpu.name}' has ({link.value:g} GB/s per direction): simulated at "
+                    "the GPU's figure, as its own ports cap what the switch gives it (a what-if "
+                    "of a faster link raises the GPU's nvlink_gbps too)"
+                )
+            elif than:
+                out.append(
+                    f"fabric '{f.name}' gives each GPU {fab:g} GB/s of NVLink, less than "
                     f"'{self.gpu.name}' has ({link.value:g} GB/s per direction): simulated at "
                     "the fabric's figure (for this GPU as built, pick its NVLink generation: "
                     "clustersim profiles list fabric)"
@@ -290,21 +297,29 @@ class ResolvedScenario(BaseModel):
         return out
 
     def sharding_notes(self) -> list[str]:
-        """Where the software stack runs the sharding written as another ZeRO stage."""
+        """Where the software stack runs the sharding written as another ZeRO stage, or
+        sequence parallelism written at TP 1 not at all."""
+        out = []
+        par = self.raw.get("parallelism") if isinstance(self.raw, dict) else None
+        if self.tp == 1 and isinstance(par, dict) and par.get("sequence_parallel") is True:
+            out.append(
+                "sequence_parallel is off at TP 1 (it splits TP's activations; Megatron-LM "
+                "turns it off with a warning)"
+            )
         sw = self.software.display_name
         if self.gathers_once:
-            return [
+            out.append(
                 f"under pipeline parallelism {sw} runs sharded data parallelism as FSDP2 "
                 "without resharding: each stage's parameters stay gathered and its gradients "
                 "unsharded through the step's micro-batches, with one all-gather per step and "
                 "one reduce-scatter after the last backward (ZeRO-1's traffic and memory)"
-            ]
-        if self.shards_anyway:
-            return [
+            )
+        elif self.shards_anyway:
+            out.append(
                 f"{sw}'s bf16 optimizer shards the optimizer states over data parallelism at "
                 "ZeRO stage 0 (its own ZeRO-1 equivalent), so the run is ZeRO-1"
-            ]
-        return []
+            )
+        return out
 
     @property
     def selective_policy(self) -> str:

@@ -32,7 +32,13 @@ class Topology:
         self.rs = rs
         self.layout = layout_of(rs)
         f = rs.fabric
-        self.fabric_bw = f.bandwidth_gbps.value * 1e9 * f.achievable_fraction.value
+        # An NVSwitch gives each GPU what its own NVLink ports carry at most (an H800's 8
+        # links on a switch built for the H100's 18 still move 200 GB/s).
+        port = f.bandwidth_gbps.value
+        if f.technology == "nvswitch" and rs.gpu.nvlink_gbps is not None:
+            port = min(port, rs.gpu.nvlink_gbps.value)
+        self.fabric_port_bw = port * 1e9
+        self.fabric_bw = self.fabric_port_bw * f.achievable_fraction.value
         self.fabric_alpha = f.latency_us.value * 1e-6
         self.pcie_root_bw: float | None = None
         self.sockets = 1
@@ -169,7 +175,7 @@ class Topology:
         f = self.rs.fabric
         nvls = 0.0
         if f.switch_reduce_fraction is not None and bw > 0:
-            nvls = f.switch_reduce_fraction.value * f.bandwidth_gbps.value * 1e9 / bw
+            nvls = f.switch_reduce_fraction.value * self.fabric_port_bw / bw
         return TierLink(
             bw,
             self.fabric_alpha,
