@@ -286,6 +286,19 @@ def run_goodput(
             + (f"({g.interval_s / step_s:,.0f} steps, " if step_s > 0 else "(")
             + "the interval that loses least)"
         )
+    between = 3600.0 / per_hour
+    if g.goodput < 0.01 and step_s >= between > 2.0 * (g.restart_s + ck.write_s):
+        # A restart and a checkpoint would leave time to progress, but no checkpoint can
+        # fall inside a step: fewer GPUs only make the step longer.
+        raise UserError(
+            f"one step takes {step_s / 3600:,.1f} h, longer than the {between / 3600:,.1f} h "
+            f"between interruptions of this cluster ({'; '.join(rates)}), so hardly a step "
+            f"ever finishes ({g.goodput:.2%} of the time makes progress)",
+            file=rs.source_file,
+            path="training.global_batch",
+            hint="a step that long is the tokens it holds: lower training.global_batch or "
+            "training.seq_len (clustersim check shows the layout without the run's figures)",
+        )
     if g.goodput < 0.01:
         hint = "use fewer GPUs, faster checkpoint storage or a more reliable part"
         if spot:

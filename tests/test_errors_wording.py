@@ -306,3 +306,26 @@ def test_a_tab_in_the_yaml_says_to_indent_with_spaces(tmp_path: Path) -> None:
     f = tmp_path / "tab.yaml"
     f.write_text("name: x\ncluster:\n\tgpu: h100-sxm-80gb\n")
     assert_user_error(run_cli("check", str(f)), file=f, path=None, hint=("spaces",))
+
+
+@pytest.mark.parametrize(
+    ("set_", "kind"),
+    [
+        ("cluster.gpu=-1", "GPU"),
+        ("cluster.fabric=1e400", "fabric"),
+        ("cluster.storage=0", "storage"),
+        ("cluster.pricing.profile=0.5", "pricing"),
+        ("cluster.network.profile=null", "network"),
+        ("software=3", "software"),
+    ],
+)
+def test_a_profile_slot_given_something_else_asks_for_a_profile_name(set_: str, kind: str) -> None:
+    """A number where a profile name goes said 'expected a mapping of fields' (a robustness
+    review): it asks for the kind of profile the slot takes."""
+    from simulator.config.loading import load_scenario
+    from simulator.errors import UserError
+
+    with pytest.raises(UserError) as exc:
+        load_scenario(REPO / "scenarios" / "llama3-70b-64xh100.yaml", [set_])
+    assert exc.value.path == set_.partition("=")[0]
+    assert f"expected a {kind} profile name" in exc.value.message

@@ -336,3 +336,17 @@ def test_a_run_shorter_than_the_best_interval_runs_without_checkpoints() -> None
     tiny.setdefault("run", {})["tokens"] = rs.training.tokens_per_step
     tiny["cluster"]["storage"] = "nfs"
     assert run_report(resolve_dict(tiny), step).goodput > 0.99
+
+
+def test_a_step_longer_than_the_time_between_interruptions_names_the_batch() -> None:
+    """A 16M-token sequence made one step 277 days long: the refusal said to use fewer GPUs
+    (which makes the step longer) and blamed cluster.nodes; it names the step and the batch."""
+    from conftest import run_cli
+
+    res = run_cli(
+        "simulate", "llama3-70b-64xh100", "--set", "training.seq_len=16777216", "--no-scaling"
+    )
+    assert res.returncode == 2, res.stderr
+    said = " ".join(res.stderr.split())
+    assert "training.global_batch: one step takes" in said and "between interruptions" in said
+    assert "training.seq_len" in said and "Traceback" not in said

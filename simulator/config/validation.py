@@ -53,6 +53,16 @@ def _clean_loc(loc: tuple[Any, ...]) -> tuple[Any, ...]:
     return tuple(out)
 
 
+# Fields that take a profile by name (``profile`` inside a slot names the slot's kind), for
+# the message when they get something else: which kind of profile.
+_PROFILE_SLOTS = {
+    "gpu": "GPU",
+    "fabric": "fabric",
+    "storage": "storage",
+    "software": "software",
+    "profile": None,
+}
+
 _HINTS = {
     "extra_forbidden": "remove the field or fix its spelling",
     "missing": "add the field",
@@ -128,6 +138,10 @@ def validation_error(
             "Schedules": "{value: [1f1b, interleaved, gpipe], source: TEXT}",
             "ZeroCap": "{value: 0 to 3, source: TEXT}",
         }.get((err.get("ctx") or {}).get("class_name", ""), "a mapping of fields")
+        slot = path.rpartition(".")[2]
+        if expected == "a mapping of fields" and slot in _PROFILE_SLOTS:
+            kind = _PROFILE_SLOTS[slot] or path.split(".")[-2]
+            expected = f"a {kind} profile name (or {{profile: NAME, ...}} to override its figures)"
         msg = f"expected {expected} here (got {got})"
     elif (
         "input" in err
