@@ -144,6 +144,13 @@ def simulate(
             "figure here is for a plan that does not fit (`clustersim check` suggests changes "
             "that make it fit)",
         )
+    if max(met.mfu, met.hfu) > 1.0:
+        notes.append(
+            f"{'HFU' if met.hfu >= met.mfu else 'MFU'} {max(met.mfu, met.hfu):.0%}: attention "
+            "is counted as the full s×s product, the convention published MFU figures use, "
+            "and a causal kernel computes about half of it; at this sequence length attention "
+            "dominates, so the utilisation overstates the GPU's work"
+        )
     if scaling:
         _scaling(rs, met)
         ref_nodes = (met.scaling_reference or {}).get("nodes", 0)

@@ -76,3 +76,25 @@ def test_a_head_dimension_between_compiled_kernels_runs_as_the_next_one_up(
     exact = sum(_pair(OpTimer(gpu, "bf16", head_dim=128), op))
     got = sum(_pair(OpTimer(gpu, "bf16", head_dim=head_dim), op))
     assert got == pytest.approx(exact * runs_as / head_dim)
+
+
+def test_utilisation_above_one_says_attention_is_counted_whole() -> None:
+    """At a million tokens attention dominates and, counted as the full s×s product (the
+    published MFU convention) while a causal kernel computes half, HFU passed 1 without a word
+    (a robustness review): a note says why."""
+    from conftest import REPO
+
+    from simulator.config.loading import load_scenario
+
+    path = REPO / "scenarios" / "llama3-8b-8xh100.yaml"
+    long = [
+        "training.seq_len=1048576",
+        "parallelism.cp=8",
+        "training.global_batch=1",
+        "run.stragglers=off",
+    ]
+    res = simulate(load_scenario(path, long), scaling=False)
+    assert res.metrics.hfu > 1.0
+    assert any("full s×s product" in n for n in res.notes)
+    plain = simulate(load_scenario(path), scaling=False)
+    assert plain.metrics.hfu < 1.0 and not any("full s×s" in n for n in plain.notes)

@@ -329,3 +329,12 @@ def test_a_profile_slot_given_something_else_asks_for_a_profile_name(set_: str, 
         load_scenario(REPO / "scenarios" / "llama3-70b-64xh100.yaml", [set_])
     assert exc.value.path == set_.partition("=")[0]
     assert f"expected a {kind} profile name" in exc.value.message
+
+
+def test_an_error_on_a_field_the_set_did_not_touch_names_the_set() -> None:
+    """--set model.layers=3 made PP=4 too deep: the error blamed parallelism.pp with no word of
+    the override the user gave (a robustness review)."""
+    res = run_cli("check", "llama3-70b-64xh100", "--set", "model.layers=3")
+    assert res.returncode == 2
+    said = " ".join(res.stderr.split())
+    assert "parallelism.pp:" in said and "(with --set model.layers=3)" in said

@@ -48,6 +48,16 @@ def blame_set(exc: UserError, sets: list[str]) -> UserError:
             path=exc.path,
             hint=exc.hint,
         )
+    # A field judged against one of another section that the message names (PP against the
+    # model's layers after --set model.layers=3)
+    named = [s for s in sets if re.search(rf"\b{re.escape(_field(s))}\b", exc.message, re.I)]
+    if named:
+        return UserError(
+            f"{exc.message} (with --set {_shown(named[-1])})",
+            file=exc.file,
+            path=exc.path,
+            hint=exc.hint,
+        )
     return exc
 
 
