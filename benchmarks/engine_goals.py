@@ -89,6 +89,59 @@ def symmetric_rows(n: int) -> list[Row]:
     return rows
 
 
+def random_layout_rows(count: int = 40, seed: int = 1) -> list[Row]:
+    """Goal 1 beyond the named cases ("every layout in well under 0.1 s"): ``count`` random
+    Llama-3 70B plans on 8-128 H100s (TP, PP, CP, 1F1B or interleaved, ZeRO 0-3 or FSDP,
+    64-2,048 micro-batches), each evaluated once; the share within 0.1 s and the slowest."""
+    import random
+
+    from simulator.config.loading import load_scenario
+    from simulator.engine.periodic import run_periodic
+    from simulator.errors import UserError
+
+    rnd = random.Random(seed)
+    base = os.path.join(ROOT, "scenarios", "llama3-70b-64xh100.yaml")
+    times: list[tuple[float, str]] = []
+    while len(times) < count:
+        tp, pp, cp = rnd.choice([1, 2, 4, 8]), rnd.choice([2, 4, 8]), rnd.choice([1, 1, 2, 4])
+        v = rnd.choice([1, 2, 4])
+        sched = (
+            '{"kind": "1f1b"}' if v == 1 else f'{{"kind": "interleaved", "virtual_stages": {v}}}'
+        )
+        z = rnd.choice(["0", "1", "2", "3", "fsdp"])
+        shard = '{"kind": "fsdp"}' if z == "fsdp" else f'{{"kind": "zero", "stage": {z}}}'
+        sets = [
+            f"cluster.nodes={rnd.choice([1, 2, 4, 8, 16])}",
+            f"parallelism.tp={tp}",
+            f"parallelism.pp={pp}",
+            f"parallelism.cp={cp}",
+            f"parallelism.pp_schedule={sched}",
+            f"parallelism.sharding={shard}",
+            f"training.global_batch={rnd.choice([256, 512, 1024, 2048])}",
+        ]
+        try:
+            rs = load_scenario(base, sets)
+        except UserError:
+            continue
+        t, _res = _cpu(lambda rs=rs: run_periodic(rs), 1)
+        name = (
+            f"TP{tp} PP{pp}{f'x{v}' if v > 1 else ''} CP{cp} DP{rs.dp} "
+            f"{'FSDP' if z == 'fsdp' else 'ZeRO-' + z}, {rs.micro_batches} micro-batches"
+        )
+        times.append((t, name))
+    times.sort()
+    within = sum(t <= 0.1 for t, _ in times)
+    slow, which = times[-1]
+    return [
+        (
+            "(c1) random layouts within 0.1 s",
+            f"{within} of {count}",
+            f"median {times[count // 2][0]:.3f} s; slowest {slow:.2f} s ({which}): "
+            f"goal: {_verdict(within == count)}",
+        )
+    ]
+
+
 def default_and_cold_rows(n: int) -> list[Row]:
     from periodic_speed import cold_cli
 

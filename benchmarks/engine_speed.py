@@ -301,6 +301,7 @@ def main(argv: list[str] | None = None) -> int:
 
         bare_rate = bare_simpy_rate()
         rows += goals.symmetric_rows(args.repeat)
+        rows += goals.random_layout_rows()
         rows += goals.default_and_cold_rows(args.repeat)
         if not args.skip_full:
             rows += goals.full_rows(min(args.full_repeat, 2), (256, 1024, 4096), 1024, bare_rate)
