@@ -287,7 +287,7 @@ def run_goodput(
             + "the interval that loses least)"
         )
     between = 3600.0 / per_hour
-    if g.goodput < 0.01 and step_s >= between > 2.0 * (g.restart_s + ck.write_s):
+    if not spot and g.goodput < 0.01 and step_s >= between > 2.0 * (g.restart_s + ck.write_s):
         # A restart and a checkpoint would leave time to progress, but no checkpoint can
         # fall inside a step: fewer GPUs only make the step longer.
         raise UserError(

@@ -21,6 +21,7 @@ from .interruptions import RunReport, run_report
 from .limits import check_dp_collectives, check_full_size, check_trace_size
 from .metrics import Metrics, compute_metrics
 from .workload.memory import memory_report
+from .workload.model import attention_core_flops_per_token, model_flops_per_token
 
 
 @dataclass
@@ -116,7 +117,7 @@ def simulate(
                 "NIC, and nodes per leaf) that the group sizes divide (or that divide them)"
             )
     notes.extend(rs.override_notes)
-    notes.extend(rs.sharding_notes())
+    notes.extend(rs.plan_notes())
     notes.extend(replacement_notes(rs.profile_names()))
     if rs.gpu.clock_scale < 1.0:
         g = rs.gpu
@@ -144,7 +145,9 @@ def simulate(
             "figure here is for a plan that does not fit (`clustersim check` suggests changes "
             "that make it fit)",
         )
-    if max(met.mfu, met.hfu) > 1.0:
+    m, seq = rs.model, rs.training.seq_len
+    attention = m.layers * 3.0 * attention_core_flops_per_token(m, seq)
+    if max(met.mfu, met.hfu) > 1.0 and attention > 0.25 * model_flops_per_token(m, seq):
         notes.append(
             f"{'HFU' if met.hfu >= met.mfu else 'MFU'} {max(met.mfu, met.hfu):.0%}: attention "
             "is counted as the full s×s product, the convention published MFU figures use, "

@@ -126,9 +126,9 @@ def test_sequence_parallel_at_tp_1_is_off_with_a_note() -> None:
     data["parallelism"].update({"tp": 1, "sequence_parallel": True})
     rs = resolve_dict(data)
     assert not rs.parallelism.sequence_parallel
-    assert any("off at TP 1" in n for n in rs.sharding_notes())
+    assert any("off at TP 1" in n for n in rs.plan_notes())
     data["parallelism"]["tp"] = 2
-    assert resolve_dict(data).sharding_notes() == []
+    assert resolve_dict(data).plan_notes() == []
 
 
 @pytest.mark.parametrize(

@@ -338,3 +338,9 @@ def test_an_error_on_a_field_the_set_did_not_touch_names_the_set() -> None:
     assert res.returncode == 2
     said = " ".join(res.stderr.split())
     assert "parallelism.pp:" in said and "(with --set model.layers=3)" in said
+    # only an override of a field the check reads is named, whatever the order or the words
+    for order in (["model.layers=3", "cluster.gpu=h200-sxm-141gb"], ["run.tokens=2e11"]):
+        args = [a for s in order for a in ("--set", s)]
+        said = " ".join(run_cli("check", "llama3-70b-64xh100", *args).stderr.split())
+        assert ("with --set model.layers=3" in said) == ("model.layers=3" in order)
+        assert "with --set cluster.gpu" not in said and "with --set run.tokens" not in said

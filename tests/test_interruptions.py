@@ -350,3 +350,22 @@ def test_a_step_longer_than_the_time_between_interruptions_names_the_batch() -> 
     said = " ".join(res.stderr.split())
     assert "training.global_batch: one step takes" in said and "between interruptions" in said
     assert "training.seq_len" in said and "Traceback" not in said
+
+
+def test_on_spot_a_long_step_keeps_the_tier_advice() -> None:
+    """A review of the branch above: on spot, preemptions make the time between
+    interruptions short, and the way out is another tier, not a smaller batch."""
+    from conftest import run_cli
+
+    res = run_cli(
+        "simulate",
+        "llama3-70b-64xh100",
+        "--set",
+        "training.seq_len=524288",
+        "--set",
+        "cluster.pricing.tier=spot",
+        "--no-scaling",
+    )
+    assert res.returncode == 2, res.stderr
+    said = " ".join(res.stderr.split())
+    assert "cluster.pricing.tier:" in said and "on_demand tier" in said

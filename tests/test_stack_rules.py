@@ -135,7 +135,7 @@ def test_megatron_deepspeed_bf16_shards_the_optimizer_at_zero_stage_0() -> None:
     zero0 = {"kind": "zero", "stage": 0}
     bf16 = resolve_dict(_data("megatron-deepspeed", zero0))
     assert bf16.zero_stage == 1 and bf16.layout()["zero_stage"] == 0
-    assert any("ZeRO-1 equivalent" in n for n in bf16.sharding_notes())
+    assert any("ZeRO-1 equivalent" in n for n in bf16.plan_notes())
     written1 = resolve_dict(_data("megatron-deepspeed", ZERO1))
     assert memory_report(bf16).peak.total_gb == pytest.approx(memory_report(written1).peak.total_gb)
     fp16 = _data("megatron-deepspeed", zero0)

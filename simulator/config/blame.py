@@ -48,17 +48,38 @@ def blame_set(exc: UserError, sets: list[str]) -> UserError:
             path=exc.path,
             hint=exc.hint,
         )
-    # A field judged against one of another section that the message names (PP against the
-    # model's layers after --set model.layers=3)
-    named = [s for s in sets if re.search(rf"\b{re.escape(_field(s))}\b", exc.message, re.I)]
-    if named:
+    # A field judged against one of another section (PP against the model's layers after
+    # --set model.layers=3): the override of that one (or of the section holding it)
+    judged = JUDGED_AGAINST.get(p, ())
+    other = [
+        s
+        for s in sets
+        if any(f == k or f.startswith(k + ".") for f in judged for k in [_key(s)] if k)
+    ]
+    if other:
         return UserError(
-            f"{exc.message} (with --set {_shown(named[-1])})",
+            f"{exc.message} (with --set {_shown(other[-1])})",
             file=exc.file,
             path=exc.path,
             hint=exc.hint,
         )
     return exc
+
+
+# The fields of other sections an error at a path is judged against (config.layout_checks).
+JUDGED_AGAINST: dict[str, tuple[str, ...]] = {
+    "parallelism.pp": ("model.layers",),
+    "parallelism.pp_schedule": ("model.layers",),
+    "parallelism.stage_layers": ("model.layers",),
+    "parallelism.offload_activation_layers": ("model.layers",),
+    "parallelism.tp": ("model.heads", "model.kv_heads", "model.ffn", "model.vocab"),
+    "parallelism.cp": ("training.seq_len",),
+    "parallelism.sequence_parallel": ("training.seq_len",),
+}
+
+
+def _key(item: str) -> str:
+    return item.split("=", 1)[0].strip()
 
 
 def _field(item: str) -> str:

@@ -125,17 +125,14 @@ def check_layout(
             path="parallelism.cp",
             hint=f"make seq_len a multiple of {2 * par.cp}, or pick another CP",
         )
-    if par.sequence_parallel and (par.tp == 1 or (tr.seq_len // par.cp) % par.tp):
+    # (at TP 1 resolve() has already turned sequence parallelism off)
+    if par.sequence_parallel and (tr.seq_len // par.cp) % par.tp:
         raise UserError(
-            "sequence_parallel needs TP > 1"
-            if par.tp == 1
-            else f"sequence_parallel splits the {tr.seq_len // par.cp} tokens of a sequence "
+            f"sequence_parallel splits the {tr.seq_len // par.cp} tokens of a sequence "
             f"(per CP rank) over TP={par.tp}, which does not divide them",
             file=file,
             path="parallelism.sequence_parallel",
-            hint="set tp above 1, or sequence_parallel: false"
-            if par.tp == 1
-            else f"use a seq_len that {par.tp * par.cp} divides, or sequence_parallel: false",
+            hint=f"use a seq_len that {par.tp * par.cp} divides, or sequence_parallel: false",
         )
     if par.dp_bucket_copy and par.zero_stage >= 1:
         raise UserError(

@@ -280,25 +280,24 @@ class ResolvedScenario(BaseModel):
             than = (
                 "more" if fab > link.value * 1.001 else "less" if fab < link.value * 0.999 else ""
             )
-            if than == "more":
-                out.append(
-                    f"fabric '{f.name}' gives each GPU {fab:g} GB/s of NVLink, more than "
-                    f"'{self.gpu.name}' has ({link.value:g} GB/s per direction): simulated at "
+            if than:
+                at = (
                     "the GPU's figure, as its own ports cap what the switch gives it (a what-if "
                     "of a faster link raises the GPU's nvlink_gbps too)"
+                    if than == "more"
+                    else "the fabric's figure (for this GPU as built, pick its NVLink "
+                    "generation: clustersim profiles list fabric)"
                 )
-            elif than:
                 out.append(
-                    f"fabric '{f.name}' gives each GPU {fab:g} GB/s of NVLink, less than "
+                    f"fabric '{f.name}' gives each GPU {fab:g} GB/s of NVLink, {than} than "
                     f"'{self.gpu.name}' has ({link.value:g} GB/s per direction): simulated at "
-                    "the fabric's figure (for this GPU as built, pick its NVLink generation: "
-                    "clustersim profiles list fabric)"
+                    f"{at}"
                 )
         return out
 
-    def sharding_notes(self) -> list[str]:
-        """Where the software stack runs the sharding written as another ZeRO stage, or
-        sequence parallelism written at TP 1 not at all."""
+    def plan_notes(self) -> list[str]:
+        """Where the plan runs otherwise than written: sequence parallelism at TP 1 not at
+        all, or the software stack's sharding as another ZeRO stage."""
         out = []
         par = self.raw.get("parallelism") if isinstance(self.raw, dict) else None
         if self.tp == 1 and isinstance(par, dict) and par.get("sequence_parallel") is True:

@@ -158,7 +158,9 @@ class SimulationBase(Tracing, LinkSharing):
         self.guard_streams: dict[int, list[Stream]] = {}
         guards = self._tp_guards()
         if guards is not None:
-            fast = self._build_programs(self._analytic | (self.twin_groups() or {"tp"}))
+            kinds = self.twin_groups()
+            assert kinds is not None  # (the guards exist only where the twin does)
+            fast = self._build_programs(self._analytic | kinds)
             for name in PROGRAMS:
                 rest = twin_suffixes(progs[name], fast[name])
                 if rest is not None and not progs[name].analytic:

@@ -48,7 +48,10 @@ def finish_together(
         rate = {
             i: phase_bandwidth(plans[i][at[i]], fabric, network) / len(flowing) for i in flowing
         }
-        ends = {i: left[i] / rate[i] if rate[i] > 0 else float("inf") for i in flowing}
+        ends = {
+            i: left[i] / rate[i] if rate[i] > 0 else (0.0 if left[i] <= 0 else float("inf"))
+            for i in flowing
+        }
         dt = min([wait[i] for i in live if wait[i] > 0.0] + list(ends.values()))
         now += dt
         for i in live:

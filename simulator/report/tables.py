@@ -81,7 +81,7 @@ def print_check(rep: CheckReport, console: Console) -> None:
         f"schedule {lay['schedule']}, ZeRO stage {_zero(lay)}, "
         f"recompute {_recompute(lay)}"
     )
-    for note in rs.sharding_notes():
+    for note in rs.plan_notes():
         console.print(f"[yellow]note:[/yellow] {safe(note)}")
     console.print(
         f"FLOPs per step: model {rep.model_flops_per_step:.3e}, hardware "
