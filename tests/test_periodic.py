@@ -9,7 +9,7 @@ extrapolation must really be taken on most of them (GPipe, whose queues grow wit
 micro-batch count, is always simulated in full).
 
 TP timed analytically while its class's DP and pipeline streams are idle
-(``_tp_guards``): on 300 random layouts (every tenth with TP overlap on) the step and
+(``_pass_guards``): on 300 random layouts (every tenth with TP overlap on) the step and
 every category equal the run that sends every TP collective through the flow network, to
 rounding, and the shortcut is taken on a good share of them; so on 40 layouts whose CP ring
 shares TP's ports inside the node.
@@ -81,7 +81,7 @@ def test_tp_shortcut_equals_the_flow_network(monkeypatch: pytest.MonkeyPatch) ->
         rs = resolve_dict(data)
         fast = run_engine(rs)
         with monkeypatch.context() as m:
-            m.setattr(setup.SimulationBase, "_tp_guards", lambda self: None)
+            m.setattr(setup.SimulationBase, "_pass_guards", lambda self: None)
             flows = run_engine(rs)
         taken += fast.events < flows.events
         assert fast.step_time == pytest.approx(flows.step_time, rel=1e-9), rs.layout()
@@ -109,7 +109,7 @@ def test_tp_overlap_hides_flow_collectives_as_analytic_ones(
         "training": {"seq_len": 4096, "global_batch": 32, "micro_batch": 1},
         "parallelism": {"tp": 4, "sharding": {"kind": "zero", "stage": 1}},
     }
-    monkeypatch.setattr(setup.SimulationBase, "_tp_guards", lambda self: None)
+    monkeypatch.setattr(setup.SimulationBase, "_pass_guards", lambda self: None)
     plain = run_engine(resolve_dict(data))
     ov = {**data, "parallelism": {**data["parallelism"], "overlap": {"tp_comm": True}}}
     hidden = run_engine(resolve_dict(ov))
@@ -123,17 +123,17 @@ def test_tp_overlap_hides_flow_collectives_as_analytic_ones(
 def test_tp_and_an_in_node_cp_ring_shortcut_equals_the_flow_network(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """TP and a CP ring on the same NVLink ports of a node: a pass runs them one after the
-    other (the ring's two backward exchanges together, sharing the ports), so while the class's
-    DP and pipeline streams are idle the pass is timed in closed form; step and every category
-    equal the flow network's to rounding (a TP4 PP4 CP2 interleaved layout with 1,024
-    micro-batches took 0.7 s through the flows, 0.04 s so)."""
+    """TP and a CP ring on the same NVLink ports of a node (or the ring alone, at TP 1): a pass
+    runs them one after the other (the ring's two backward exchanges together, sharing the
+    ports), so while the class's DP and pipeline streams are idle the pass is timed in closed
+    form; step and every category equal the flow network's to rounding (a TP4 PP4 CP2
+    interleaved layout with 1,024 micro-batches took 0.7 s through the flows, 0.04 s so)."""
     rnd = random.Random(11)
     taken = done = 0
     while done < 40:
         data = _draw(rnd)
         par = data["parallelism"]
-        par["tp"], par["cp"] = rnd.choice([2, 4]), rnd.choice([2, 4])
+        par["tp"], par["cp"] = rnd.choice([1, 2, 4]), rnd.choice([2, 4])
         if done % 5 == 0:
             par["overlap"] = {"tp_comm": True}
         try:
@@ -143,7 +143,7 @@ def test_tp_and_an_in_node_cp_ring_shortcut_equals_the_flow_network(
         done += 1
         fast = run_engine(rs)
         with monkeypatch.context() as m:
-            m.setattr(setup.SimulationBase, "_tp_guards", lambda self: None)
+            m.setattr(setup.SimulationBase, "_pass_guards", lambda self: None)
             flows = run_engine(rs)
         taken += fast.events < flows.events
         assert fast.step_time == pytest.approx(flows.step_time, rel=1e-9), rs.layout()

@@ -59,10 +59,11 @@ class PassRunner(SimulationBase):
 
     def run_items(self, rank: int, prog: Program, reps: int, name: str) -> Generator:
         """Run a program ``reps`` times; analytic programs are one timeout. A program
-        whose only flow-network traffic is TP, started while this class's DP and pipeline
-        streams are idle, runs as its analytic twin: nothing else can reach TP's links
-        until the pass ends (``LinkSharing._tp_guards``). Started while one of them is busy, it
-        goes through the flow network only until they are all idle, then on as the twin."""
+        whose only flow-network traffic is TP or an in-node CP ring, started while this
+        class's DP and pipeline streams are idle, runs as its analytic twin: nothing else can
+        reach their links until the pass ends (``LinkSharing._pass_guards``). Started while
+        one of them is busy, it goes through the flow network only until they are all idle,
+        then on as the twin."""
         if reps <= 0:
             return
         env, acc, collective = self.env, self.results[rank].acc, self.comm.collective

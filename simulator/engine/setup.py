@@ -148,22 +148,23 @@ class SimulationBase(Tracing, LinkSharing):
         self.bucket_copy = rs.parallelism.dp_bucket_copy and rs.dp_cp > 1 and self.z == 0
         progs = self._build_programs(self._analytic)
         self.__dict__.update(progs)
-        # The programs' twins with TP timed analytically, for passes that run while nothing
-        # else can reach TP's links (see passes.PassRunner.run_items): for each item of a
-        # program, the rest of its twin from there (from the first item: the whole twin).
+        # The programs' twins with TP and an in-node CP ring timed analytically, for passes
+        # that run while nothing else can reach their links (see passes.PassRunner.run_items):
+        # for each item of a program, the rest of its twin from there (from the first item:
+        # the whole twin).
         self.twin_rest: dict[int, list[Program]] = {}
         # ZeRO-1/2 parameter gathers per (stage, chunk): bucket sizes and the bucket each
         # layer waits for (PassRunner._prefetch_params)
         self._gather_plans: dict[tuple[int, int], tuple[tuple[float, ...], tuple[int, ...]]] = {}
         self.guard_streams: dict[int, list[Stream]] = {}
-        guards = self._tp_guards()
+        guards = self._pass_guards()
         if guards is not None:
             kinds = self.twin_groups()
             assert kinds is not None  # (the guards exist only where the twin does)
             fast = self._build_programs(self._analytic | kinds)
             for name in PROGRAMS:
                 rest = twin_suffixes(progs[name], fast[name])
-                if rest is not None and not progs[name].analytic:
+                if rest is not None and fast[name].analytic and not progs[name].analytic:
                     self.twin_rest[id(progs[name])] = rest
             self.guard_streams = {
                 r: [self._stream(r, name) for name in names] for r, names in guards.items()

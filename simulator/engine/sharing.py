@@ -133,25 +133,28 @@ class LinkSharing:
         )
 
     def twin_groups(self) -> set[str] | None:
-        """The groups a pass's analytic twin times in closed form: TP, and a context-parallel
-        ring on the same fabric ports inside the node (a pass runs its TP and CP collectives
-        one after another, so they never share those ports). ``None`` where the ring shares
-        TP's ports but also leaves the node (its flows meet other traffic on the NICs)."""
-        if self.rs.cp == 1 or "cp" in self._analytic or not self._uses_fabric("cp"):
-            return {"tp"}
-        return {"tp", "cp"} if self.topo.shape(self.ranks[0], "cp").nodes == 1 else None
-
-    def _tp_guards(self) -> dict[int, tuple[str, ...]] | None:
-        """Where TP's (and an in-node CP ring's: ``twin_groups``) traffic goes through the flow
-        network only because its own class's DP collectives or pipeline sends can share its
-        links (no other class's traffic crosses them): for each class, the streams whose
-        transfers can cross those links. A pass that starts while those are idle (and launches
-        nothing on them) has the links to itself. ``None`` where this does not hold."""
+        """The groups of a layer pass whose collectives go through the flow network and that
+        its analytic twin times in closed form: TP and the context-parallel ring, each inside
+        the node (a pass runs them one after another, so they never share their fabric ports).
+        ``None`` where there are none, or one of them leaves the node (its flows meet other
+        traffic on the NICs)."""
         rs = self.rs
-        if self.full or "tp" in self._analytic or not self.tp_in_node():
+        kinds = {k for k, n in (("tp", rs.tp), ("cp", rs.cp)) if n > 1 and k not in self._analytic}
+        if not kinds or not self.lay.node_aligned():
             return None
+        if any(self.topo.shape(self.ranks[0], k).nodes > 1 for k in kinds):
+            return None
+        return kinds
+
+    def _pass_guards(self) -> dict[int, tuple[str, ...]] | None:
+        """Where a pass's TP and CP traffic (``twin_groups``) goes through the flow network
+        only because its own class's DP collectives or pipeline sends can share its links (no
+        other class's traffic crosses them): for each class, the streams whose transfers can
+        cross those links. A pass that starts while those are idle (and launches nothing on
+        them) has the links to itself. ``None`` where this does not hold."""
+        rs = self.rs
         kinds = self.twin_groups()
-        if kinds is None:
+        if self.full or kinds is None:
             return None
         comm = self.comm
         dp_kinds = ["dp"] + (["dp_shard", "dp_rep"] if shard_group(rs) < rs.dp_cp else [])

@@ -37,13 +37,14 @@ def step_floor(rs: ResolvedScenario) -> float:
     (p-1) passes of a uniform pipeline; its 1/v under the interleaved schedule)."""
     sim = Simulation(rs)
     progs = {name: getattr(sim, name) for name in PROGRAMS}
-    if sim.tp_in_node():
-        # TP collectives inside a node that share links with other groups (a CP ring beside
-        # TP on the NVLink ports) run through the flow network, so the programs leave them
-        # out; each takes at least its closed-form time on links of its own (the ring's
-        # exchanges sharing them with each other), and blocks the compute stream as long as
-        # that time is more than the kernel that may hide it.
-        progs = sim.programs(sim.twin_groups() or {"tp"})
+    # TP collectives and a CP ring inside a node that share links with other groups run
+    # through the flow network, so the programs leave them out; each takes at least its
+    # closed-form time on links of its own (the ring's exchanges sharing them with each
+    # other), and blocks the compute stream as long as that time is more than the kernel that
+    # may hide it. (TP inside a node beside a ring that leaves it: TP alone.)
+    kinds = sim.twin_groups() or ({"tp"} if sim.tp_in_node() else set())
+    if kinds:
+        progs = sim.programs(kinds)
     m, p, v = rs.micro_batches, rs.pp, rs.parallelism.virtual_stages
     fwd = _spans(progs["p_fwd"])
     bwd = min(_spans(progs["p_bwd"]), _spans(progs["p_bwd_sync"]))
