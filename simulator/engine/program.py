@@ -211,8 +211,7 @@ def build_program(
             assert op.group is not None and op.collective is not None
             t = coll_time.get(key(op))
             if op.group == "cp" and op.overlapped:
-                covered = attn * op.cover  # through the flows: each beside the kernel
-                if t is not None:
+                if t is not None:  # the run's exposed times, worked out at its first
                     if not ring:
                         ring = ring_run(i)
                     flush()
@@ -220,6 +219,7 @@ def build_program(
                     if exposed > 0:
                         prog.items.append(Item("span", op.name, exposed, "comm_cp"))
                     continue
+                covered = attn * op.cover  # through the flows: each beside the kernel
             else:
                 covered = hide() if op.overlapped or (overlap_tp and op.group == "tp") else 0.0
             if t is None:
