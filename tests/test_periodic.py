@@ -71,6 +71,22 @@ def test_extrapolation_equals_the_event_simulation_on_random_layouts() -> None:
     print(f"extrapolated {taken} of {eligible} (GPipe left out)")
 
 
+def _shortcut_equals_the_flows(rs: Any, monkeypatch: pytest.MonkeyPatch) -> bool:
+    """The engine's step and every category equal those of the run that sends every
+    collective through the flow network (no pass guards), to rounding; whether the shortcut
+    was taken (fewer events)."""
+    fast = run_engine(rs)
+    with monkeypatch.context() as m:
+        m.setattr(setup.SimulationBase, "_pass_guards", lambda self: None)
+        flows = run_engine(rs)
+    assert fast.step_time == pytest.approx(flows.step_time, rel=1e-9), rs.layout()
+    for stage, rr in flows.classes.items():
+        for cat, v in rr.acc.items():
+            got = fast.classes[stage].acc[cat]
+            assert got == pytest.approx(v, rel=1e-9, abs=1e-12), (cat, rs.layout())
+    return fast.events < flows.events
+
+
 def test_tp_shortcut_equals_the_flow_network(monkeypatch: pytest.MonkeyPatch) -> None:
     taken = 0
     layouts = scenarios()[:300]
@@ -79,16 +95,7 @@ def test_tp_shortcut_equals_the_flow_network(monkeypatch: pytest.MonkeyPatch) ->
             par = data["parallelism"]
             data = {**data, "parallelism": {**par, "overlap": {"tp_comm": True}}}
         rs = resolve_dict(data)
-        fast = run_engine(rs)
-        with monkeypatch.context() as m:
-            m.setattr(setup.SimulationBase, "_pass_guards", lambda self: None)
-            flows = run_engine(rs)
-        taken += fast.events < flows.events
-        assert fast.step_time == pytest.approx(flows.step_time, rel=1e-9), rs.layout()
-        for stage, rr in flows.classes.items():
-            for cat, v in rr.acc.items():
-                got = fast.classes[stage].acc[cat]
-                assert got == pytest.approx(v, rel=1e-9, abs=1e-12), (cat, rs.layout())
+        taken += _shortcut_equals_the_flows(rs, monkeypatch)
     assert taken >= len(layouts) // 10, taken
 
 
@@ -141,16 +148,7 @@ def test_tp_and_an_in_node_cp_ring_shortcut_equals_the_flow_network(
         except UserError:
             continue
         done += 1
-        fast = run_engine(rs)
-        with monkeypatch.context() as m:
-            m.setattr(setup.SimulationBase, "_pass_guards", lambda self: None)
-            flows = run_engine(rs)
-        taken += fast.events < flows.events
-        assert fast.step_time == pytest.approx(flows.step_time, rel=1e-9), rs.layout()
-        for stage, rr in flows.classes.items():
-            for cat, v in rr.acc.items():
-                got = fast.classes[stage].acc[cat]
-                assert got == pytest.approx(v, rel=1e-9, abs=1e-12), (cat, rs.layout())
+        taken += _shortcut_equals_the_flows(rs, monkeypatch)
     assert taken >= done // 3, taken
 
 

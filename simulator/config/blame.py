@@ -15,7 +15,7 @@ def blame_set(exc: UserError, sets: list[str]) -> UserError:
     if p.endswith(".source"):
         figure = p[: -len(".source")]
         for s in reversed(sets):
-            if s.split("=", 1)[0].strip() == figure + ".value":
+            if _key(s) == figure + ".value":
                 value = s.split("=", 1)[1].strip()
                 return UserError(
                     f"--set {_shown(s)} gives {figure} a value without a source",
@@ -26,7 +26,7 @@ def blame_set(exc: UserError, sets: list[str]) -> UserError:
                     f"source: ...}}'",
                 )
     for s in reversed(sets):  # the last --set of a path is the one that took effect
-        key = s.split("=", 1)[0].strip()
+        key = _key(s)
         if key and (p == key or p.startswith((key + ".", key + "["))):
             return UserError(
                 f"{exc.message} (the value comes from --set {_shown(s)})",
@@ -37,33 +37,29 @@ def blame_set(exc: UserError, sets: list[str]) -> UserError:
     # A field judged against another of its section (global_batch by micro_batch): the
     # override beside it is what changed.
     section = p.rsplit(".", 1)[0] if "." in p else ""
-    beside = [s for s in sets if section and s.split("=", 1)[0].strip().startswith(section + ".")]
+    beside = [s for s in sets if section and _key(s).startswith(section + ".")]
     # the one whose field the message names ("4 nodes need a network": cluster.nodes), else
     # the last
     named = [s for s in beside if re.search(rf"\b{re.escape(_field(s))}\b", exc.message, re.I)]
     if beside:
-        return UserError(
-            f"{exc.message} (with --set {_shown((named or beside)[-1])})",
-            file=exc.file,
-            path=exc.path,
-            hint=exc.hint,
-        )
+        return _with_set(exc, (named or beside)[-1])
     # A field judged against one of another section (PP against the model's layers after
     # --set model.layers=3): the override of that one (or of the section holding it)
     judged = JUDGED_AGAINST.get(p, ())
-    other = [
-        s
-        for s in sets
-        if any(f == k or f.startswith(k + ".") for f in judged for k in [_key(s)] if k)
-    ]
-    if other:
-        return UserError(
-            f"{exc.message} (with --set {_shown(other[-1])})",
-            file=exc.file,
-            path=exc.path,
-            hint=exc.hint,
-        )
-    return exc
+    other = [s for s in sets if _key(s) and any(_within(f, _key(s)) for f in judged)]
+    return _with_set(exc, other[-1]) if other else exc
+
+
+def _with_set(exc: UserError, item: str) -> UserError:
+    """``exc`` naming the --set beside the field at fault that changed what it is judged by."""
+    return UserError(
+        f"{exc.message} (with --set {_shown(item)})", file=exc.file, path=exc.path, hint=exc.hint
+    )
+
+
+def _within(field: str, key: str) -> bool:
+    """``field`` is the path ``key`` or lies inside it."""
+    return field == key or field.startswith(key + ".")
 
 
 # The fields of other sections an error at a path is judged against (config.layout_checks).
@@ -79,12 +75,13 @@ JUDGED_AGAINST: dict[str, tuple[str, ...]] = {
 
 
 def _key(item: str) -> str:
+    """The path a --set item sets (``cluster.nodes=4``: ``cluster.nodes``)."""
     return item.split("=", 1)[0].strip()
 
 
 def _field(item: str) -> str:
     """The last name of a --set item's path (``cluster.nodes=4``: ``nodes``)."""
-    return item.split("=", 1)[0].strip().rsplit(".", 1)[-1]
+    return _key(item).rsplit(".", 1)[-1]
 
 
 def _shown(item: str) -> str:
