@@ -178,3 +178,62 @@ def test_a_quasi_periodic_layout_is_extrapolated_within_the_tolerance() -> None:
     for stage, rr in exact.classes.items():
         for cat, v in rr.acc.items():
             assert fast.classes[stage].acc[cat] == pytest.approx(v, abs=5e-3 * exact.step_time)
+
+
+def test_one_run_steady_state_equals_the_event_simulation() -> None:
+    """One run of a few rounds past the warm-up, whose recorded state repeats, gives the whole
+    step (engine.steady): on random layouts with many micro-batches it is taken on most and
+    equals the event-by-event run to rounding in the step, each class's finish and every
+    category; the data loader, left out of the run, is timed alone for the full count."""
+    from simulator.engine.periodic import _with_micro_batches
+    from simulator.engine.steady import marks_for, run_steady
+
+    rnd = random.Random(7)
+    tried = taken = 0
+    while tried < 60:
+        rs = _many_micro_batches(rnd)
+        v = rs.parallelism.virtual_stages
+        if rs.parallelism.pp_schedule.kind == "gpipe":
+            continue
+        quantum = rs.pp if v > 1 else 1
+        marks, n = marks_for(2 * rs.pp if v > 1 else max(2, rs.pp), quantum)
+        if n >= rs.micro_batches:
+            continue
+        tried += 1
+        got = run_steady(_with_micro_batches(rs, n), rs, marks, quantum)
+        if got is None:
+            continue
+        taken += 1
+        exact = run_engine(rs)
+        assert got.step_time == pytest.approx(exact.step_time, rel=1e-9), rs.layout()
+        assert got.loader_done == pytest.approx(exact.loader_done, rel=1e-12)
+        for stage, rr in exact.classes.items():
+            assert got.classes[stage].finish == pytest.approx(rr.finish, rel=1e-9)
+            for cat, v in rr.acc.items():
+                assert got.classes[stage].acc[cat] == pytest.approx(
+                    v, rel=1e-9, abs=1e-9 * exact.step_time
+                ), (cat, rs.layout())
+    assert taken >= 0.8 * tried, (taken, tried)
+
+
+def test_a_state_that_does_not_repeat_is_left_to_the_samples() -> None:
+    """The quasi-periodic ZeRO-2 layout above never repeats its state exactly (its gradient
+    reduce-scatters beat against the compute): the one-run method declines it."""
+    from conftest import REPO
+
+    from simulator.config.loading import load_scenario
+    from simulator.engine.periodic import _with_micro_batches
+    from simulator.engine.steady import marks_for, run_steady
+
+    sets = [
+        "cluster.nodes=16",
+        "parallelism.tp=8",
+        "parallelism.pp=4",
+        "parallelism.cp=4",
+        'parallelism.pp_schedule={"kind": "1f1b"}',
+        'parallelism.sharding={"kind": "zero", "stage": 2}',
+        "training.global_batch=256",
+    ]
+    rs = load_scenario(REPO / "scenarios" / "llama3-70b-64xh100.yaml", sets)
+    marks, n = marks_for(rs.pp, 1)
+    assert run_steady(_with_micro_batches(rs, n), rs, marks, 1) is None

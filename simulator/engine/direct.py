@@ -26,7 +26,7 @@ from ..network.flows import Link
 from ..workload.comm import gather_buckets, grad_bytes_per_param, pp_message_bytes
 from ..workload.memory import shard_group
 from .linkbusy import LinkBusy, solo_time
-from .loader import loader_bytes_per_node, loader_latency_s
+from .loader import loader_done_alone
 from .program import Program
 from .results import EngineResult, RankResult
 from .schedule import schedule_arrays
@@ -314,17 +314,8 @@ class _Walk:
         res.finish = t
 
     def _loader(self) -> float:
-        sim, rs = self.sim, self.sim.rs
-        st = rs.storage
-        per_node = loader_bytes_per_node(rs, sim.lay)
-        busiest = max(range(len(per_node)), key=per_node.__getitem__)
-        t = loader_latency_s(rs, sim.m)
-        if per_node[busiest] <= 0:
-            return t  # no input to read (input_bytes_per_token: 0)
-        links: list[tuple[Any, float]] = [(("storage_client", busiest), 1.0)]
-        if st.aggregate_read_gbps is not None:
-            links.append((("storage_agg",), sum(per_node) / per_node[busiest]))
-        return t + solo_time(sim.net.resolve(links), per_node[busiest])
+        sim = self.sim
+        return loader_done_alone(sim.rs, sim.lay, sim.net, sim.m)
 
     def _finish(self, results: dict[int, RankResult]) -> EngineResult:
         sim = self.sim

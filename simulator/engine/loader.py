@@ -5,9 +5,13 @@ window of requests in flight. The read itself runs in the simulation
 
 from __future__ import annotations
 
+from typing import Any
+
 from ..config.scenario import ResolvedScenario
 from ..config.software import on
+from ..network.flows import FlowNetwork
 from ..network.layout import Layout
+from .linkbusy import solo_time
 
 # Read requests a data loader keeps in flight per reader rank: Megatron-LM's --num-workers
 # default of 2 (megatron/training/arguments.py) times PyTorch DataLoader's default
@@ -35,4 +39,26 @@ def loader_bytes_per_node(rs: ResolvedScenario, lay: Layout) -> list[float]:
     return [n * per_reader for n in lay.loader_ranks_per_node(ends)]
 
 
-__all__ = ["LOADER_REQUESTS_IN_FLIGHT", "loader_bytes_per_node", "loader_latency_s"]
+def loader_done_alone(
+    rs: ResolvedScenario, lay: Layout, net: FlowNetwork, micro_batches: int
+) -> float:
+    """When the step's input has been read: the busiest node's read, alone on the storage
+    links (nothing else crosses them), after the storage latency. Symmetric mode's loader as
+    the event simulation runs it, in closed form."""
+    per_node = loader_bytes_per_node(rs, lay)
+    busiest = max(range(len(per_node)), key=per_node.__getitem__)
+    t = loader_latency_s(rs, micro_batches)
+    if per_node[busiest] <= 0:
+        return t  # no input to read (input_bytes_per_token: 0)
+    links: list[tuple[Any, float]] = [(("storage_client", busiest), 1.0)]
+    if rs.storage.aggregate_read_gbps is not None:
+        links.append((("storage_agg",), sum(per_node) / per_node[busiest]))
+    return t + solo_time(net.resolve(links), per_node[busiest])
+
+
+__all__ = [
+    "LOADER_REQUESTS_IN_FLIGHT",
+    "loader_bytes_per_node",
+    "loader_done_alone",
+    "loader_latency_s",
+]

@@ -41,6 +41,11 @@ from .schedule import schedule
 
 
 class Simulation(PassRunner):
+    # Micro-batches at whose first forward on stage 0 the state is recorded (engine.steady),
+    # and whether the data loader runs (engine.steady times it in closed form instead).
+    marks: frozenset[int] = frozenset()
+    with_loader = True
+
     def run_rank(self, rank: int) -> Generator:
         rs = self.rs
         res = self.results[rank]
@@ -110,6 +115,8 @@ class Simulation(PassRunner):
 
         prefetched, own_gather = self._prefetch_params(stage, gather, dp_on)
         for kind, mb, ch in order:
+            if self.marks and mb in self.marks and kind == "F" and ch == 0 and stage == 0:
+                self.on_mark(mb)
             # 1. wait for the input of this pass
             if kind == "F":
                 needs = not (stage == 0 and ch == 0)
@@ -300,6 +307,9 @@ class Simulation(PassRunner):
             self._book_wait(rank, [job], t0, "comm_dp")
         res.finish = env.now
 
+    def on_mark(self, mb: int) -> None:
+        """Stage 0 is about to start micro-batch ``mb`` (one of ``marks``)."""
+
     def _optimizer_time(self, shard_params: float, params: float, tensors: int = 0) -> float:
         """The optimizer step over the rank's shard, and the passes over its whole buffer;
         ``tensors``: the parameter tensors it visits (a shard of each under ZeRO/FSDP)."""
@@ -319,7 +329,8 @@ class Simulation(PassRunner):
     def run(self) -> EngineResult:
         self.loader_done = 0.0
         procs = [self.env.process(self.run_rank(r)) for r in self.ranks]
-        self.env.process(self.loader())
+        if self.with_loader:
+            self.env.process(self.loader())
         # The run allocates millions of short-lived objects (events, flows, jobs) that
         # reference counting frees; the cyclic collector would rescan the live heap again and
         # again and doubles the run time. Nothing here leaves garbage cycles worth waiting for.

@@ -70,6 +70,12 @@ class _Completion(Timeout):
         env.schedule(self, NORMAL, delay)
 
 
+def stale(ev: object) -> bool:
+    """Whether a pending event is the completion of a flow since re-rated or done (ignored
+    when it fires)."""
+    return isinstance(ev, _Completion) and ev.version != ev.flow.version
+
+
 class FlowNetwork:
     def __init__(self, env: simpy.Environment, capacity: Callable[[Any], float]) -> None:
         self.env = env

@@ -1,0 +1,111 @@
+"""A pipeline's steady state recognised inside one simulation, and the step extrapolated from it.
+
+Past its warm-up a 1F1B or interleaved schedule repeats: every round of micro-batches (one, or
+PP for the interleaved schedule) moves every event of the step one period later. This module
+runs a few rounds past the warm-up once and records the state each time stage 0 starts the
+first forward of a round: the time, every rank class's categories so far, and what is in
+flight (the offsets of the pending events from now, each stream's occupancy and each link's
+load; a flow's completion event carries its remaining bytes over its rate). Where three such
+records show the same state, the same period and the same growth of every category, the state
+repeats, so each further round adds that period and that growth to the run's final figures
+(the cool-down that follows the last round is the same whatever the rounds before it).
+
+Nothing before a record depends on the micro-batch count: a rank's schedule only reads it when
+its forwards run out, after stage 0 has started its last round. The data loader runs beside the
+step on storage links nothing else crosses, so it is left out of the run and timed alone for
+the scenario's own micro-batch count.
+
+This costs one run of ``m1 + 3`` micro-batches (1F1B) or ``5·PP`` (interleaved) where
+:func:`.periodic.run_periodic`'s three samples cost ``4·m1 + 3`` and ``11·PP``; a layout whose
+state does not repeat within the run (quasi-periodic streams, a queue that grows) is left to
+those samples.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..config.scenario import ResolvedScenario
+from ..network.flows import stale
+from .loader import loader_done_alone
+from .results import CATEGORIES, EngineResult, RankResult
+from .sim import Simulation
+
+# Times in a run are sums of floats: states and growths that agree within this share of the
+# run's length are the same.
+STATE_TOL = 1e-9
+
+
+@dataclass
+class _Record:
+    now: float
+    acc: list[float]  # every simulated rank's categories, in rank order, then CATEGORIES order
+    state: list[float]  # pending events' offsets from now, stream occupancy, link loads
+
+
+class _Recording(Simulation):
+    def __init__(self, rs: ResolvedScenario, marks: tuple[int, ...]) -> None:
+        super().__init__(rs)
+        self.marks = frozenset(marks)
+        self.with_loader = False
+        self.records: dict[int, _Record] = {}
+
+    def on_mark(self, mb: int) -> None:
+        now = self.env.now
+        queue = getattr(self.env, "_queue", [])
+        offsets = sorted(item[0] - now for item in queue if not stale(item[3]))
+        streams = [float(x) for st in self._streams.values() for x in (st.busy, len(st.queue))]
+        links = [x for ln in self.net.links.values() for x in (float(len(ln.flows)), ln.weight)]
+        pending = [float(len(self._arrived)), float(len(self._recv)), float(len(self._sent_at))]
+        acc = [r.acc[c] for r in self.results.values() for c in CATEGORIES]
+        self.records[mb] = _Record(now, acc, offsets + streams + links + pending)
+
+
+def marks_for(m1: int, quantum: int) -> tuple[tuple[int, int, int], int]:
+    """The three rounds recorded, from ``m1`` (past the warm-up) on, and the micro-batches the
+    run needs: one more than the last record (1F1B), or the record's round (interleaved)."""
+    marks = (m1, m1 + quantum, m1 + 2 * quantum)
+    return marks, marks[-1] + quantum
+
+
+def _same(a: list[float], b: list[float], tol: float) -> bool:
+    return len(a) == len(b) and all(abs(x - y) <= tol for x, y in zip(a, b, strict=True))
+
+
+def run_steady(
+    rs_run: ResolvedScenario, rs: ResolvedScenario, marks: tuple[int, int, int], quantum: int
+) -> EngineResult | None:
+    """``rs``'s step from one run of ``rs_run`` (the same layout with fewer micro-batches),
+    recorded at ``marks``; ``None`` where the records do not show one repeating state."""
+    sim = _Recording(rs_run, marks)
+    res = sim.run()
+    recs = [sim.records.get(k) for k in marks]
+    a, b, c = recs
+    if a is None or b is None or c is None:
+        return None
+    tol = STATE_TOL * max(res.step_time, 1e-30)
+    period = c.now - b.now
+    grew = [y - x for x, y in zip(b.acc, c.acc, strict=True)]
+    if not (
+        abs(b.now - a.now - period) <= tol
+        and _same(a.state, b.state, tol)
+        and _same(b.state, c.state, tol)
+        and _same([y - x for x, y in zip(a.acc, b.acc, strict=True)], grew, tol)
+    ):
+        return None
+    rounds = (rs.micro_batches - rs_run.micro_batches) / quantum
+    ranks: dict[int, RankResult] = {}
+    for i, (rank, rr) in enumerate(sim.results.items()):
+        base = i * len(CATEGORIES)
+        acc = {cat: rr.acc[cat] + rounds * grew[base + j] for j, cat in enumerate(CATEGORIES)}
+        ranks[rank] = RankResult(rank, rr.stage, rr.finish + rounds * period, acc)
+    loader = loader_done_alone(rs, sim.lay, sim.net, rs.micro_batches)
+    finish = max(r.finish for r in ranks.values())
+    step = max(finish, loader)
+    for r in ranks.values():
+        r.acc["data_stall"] = step - finish
+    classes = {s: ranks[sim.lay.stage_members(s)[0]] for s in range(sim.p)}
+    return EngineResult(step, ranks, classes, "symmetric", res.events, None, loader)
+
+
+__all__ = ["STATE_TOL", "marks_for", "run_steady"]
