@@ -128,3 +128,19 @@ def test_zeroing_covers_the_whole_buffer_under_a_sharded_optimizer() -> None:
     assert sim.shard_n == 2
     want = shard * optimizer_bytes_per_param(rs) + params * buffer_bytes_per_param(rs)
     assert sim._optimizer_time(shard, params) == pytest.approx(sim.timer.optimizer_time(want))
+
+
+def test_deepspeed_bf16_optimizer_casts_before_its_add() -> None:
+    """DeepSpeed's BF16_Optimizer adds each backward's bf16 gradients into fp32 ones as
+    ``hp_grad.add_(lp.grad.to(fp32))``: the cast writes an fp32 temporary that the add reads,
+    18 bytes per parameter where an add that converts on the fly moves 10."""
+    from simulator.engine.sim import Simulation
+
+    no = {"value": False, "source": "test: converted inside the add"}
+    kw = {"precision": "bf16", "grad_reduce_dtype": "fp32"}
+    ds = Simulation(_rs("megatron-deepspeed", **kw))
+    inline = Simulation(_rs({"profile": "megatron-deepspeed", "grad_accumulate_cast": no}, **kw))
+    t = ds.timer.memory_time
+    extra = t(ds.layer_params * 18) - t(ds.layer_params * 10)  # the temporary, written and read
+    assert ds.p_bwd.duration - inline.p_bwd.duration == pytest.approx(extra, rel=1e-9)
+    assert ds.p_fwd.duration == inline.p_fwd.duration

@@ -171,6 +171,12 @@ class SoftwareProfile(_Profile):
         "gradient buffer in a kernel of its own (read both, write the buffer) instead of "
         "inside the weight-gradient GEMM (none: no)",
     )
+    grad_accumulate_cast: SourcedFlag | None = Field(
+        default=None,
+        description="grad_accumulate_add first casts the 16-bit gradients to the buffer's "
+        "width in a kernel of its own (a temporary written, then read by the add) instead of "
+        "converting them inside the add (none: inside the add)",
+    )
     grad_accumulate_fusion: SourcedFlag | None = Field(
         default=None,
         description="where gradients accumulate in fp32, the weight-gradient GEMM adds into the "

@@ -251,8 +251,10 @@ class SimulationBase(Tracing, LinkSharing):
         fused = on(sw.grad_accumulate_fusion) and grad_bytes_per_param(rs) == 4
         if on(sw.grad_accumulate_add) and not fused:
             # Every backward adds its fresh weight gradients (the working weights' width) into
-            # the buffer the DP reduction reads: read both, write the buffer.
-            per_param = 2 * grad_bytes_per_param(rs) + bytes_per_param(rs)[0]
+            # the buffer the DP reduction reads: read both, write the buffer (cast to the
+            # buffer's width first: that temporary written and read too).
+            g = grad_bytes_per_param(rs)
+            per_param = 2 * g + bytes_per_param(rs)[0] + 2 * g * on(sw.grad_accumulate_cast)
             for p, params in (
                 (p_bwd, self.layer_params),
                 (p_emb_b, self.emb_params),
