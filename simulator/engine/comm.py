@@ -250,6 +250,10 @@ class Comm:
     def _plan(self, rank: int, kind: str, coll: str, size: float) -> list[Phase]:
         """The phases of the algorithm chosen on the group's own view of the network: a group
         that spans leaves sees the oversubscribed up-links its traffic crosses."""
+        mine = (rank, kind, coll, size)
+        plan = self._plans.get(mine)  # a rank's group and tiers never change
+        if plan is not None:
+            return plan
         shape = self.topo.shape(rank, kind)
         net_tier = self.topo.network_tier(rank, kind)
         fab_tier = self.topo.fabric_tier(rank, kind)
@@ -263,6 +267,7 @@ class Comm:
                 fab_tier,
                 net_tier,
             )[1]
+        self._plans[mine] = plan
         return plan
 
     # -- jobs -----------------------------------------------------------------------------------
