@@ -90,6 +90,7 @@ def predict_row(path: Path, overrides: list[str] | None = None) -> dict[str, Any
         "predicted": pred,
         "error": pred / ref.value - 1.0,
         "breakdown": shares,
+        "outlier": ref.contradicted_by or "",
         # every published run ran, so each must fit; the peak stage's need against capacity
         "memory_gb": m.memory_gb_per_gpu,
         "capacity_gb": rs.gpu.capacity_gb,
@@ -266,7 +267,8 @@ def run(sets: list[str], overrides: list[str] | None = None) -> dict[str, Any]:
                 "summary_small": summary([r for r in kept if not r["large"]]),
             }
         else:
-            report[name] = {"rows": rows, "summary": summary(rows)}
+            kept = [r for r in rows if not r.get("outlier")]
+            report[name] = {"rows": rows, "summary": summary(kept)}
             mem = [r["memory"] for r in rows if "memory" in r]
             if mem:
                 report[name]["summary_memory"] = summary(mem)

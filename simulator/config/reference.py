@@ -64,6 +64,13 @@ class Reference(BaseModel):
     memory: MemoryFigure | None = Field(
         default=None, description="the peak memory per GPU the source reports for the run"
     )
+    contradicted_by: str | None = Field(
+        default=None,
+        min_length=3,
+        max_length=1000,
+        description="what in the source's own data contradicts this figure (a disturbed "
+        "measurement): the accuracy report lists the row apart, out of its set's summary",
+    )
 
     @model_validator(mode="after")
     def _one_figure(self) -> Reference:
@@ -74,6 +81,8 @@ class Reference(BaseModel):
             raise ValueError(f"a {self.metric} reference gives a value and no curve")
         if not curve and self.nccl_algo is not None:
             raise ValueError("nccl_algo belongs to a busbw_gbps reference (a collective benchmark)")
+        if curve and self.contradicted_by is not None:
+            raise ValueError("a busbw_gbps curve marks its contradicted points in its CSV")
         if curve and self.memory is not None:
             raise ValueError("a busbw_gbps reference (a collective benchmark) has no memory figure")
         return self
