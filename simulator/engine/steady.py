@@ -52,7 +52,7 @@ class _Recording(Simulation):
 
     def on_mark(self, mb: int) -> None:
         now = self.env.now
-        queue = getattr(self.env, "_queue", [])
+        queue = self.env._queue  # SimPy's heap of (time, priority, id, event); symmetric mode
         offsets = sorted(item[0] - now for item in queue if not stale(item[3]))
         streams = [float(x) for st in self._streams.values() for x in (st.busy, len(st.queue))]
         links = [x for ln in self.net.links.values() for x in (float(len(ln.flows)), ln.weight)]
