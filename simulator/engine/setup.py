@@ -1,5 +1,6 @@
 """The set-up of one step's simulation: the SimPy environment, the topology, the per-layer
-programs, stream helpers, the data loader and the trace. Which traffic shares which links (link
+programs, stream helpers and the trace (the data loader's process is in
+:mod:`simulator.engine.loader`). Which traffic shares which links (link
 capacities and weights, the groups timed analytically) is in :mod:`simulator.engine.sharing`;
 the rank process that runs the pipeline schedule is in :mod:`simulator.engine.sim`."""
 
@@ -44,12 +45,11 @@ from ..workload.tp_backward import stack_backward
 from .clock import BucketEnvironment
 from .comm import Comm, Job, Stream
 from .compute import OpTimer
-from .loader import loader_bytes_per_node, loader_latency_s
+from .loader import LoaderProcess
 from .program import Program, build_program, offload_wait, twin_suffixes
 from .results import RankResult
 from .sharing import LinkSharing
 from .stragglers import pace as straggler_pace
-from .tracing import Tracing
 
 # The per-pass programs a simulation builds (``_build_programs``).
 PROGRAMS = (
@@ -66,7 +66,7 @@ PROGRAMS = (
 )
 
 
-class SimulationBase(Tracing, LinkSharing):
+class SimulationBase(LoaderProcess, LinkSharing):  # LoaderProcess brings Tracing
     # The per-pass programs (``PROGRAMS``), set from ``_build_programs``.
     p_fwd: Program
     p_bwd: Program
@@ -348,53 +348,6 @@ class SimulationBase(Tracing, LinkSharing):
         ev = job.event(self.env)
         if ev is not None:
             yield ev
-
-    # -- the rank process ---------------------------------------------------------------------
-
-    # -- data loader --------------------------------------------------------------------------
-    def loader(self) -> Generator:
-        """Reads the next step's input while this step runs (one step of prefetch)."""
-        rs = self.rs
-        st = rs.storage
-        per_node = loader_bytes_per_node(rs, self.lay)
-        t0 = self.env.now
-        yield self.env.timeout(loader_latency_s(rs, self.m))
-        busiest = max(range(len(per_node)), key=per_node.__getitem__)
-        nodes = [n for n, b in enumerate(per_node) if b > 0] if self.full else [busiest]
-        if per_node[busiest] <= 0:
-            nodes = []  # no input to read (input_bytes_per_token: 0)
-        # Symmetric mode: the busiest node's read stands for all, as many of them as the
-        # storage system's total load divided by one.
-        weight = sum(per_node) / per_node[busiest] if nodes else 0.0
-        jobs = []
-        done_at: dict[int, float] = {}
-        for node in nodes:
-            links: list[tuple[tuple, float]] = [(("storage_client", node), 1.0)]
-            if st.aggregate_read_gbps is not None:
-                links.append((("storage_agg",), 1.0 if self.full else weight))
-            job = self.net.transfer(links, per_node[node])
-
-            def mark(_ev: Any, n: int = node) -> None:
-                done_at[n] = self.env.now
-
-            job.callbacks.append(mark)
-            jobs.append(job)
-        yield self.env.all_of(jobs)
-        self.loader_done = self.env.now
-        if self.tracing:
-            # Only where data is read: each node until its own read ends (full mode), or the
-            # classes of the stages that read (symmetric mode: the busiest node's read).
-            if self.full:
-                spans = [(n * rs.gpus_per_node, done_at.get(n, self.env.now)) for n in nodes]
-            else:
-                ends = on(rs.software.loader_on_pipeline_ends)
-                spans = [
-                    (r, self.env.now)
-                    for r in self.ranks
-                    if nodes and (not ends or self.lay.coords(r)[3] in (0, self.p - 1))
-                ]
-            for r, end in spans:
-                self._emit(r, "io", "read next batch", t0, end - t0)
 
     def _count_events(self) -> int:
         # SimPy numbers every event it schedules with a running counter.
