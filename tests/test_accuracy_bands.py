@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from conftest import load_benchmark
 
 
@@ -108,3 +109,16 @@ def test_published_runs_fit_in_their_gpus_memory() -> None:
     sets = [s for s in BANDS if s not in skip]
     over = {r["row"] for rep in acc.run(sets).values() for r in rep["rows"] if acc._over(r)}
     assert over == KNOWN_OVER, (sorted(over - KNOWN_OVER), sorted(KNOWN_OVER - over))
+
+
+def test_a_curve_reference_cannot_be_marked_contradicted() -> None:
+    """A collective benchmark's curve marks its contradicted points in its CSV: a
+    ``contradicted_by`` on the whole curve is refused."""
+    from pydantic import ValidationError
+
+    from simulator.config.reference import Reference
+
+    with pytest.raises(ValidationError, match="marks its contradicted points"):
+        Reference(metric="busbw_gbps", curve="x.csv", source="nccl-tests", contradicted_by="odd")
+    ref = Reference(metric="step_time_s", value=1.0, source="paper", contradicted_by="its twin")
+    assert ref.contradicted_by == "its twin"

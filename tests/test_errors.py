@@ -392,16 +392,3 @@ def test_an_int_key_and_a_string_key_are_not_duplicates() -> None:
     from simulator.config.yamlio import load_text
 
     assert load_text("a:\n  1: x\n  '1': y\n") == {"a": {1: "x", "1": "y"}}
-
-
-def test_a_curve_reference_cannot_be_marked_contradicted() -> None:
-    """A collective benchmark's curve marks its contradicted points in its CSV: a
-    ``contradicted_by`` on the whole curve is refused."""
-    from pydantic import ValidationError
-
-    from simulator.config.reference import Reference
-
-    with pytest.raises(ValidationError, match="marks its contradicted points"):
-        Reference(metric="busbw_gbps", curve="x.csv", source="nccl-tests", contradicted_by="odd")
-    ref = Reference(metric="step_time_s", value=1.0, source="paper", contradicted_by="its twin")
-    assert ref.contradicted_by == "its twin"
