@@ -152,12 +152,9 @@ def test_tp_and_an_in_node_cp_ring_shortcut_equals_the_flow_network(
     assert taken >= done // 3, taken
 
 
-def test_a_quasi_periodic_layout_is_extrapolated_within_the_tolerance() -> None:
-    """TP8 PP4 CP4 with ZeRO-2 over 16 nodes: the CP ranks' per-micro-batch gradient
-    reduce-scatters cross the network beside the compute and beat against it, so the step is
-    never exactly affine in the micro-batch count. It went to the event-by-event simulation
-    (2,048 micro-batches: 24 s after 12 s of samples); two rounds of samples whose estimates
-    of the step agree within STABLE_TOL now give it, within 0.5% of the full simulation."""
+def _quasi_periodic() -> Any:
+    """TP8 PP4 CP4 with ZeRO-2 over 16 nodes, 256 micro-batches: its per-micro-batch gradient
+    reduce-scatters cross the network beside the compute and beat against it."""
     from conftest import REPO
 
     from simulator.config.loading import load_scenario
@@ -171,7 +168,16 @@ def test_a_quasi_periodic_layout_is_extrapolated_within_the_tolerance() -> None:
         'parallelism.sharding={"kind": "zero", "stage": 2}',
         "training.global_batch=256",
     ]
-    rs = load_scenario(REPO / "scenarios" / "llama3-70b-64xh100.yaml", sets)
+    return load_scenario(REPO / "scenarios" / "llama3-70b-64xh100.yaml", sets)
+
+
+def test_a_quasi_periodic_layout_is_extrapolated_within_the_tolerance() -> None:
+    """TP8 PP4 CP4 with ZeRO-2 over 16 nodes: the CP ranks' per-micro-batch gradient
+    reduce-scatters cross the network beside the compute and beat against it, so the step is
+    never exactly affine in the micro-batch count. It went to the event-by-event simulation
+    (2,048 micro-batches: 24 s after 12 s of samples); two rounds of samples whose estimates
+    of the step agree within STABLE_TOL now give it, within 0.5% of the full simulation."""
+    rs = _quasi_periodic()
     fast, exact = run_periodic(rs), run_engine(rs)
     assert fast.events < exact.events / 3
     assert fast.step_time == pytest.approx(exact.step_time, rel=5e-3)
@@ -219,21 +225,9 @@ def test_one_run_steady_state_equals_the_event_simulation() -> None:
 def test_a_state_that_does_not_repeat_is_left_to_the_samples() -> None:
     """The quasi-periodic ZeRO-2 layout above never repeats its state exactly (its gradient
     reduce-scatters beat against the compute): the one-run method declines it."""
-    from conftest import REPO
-
-    from simulator.config.loading import load_scenario
     from simulator.engine.periodic import _with_micro_batches
     from simulator.engine.steady import marks_for, run_steady
 
-    sets = [
-        "cluster.nodes=16",
-        "parallelism.tp=8",
-        "parallelism.pp=4",
-        "parallelism.cp=4",
-        'parallelism.pp_schedule={"kind": "1f1b"}',
-        'parallelism.sharding={"kind": "zero", "stage": 2}',
-        "training.global_batch=256",
-    ]
-    rs = load_scenario(REPO / "scenarios" / "llama3-70b-64xh100.yaml", sets)
+    rs = _quasi_periodic()
     marks, n = marks_for(rs.pp, 1)
     assert run_steady(_with_micro_batches(rs, n), rs, marks, 1) is None
