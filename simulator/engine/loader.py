@@ -44,6 +44,15 @@ def loader_bytes_per_node(rs: ResolvedScenario, lay: Layout) -> list[float]:
     return [n * per_reader for n in lay.loader_ranks_per_node(ends)]
 
 
+def storage_links(rs: ResolvedScenario, node: int, agg_weight: float) -> list[tuple[Any, float]]:
+    """The flow-network links (key, weight) one node's read crosses: its storage client, and
+    the storage system's aggregate read bandwidth (where it has one) at ``agg_weight``."""
+    links: list[tuple[Any, float]] = [(("storage_client", node), 1.0)]
+    if rs.storage.aggregate_read_gbps is not None:
+        links.append((("storage_agg",), agg_weight))
+    return links
+
+
 class LoaderProcess(Tracing):
     """The data loader's read as a SimPy process of a simulation (mixed into
     :class:`simulator.engine.setup.SimulationBase`, which provides the attributes below)."""
@@ -62,7 +71,6 @@ class LoaderProcess(Tracing):
     def loader(self) -> Generator:
         """Reads the next step's input while this step runs (one step of prefetch)."""
         rs = self.rs
-        st = rs.storage
         per_node = loader_bytes_per_node(rs, self.lay)
         t0 = self.env.now
         yield self.env.timeout(loader_latency_s(rs, self.m))
@@ -76,9 +84,7 @@ class LoaderProcess(Tracing):
         jobs = []
         done_at: dict[int, float] = {}
         for node in nodes:
-            links: list[tuple[tuple, float]] = [(("storage_client", node), 1.0)]
-            if st.aggregate_read_gbps is not None:
-                links.append((("storage_agg",), 1.0 if self.full else weight))
+            links = storage_links(rs, node, 1.0 if self.full else weight)
             job = self.net.transfer(links, per_node[node])
 
             def mark(_ev: Any, n: int = node) -> None:
@@ -115,9 +121,7 @@ def loader_done_alone(
     t = loader_latency_s(rs, micro_batches)
     if per_node[busiest] <= 0:
         return t  # no input to read (input_bytes_per_token: 0)
-    links: list[tuple[Any, float]] = [(("storage_client", busiest), 1.0)]
-    if rs.storage.aggregate_read_gbps is not None:
-        links.append((("storage_agg",), sum(per_node) / per_node[busiest]))
+    links = storage_links(rs, busiest, sum(per_node) / per_node[busiest])
     return t + solo_time(net.resolve(links), per_node[busiest])
 
 
