@@ -63,6 +63,7 @@ SETS = (
     "llama1-65b",
     "sc21-table2",
     "torchtitan-h200",
+    "mi300x-fsdp",
 )
 KERNELS = ROOT / "benchmarks" / "results" / "h100-kernels-2026-11-23.json"
 TABLE4 = VALIDATION / "published" / "korthikanti2022_table4.csv"

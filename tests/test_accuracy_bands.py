@@ -54,6 +54,9 @@ BANDS = {
     # H200 rows, float8 tensorwise (with float8 all-gathers): slow by 8.5-9.1% since the
     # backward's fp8 GEMMs promote their sums, as that recipe's do (5.4-6.0% before)
     "torchtitan-h200": 0.10,
+    # Held out, 2026-12-06: AMD's Llama 3.1 8B FSDP runs on one MI300X server
+    # (rocm/pytorch-training:v25.2), bf16 and fp8 at 4k and 8k tokens, the first AMD rows
+    "mi300x-fsdp": 0.06,
 }
 
 
