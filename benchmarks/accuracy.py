@@ -64,6 +64,7 @@ SETS = (
     "sc21-table2",
     "torchtitan-h200",
     "mi300x-fsdp",
+    "dgxc-h100",
 )
 KERNELS = ROOT / "benchmarks" / "results" / "h100-kernels-2026-11-23.json"
 TABLE4 = VALIDATION / "published" / "korthikanti2022_table4.csv"

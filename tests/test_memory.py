@@ -122,6 +122,27 @@ def test_optimizer_and_gradient_dtype_options() -> None:
     assert memory_report(sgd).peak.optimizer_gb == pytest.approx(8 * psi / GB)
 
 
+@pytest.mark.parametrize(("precision", "master"), [("bf16", 2), ("fp8", 2), ("fp16", 4)])
+def test_master_weight_remainders_keep_half_the_fp32_copy(precision: str, master: int) -> None:
+    """Apex's distributed Adam (store_param_remainders) keeps the low 16 bits of each fp32
+    master weight, whose high half is the bf16 working weight: 2 bytes instead of 4. An fp16
+    weight is not the high half of its fp32 value, so fp16 keeps the whole copy."""
+    from simulator.config.loading import resolve_dict
+    from simulator.workload.memory import bytes_per_param
+
+    raw = dict(_dp64().raw)
+    sets = [f"training.precision={precision}"]
+    plain = resolve_dict(raw, sets)
+    halves = resolve_dict(
+        raw, [*sets, 'software={"profile": "megatron-core", "master_weight_remainders": true}']
+    )
+    assert bytes_per_param(plain)[2] == 12
+    assert bytes_per_param(halves)[2] == 8 + master
+    psi = param_count(plain.model, plain.training.seq_len)
+    saved = memory_report(plain).peak.optimizer_gb - memory_report(halves).peak.optimizer_gb
+    assert saved == pytest.approx((12 - 8 - master) * psi / GB)
+
+
 @pytest.mark.parametrize(
     ("software", "precision", "grad_bytes"),
     [

@@ -291,6 +291,12 @@ class SoftwareProfile(_Profile):
         description="under bf16 the stack's optimizer shards its states over DP even at ZeRO "
         "stage 0, which then runs as ZeRO-1 (unset: stage 0 keeps them whole)",
     )
+    master_weight_remainders: SourcedFlag | None = Field(
+        default=None,
+        description="the optimizer keeps only the low 16 bits of each fp32 master weight, the "
+        "high half being the bf16 working weight (Apex DistributedFusedAdam "
+        "store_param_remainders): 2 bytes per parameter instead of 4 (unset: a full fp32 copy)",
+    )
     selective_recompute: SelectivePolicy | None = Field(
         default=None,
         description="what parallelism.recompute: selective runs again in the backward pass: "

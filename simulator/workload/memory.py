@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass
 
 from ..config.parallelism import FSDPSharding
 from ..config.scenario import ResolvedScenario
+from ..config.software import on
 from .activations import (
     _alternate_saved_per_layer,
     _full_recompute_bytes_per_layer,
@@ -88,7 +89,12 @@ def bytes_per_param(rs: ResolvedScenario) -> tuple[float, float, float]:
     # training has fp32 weights and gradients and no separate master copy.
     w = 4.0 if fp32 else 2.0
     g = 4.0 if rs.grad_reduce_fp32 else 2.0
-    master = 4.0 if has_master_copy(rs) else 0.0
+    master = 0.0
+    if has_master_copy(rs):
+        # An fp32 master weight whose high half is the bf16 working weight needs its low half
+        # only (software.master_weight_remainders); an fp16 weight is not such a half.
+        halves = on(rs.software.master_weight_remainders) and tr.precision in ("bf16", "fp8")
+        master = 2.0 if halves else 4.0
     states = {"adam": 8.0, "adamw": 8.0, "sgd": 4.0, "adafactor": 0.5}[tr.optimizer.kind]
     return w, g, master + states
 
