@@ -143,6 +143,21 @@ def test_master_weight_remainders_keep_half_the_fp32_copy(precision: str, master
     assert saved == pytest.approx((12 - 8 - master) * psi / GB)
 
 
+def test_bf16_optimizer_states_take_half() -> None:
+    """An optimizer run in bf16 (Apex distributed Adam with dtype bf16) keeps Adam's two
+    moments in 2 bytes each, and, its dtype being the model's, no master copy: 4 bytes."""
+    from simulator.config.loading import resolve_dict
+    from simulator.workload.memory import bytes_per_param
+
+    raw = dict(_dp64().raw)
+    bf16 = resolve_dict(
+        raw, ['training.optimizer={"master_weights_fp32": false, "state_dtype": "bf16"}']
+    )
+    assert bytes_per_param(bf16)[2] == 4
+    psi = param_count(bf16.model, bf16.training.seq_len)
+    assert memory_report(bf16).peak.optimizer_gb == pytest.approx(4 * psi / GB)
+
+
 @pytest.mark.parametrize(
     ("software", "precision", "grad_bytes"),
     [

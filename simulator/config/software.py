@@ -295,7 +295,8 @@ class SoftwareProfile(_Profile):
         default=None,
         description="the optimizer keeps only the low 16 bits of each fp32 master weight, the "
         "high half being the bf16 working weight (Apex DistributedFusedAdam "
-        "store_param_remainders): 2 bytes per parameter instead of 4 (unset: a full fp32 copy)",
+        "store_param_remainders, which NeMo 1.x sets for an fp32 optimizer over a bf16 model "
+        "without fp8 parameters): 2 bytes per parameter instead of 4 (unset: a full fp32 copy)",
     )
     selective_recompute: SelectivePolicy | None = Field(
         default=None,

@@ -95,6 +95,11 @@ class OptimizerSpec(BaseModel):
     master_weights_fp32: bool = Field(
         default=True, description="mixed precision keeps an fp32 copy of the weights"
     )
+    state_dtype: Literal["fp32", "bf16"] = Field(
+        default="fp32",
+        description="dtype of the optimizer's states (Adam's moments): bf16 halves them (Apex "
+        "distributed Adam with dtype bf16, as NeMo's Nemotron-4 340B recipe sets)",
+    )
 
 
 class TrainingSpec(BaseModel):

@@ -96,6 +96,8 @@ def bytes_per_param(rs: ResolvedScenario) -> tuple[float, float, float]:
         halves = on(rs.software.master_weight_remainders) and tr.precision in ("bf16", "fp8")
         master = 2.0 if halves else 4.0
     states = {"adam": 8.0, "adamw": 8.0, "sgd": 4.0, "adafactor": 0.5}[tr.optimizer.kind]
+    if tr.optimizer.state_dtype == "bf16":
+        states /= 2.0
     return w, g, master + states
 
 
