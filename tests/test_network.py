@@ -31,7 +31,7 @@ NETWORK = TierLink(bandwidth=46e9, alpha=5e-6)
 
 
 # -- collectives ------------------------------------------------------------------------------
-@pytest.mark.parametrize(("n", "size"), itertools.product(NS, SIZES))
+@pytest.mark.parametrize(("n", "size"), list(itertools.product(NS, SIZES)))
 def test_ring_all_reduce_is_textbook(n: int, size: float) -> None:
     a, b = FABRIC.alpha, FABRIC.bandwidth
     want = 2 * (n - 1) * a + 2 * (n - 1) / n * size / b
@@ -40,7 +40,7 @@ def test_ring_all_reduce_is_textbook(n: int, size: float) -> None:
 
 
 @pytest.mark.parametrize("coll", ["all_gather", "reduce_scatter"])
-@pytest.mark.parametrize(("n", "size"), itertools.product(NS, SIZES))
+@pytest.mark.parametrize(("n", "size"), list(itertools.product(NS, SIZES)))
 def test_ring_all_gather_and_reduce_scatter_are_textbook(coll: str, n: int, size: float) -> None:
     a, b = FABRIC.alpha, FABRIC.bandwidth
     want = (n - 1) * a + (n - 1) / n * size / b
@@ -49,7 +49,7 @@ def test_ring_all_gather_and_reduce_scatter_are_textbook(coll: str, n: int, size
         assert got == pytest.approx(want, rel=REL)
 
 
-@pytest.mark.parametrize(("n", "size"), itertools.product(NS, SIZES))
+@pytest.mark.parametrize(("n", "size"), list(itertools.product(NS, SIZES)))
 def test_tree_broadcast_and_p2p_are_textbook(n: int, size: float) -> None:
     a, b = FABRIC.alpha, FABRIC.bandwidth
     log = math.ceil(math.log2(n))
