@@ -57,9 +57,9 @@ BANDS = {
     # Held out, 2026-12-06: AMD's Llama 3.1 8B FSDP runs on one MI300X server
     # (rocm/pytorch-training:v25.2), bf16 and fp8 at 4k and 8k tokens, the first AMD rows
     "mi300x-fsdp": 0.06,
-    # Held out, 2026-12-06: NVIDIA's DGX Cloud benchmarking recipes (v25.02, NeMo 24.12) on DGX
-    # H100, Llama 3.1 8B-405B, GPT-3 175B, Nemotron-4 15B/340B, bf16 and fp8, smallest and
-    # largest GPU count of each table (8-2,304 GPUs)
+    # Held out, 2026-12-06: NVIDIA's DGX Cloud benchmarking recipes (v25.02 on NeMo 24.12; the
+    # Nemotron-4 340B table from v24.11) on DGX H100, Llama 3.1 8B-405B, GPT-3 175B, Nemotron-4
+    # 15B/340B, bf16 and fp8, smallest and largest GPU count of each table (8-2,304 GPUs)
     "dgxc-h100": 0.045,
 }
 
