@@ -45,7 +45,7 @@ BANDS = {
     "nemo-gb200-fp8": 0.05,
     # Held out, gathered by an independent search (2026-11-25) and never fitted to:
     "ibm-fsdp-2024": 0.08,  # FSDP1 (HSDP at 7B) on 128 A100 and 96 H100
-    "torchtitan-h100": 0.07,  # known misses: the 405B pipeline rows (interleaved +40%)
+    "torchtitan-h100": 0.07,  # known misses: the 405B pipeline rows (interleaved +31%)
     "megatron-readme": 0.04,
     "llama1-65b": 0.05,
     # Held out, 2026-12-06: SC21 Table 2's PTD rows (micro-batch 1, fixed batch, 384-2,240 GPUs)

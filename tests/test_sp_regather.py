@@ -78,3 +78,31 @@ def test_overlapping_the_backward_is_never_slower() -> None:
         t[on] = simulate(resolve_dict(data), scaling=False).metrics
     assert t[True].step_time_s <= t[False].step_time_s
     assert t[True].breakdown_s["comm_tp"] < t[False].breakdown_s["comm_tp"]
+
+
+@pytest.mark.parametrize("overlapped", [True, False])
+def test_fp8_all_gathers_move_the_fp8_cast(overlapped: bool) -> None:
+    """Under fp8 a stack that gathers the linear layers' fp8 input (``fp8_tp_all_gather``:
+    TransformerEngine, torchao's float8 TP) moves one byte per element in the forward
+    all-gathers and in their backward re-gathers; the input gradients' reduce-scatters stay
+    16-bit, and the output layer's gather (16-bit under fp8 recipes) too."""
+    base = _rs(tp_backward=overlapped)
+    fp8 = base.model_copy(
+        update={"training": base.training.model_copy(update={"precision": "fp8"})}
+    )
+    assert fp8.software.fp8_tp_all_gather is not None and fp8.software.fp8_tp_all_gather.value
+    wide = {o.name: o.msg_bytes for o in layer_ops(base) if o.group == "tp"}
+    narrow = {o.name: o.msg_bytes for o in layer_ops(fp8) if o.group == "tp"}
+    for name, size in wide.items():
+        half = name in ("tp_attn_in", "tp_mlp_in")
+        assert narrow[name] == (size / 2 if half else size), name
+    back = {o.name: o.msg_bytes for o in stack_backward(fp8, layer_ops(fp8)) if o.group == "tp"}
+    assert back["tp_attn_in_bwd"] == wide["tp_attn_in"]  # the 16-bit input gradient
+    assert back["tp_mlp_in_bwd"] == wide["tp_mlp_in"]
+    assert back["qkv_proj_regather"] == wide["tp_attn_in"] / 2  # the saved fp8 input
+    assert back["mlp_up_regather"] == wide["tp_mlp_in"] / 2
+    # a stack that gathers the 16-bit input, as without the switch
+    plain = fp8.model_copy(
+        update={"software": fp8.software.model_copy(update={"fp8_tp_all_gather": None})}
+    )
+    assert {o.name: o.msg_bytes for o in layer_ops(plain) if o.group == "tp"} == wide

@@ -291,6 +291,12 @@ class SoftwareProfile(_Profile):
         description="under bf16 the stack's optimizer shards its states over DP even at ZeRO "
         "stage 0, which then runs as ZeRO-1 (unset: stage 0 keeps them whole)",
     )
+    fp8_tp_all_gather: SourcedFlag | None = Field(
+        default=None,
+        description="under fp8 with sequence parallelism a linear layer's input all-gather "
+        "moves the input's fp8 cast, one byte per element (and its backward re-gather the "
+        "saved fp8 input); unset: the 16-bit input, cast after the gather",
+    )
     master_weight_remainders: SourcedFlag | None = Field(
         default=None,
         description="the optimizer keeps only the low 16 bits of each fp32 master weight, the "

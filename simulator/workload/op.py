@@ -32,7 +32,10 @@ class Op:
     # pass runs the two products dIn = dOut @ w^T and dW = in^T @ dOut.
     dims: tuple[int, int, int, int] | None = None
     backward: bool = False
-    backward_bytes: float | None = None  # memory traffic of its backward where not 2x forward
+    # Memory-bound: its backward's traffic where not 2x the forward's. Collective: the
+    # message of its mirror in the other pass where it differs (an fp8 all-gather's bf16
+    # gradient reduce-scatter), which a backward re-gather of the input moves too.
+    backward_bytes: float | None = None
     # A GEMM that fp8 training leaves at the 16-bit tensor rate (attention scores and values,
     # the logits): fp8 recipes cast only the transformer blocks' linear layers.
     wide: bool = False

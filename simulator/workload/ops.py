@@ -12,6 +12,7 @@ from dataclasses import replace
 from typing import Literal
 
 from ..config.scenario import ResolvedScenario
+from ..config.software import on
 from .elementwise import (
     FP8_CAST_BYTES,
     activation_ops,
@@ -74,11 +75,28 @@ def tokens_per_rank(rs: ResolvedScenario) -> int:
     return rs.training.micro_batch * rs.training.seq_len // rs.cp
 
 
+# The all-gathers that feed a transformer block's fp8 linear layers (QKV and the MLP's first);
+# the output layer stays in 16 bits under fp8 recipes.
+FP8_GATHERED = ("tp_attn_in", "tp_mlp_in")
+
+
+def _fp8_gather(rs: ResolvedScenario) -> bool:
+    """Whether the stack all-gathers a linear layer's fp8 input (``fp8_tp_all_gather``)."""
+    return rs.training.precision == "fp8" and on(rs.software.fp8_tp_all_gather)
+
+
 def _tp_comm(rs: ResolvedScenario, name: str, nbytes: float, closing: bool) -> list[Op]:
     """The collective that ends (g) or starts (f) a TP region in the forward pass."""
     if rs.tp == 1:
         return []
     if rs.parallelism.sequence_parallel:
+        if not closing and name in FP8_GATHERED and _fp8_gather(rs):
+            # the fp8 cast of the input goes round (a byte per 16-bit element); the input
+            # gradient comes back in 16 bits
+            return [
+                Op(name, "collective", collective="all_gather", group="tp",
+                   msg_bytes=nbytes / 2, backward_bytes=nbytes)
+            ]  # fmt: skip
         kind: CollKind = "reduce_scatter" if closing else "all_gather"
         return [Op(name, "collective", collective=kind, group="tp", msg_bytes=nbytes)]
     if closing:
@@ -262,8 +280,11 @@ def backward_op(op: Op) -> Op:
         # (a backward-only one runs here: the copy's ``only`` is "both"; a CP ring's keeps
         # its overlap with the attention kernel)
         ring = op.overlapped and op.group == "cp"
+        size = op.msg_bytes if op.backward_bytes is None else op.backward_bytes
+        other = None if op.backward_bytes is None else op.msg_bytes
         return Op(op.name + "_bwd", "collective", collective=coll, group=op.group,
-                  msg_bytes=op.msg_bytes, overlapped=ring, cover=op.cover)  # fmt: skip
+                  msg_bytes=size, backward_bytes=other, overlapped=ring,
+                  cover=op.cover)  # fmt: skip
     return Op(
         op.name + "_bwd",
         op.kind,

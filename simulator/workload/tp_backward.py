@@ -59,8 +59,17 @@ def async_tp_backward(bwd: list[Op], sequence_parallel: bool, regather: bool = T
         nxt_tp = nxt is not None and nxt.kind == "collective" and nxt.group == "tp"
         if sequence_parallel and nxt is not None and nxt_tp:
             # the reduce-scatter of the input gradient (mirror of the forward's all-gather)
-            again = [replace(nxt, name=op.name[:-4] + "_regather", collective="all_gather",
-                             overlapped=True)] if regather else []  # fmt: skip
+            again: list[Op] = []
+            if regather:
+                again.append(
+                    replace(
+                        nxt,
+                        name=op.name[:-4] + "_regather",
+                        collective="all_gather",
+                        msg_bytes=_gathered(nxt),
+                        overlapped=True,
+                    )
+                )
             out += [dgrad, *again, wgrad, replace(nxt, overlapped=True)]
             i += 1
         elif held is not None:
@@ -75,6 +84,13 @@ def async_tp_backward(bwd: list[Op], sequence_parallel: bool, regather: bool = T
     if held is not None:
         out.append(held)
     return out
+
+
+def _gathered(grad_rs: Op) -> float:
+    """The bytes a re-gather of a layer's saved input moves: the forward all-gather's (its
+    fp8 cast where the stack gathers that), which the input gradient's reduce-scatter
+    ``grad_rs`` carries as its mirror's size."""
+    return grad_rs.msg_bytes if grad_rs.backward_bytes is None else grad_rs.backward_bytes
 
 
 def regather_backward(bwd: list[Op]) -> list[Op]:
@@ -93,7 +109,14 @@ def regather_backward(bwd: list[Op]) -> list[Op]:
             and nxt.kind == "collective"
             and nxt.group == "tp"
         ):
-            out.append(replace(nxt, name=op.name[:-4] + "_regather", collective="all_gather"))
+            out.append(
+                replace(
+                    nxt,
+                    name=op.name[:-4] + "_regather",
+                    collective="all_gather",
+                    msg_bytes=_gathered(nxt),
+                )
+            )
         out.append(op)
     return out
 
