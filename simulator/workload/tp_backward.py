@@ -59,17 +59,7 @@ def async_tp_backward(bwd: list[Op], sequence_parallel: bool, regather: bool = T
         nxt_tp = nxt is not None and nxt.kind == "collective" and nxt.group == "tp"
         if sequence_parallel and nxt is not None and nxt_tp:
             # the reduce-scatter of the input gradient (mirror of the forward's all-gather)
-            again: list[Op] = []
-            if regather:
-                again.append(
-                    replace(
-                        nxt,
-                        name=op.name[:-4] + "_regather",
-                        collective="all_gather",
-                        msg_bytes=_gathered(nxt),
-                        overlapped=True,
-                    )
-                )
+            again = [_regather(op, nxt, overlapped=True)] if regather else []
             out += [dgrad, *again, wgrad, replace(nxt, overlapped=True)]
             i += 1
         elif held is not None:
@@ -86,11 +76,18 @@ def async_tp_backward(bwd: list[Op], sequence_parallel: bool, regather: bool = T
     return out
 
 
-def _gathered(grad_rs: Op) -> float:
-    """The bytes a re-gather of a layer's saved input moves: the forward all-gather's (its
-    fp8 cast where the stack gathers that), which the input gradient's reduce-scatter
-    ``grad_rs`` carries as its mirror's size."""
-    return grad_rs.msg_bytes if grad_rs.backward_bytes is None else grad_rs.backward_bytes
+def _regather(gemm: Op, grad_rs: Op, overlapped: bool = False) -> Op:
+    """The all-gather of column-parallel ``gemm``'s saved input shard before its backward: the
+    forward all-gather's bytes (its fp8 cast where the stack gathers that), which the input
+    gradient's reduce-scatter ``grad_rs`` carries as its mirror's size."""
+    size = grad_rs.msg_bytes if grad_rs.backward_bytes is None else grad_rs.backward_bytes
+    return replace(
+        grad_rs,
+        name=gemm.name[:-4] + "_regather",
+        collective="all_gather",
+        msg_bytes=size,
+        overlapped=overlapped,
+    )
 
 
 def regather_backward(bwd: list[Op]) -> list[Op]:
@@ -109,14 +106,7 @@ def regather_backward(bwd: list[Op]) -> list[Op]:
             and nxt.kind == "collective"
             and nxt.group == "tp"
         ):
-            out.append(
-                replace(
-                    nxt,
-                    name=op.name[:-4] + "_regather",
-                    collective="all_gather",
-                    msg_bytes=_gathered(nxt),
-                )
-            )
+            out.append(_regather(op, nxt))
         out.append(op)
     return out
 
