@@ -293,6 +293,13 @@ def find_sweep(name: str) -> Path:
             file=name,
             hint=f"bundled sweeps that look close: {', '.join(near)}",
         )
+    if not p.suffix:  # a bare name, as a bundled sweep is given: none is called that
+        sweeps = ", ".join(q.stem for q in sorted(bundled.glob("*.yaml")))
+        raise UserError(
+            "no such sweep spec file",
+            file=name,
+            hint=f"check the path; the bundled sweeps are {sweeps}",
+        )
     return p
 
 

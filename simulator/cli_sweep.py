@@ -213,8 +213,8 @@ def sweep(
                 "cluster.pricing",
                 file=spec_file,
                 path=opt.split()[0],
-                hint="give the base scenario a cluster.pricing (or an axis over it), or use "
-                "--best time",
+                hint="give the base scenario a cluster.pricing (or an axis over it)"
+                + (", or use --best time" if opt.startswith("--best") else ""),
             )
     if all_plans:
         spec = spec.model_copy(update={"keep": "all"})
@@ -265,12 +265,21 @@ def sweep(
         # Nothing to answer with: a typo in an axis, a profile that does not exist, or a model
         # that fits nowhere in the sweep. The rows saying why are in the output file.
         reason, _n = max(failed.items(), key=lambda kv: kv[1])
+        hint = (
+            "check the axes' field paths and profile names (clustersim schema --sweep), "
+            "or give the model more GPUs"
+        )
+        if "cluster.pricing" in reason:
+            hint = (
+                "an axis that changes the GPU changes its price too: give both in one axis "
+                "entry, {cluster.gpu: NAME, cluster.pricing.profile: PRICE} (clustersim "
+                "profiles lists them), or drop cluster.pricing from the base"
+            )
         raise UserError(
             f"no point of the sweep has a valid plan ({len(pts)} point(s)); {reason}",
             file=spec_file,
             path="axes",
-            hint="check the axes' field paths and profile names (clustersim schema --sweep), "
-            "or give the model more GPUs",
+            hint=hint,
         )
     for reason, n in sorted(failed.items()):
         out.print(f"  {n} point(s): {safe(reason)}")

@@ -27,7 +27,8 @@ def blame_set(exc: UserError, sets: list[str]) -> UserError:
                 )
     for s in reversed(sets):  # the last --set of a path is the one that took effect
         key = _key(s)
-        if key and (p == key or p.startswith((key + ".", key + "["))):
+        # (or a path the --set created: the unknown section of --set CLUSTER.NODES=1)
+        if key and (p == key or p.startswith((key + ".", key + "[")) or key.startswith(p + ".")):
             return UserError(
                 f"{exc.message} (the value comes from --set {_shown(s)})",
                 file=exc.file,
@@ -71,6 +72,15 @@ JUDGED_AGAINST: dict[str, tuple[str, ...]] = {
     "parallelism.tp": ("model.heads", "model.kv_heads", "model.ffn", "model.vocab"),
     "parallelism.cp": ("training.seq_len",),
     "parallelism.sequence_parallel": ("training.seq_len",),
+    # DP (the cluster's GPUs over TP·PP·CP) times the micro-batch must divide the global batch
+    "training.global_batch": (
+        "cluster.nodes",
+        "cluster.gpus_per_node",
+        "parallelism.tp",
+        "parallelism.pp",
+        "parallelism.cp",
+    ),
+    "run.tokens": ("training.global_batch", "training.seq_len"),
 }
 
 

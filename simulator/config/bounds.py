@@ -28,6 +28,7 @@ FIGURE_RANGES: dict[str, Range] = {
     "memory_usable_gb": (0.01, 1.1e5, False, "GB"),
     "memory_bandwidth_gbps": (1.0, 1e6, False, "GB/s"),
     "host_link_gbps": _GBYTES_S,
+    "nvlink_gbps": _GBYTES_S,
     "tdp_w": (0.0, 1e5, False, "W (0: not known, as for a probed CPU)"),
     "power_limit_w": (1.0, 1e5, False, "W"),
     "power_clock_exponent": (0.5, 10.0, False, "exponent a in board power ~ clock^a"),

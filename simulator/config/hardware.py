@@ -48,6 +48,10 @@ DEFAULT_CLOCK_EXP = 3.0
 voltage rising in step with the clock under DVFS (Weste & Harris, *CMOS VLSI Design*, ch. 5)."""
 
 
+# The lowest board power limit a driver accepts, as a share of TDP (see _limit_within_tdp).
+MIN_LIMIT_SHARE = 0.25
+
+
 class GPUProfile(_Profile):
     kind: Literal["gpu"] = "gpu"
     vendor: Literal["nvidia", "amd", "intel", "other"]
@@ -156,6 +160,15 @@ class GPUProfile(_Profile):
                 f"power_limit_w ({lim.value:g} W) is above the board's tdp_w "
                 f"({self.tdp_w.value:g} W), the highest limit the driver accepts: give at most "
                 f"{self.tdp_w.value:g}, or leave it out to run at tdp_w"
+            )
+        if lim is not None and lim.value < MIN_LIMIT_SHARE * self.tdp_w.value:
+            # nvidia-smi -q -d POWER: "Min Power Limit" 200 W on a 700 W H100 SXM, 100 W on a
+            # 400 W A100 SXM; below that the driver refuses -pl (and board power ~ clock^a,
+            # fitted near the rated power, says nothing there)
+            raise ValueError(
+                f"power_limit_w ({lim.value:g} W) is below a quarter of the board's tdp_w "
+                f"({self.tdp_w.value:g} W), under the lowest limit drivers accept: give at "
+                f"least {MIN_LIMIT_SHARE * self.tdp_w.value:g}"
             )
         return self
 

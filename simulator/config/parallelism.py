@@ -50,7 +50,11 @@ class ZeroSharding(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
     kind: Literal["zero"] = "zero"
-    stage: Literal[0, 1, 2, 3] = 0
+    # No default: {kind: zero} (or a bare --set ...sharding=zero) names no stage, and stage 0
+    # (no sharding at all) would silently undo the sharding it replaces.
+    stage: Literal[0, 1, 2, 3] = Field(
+        description="0: none sharded (plain DP), 1: optimizer states, 2: + gradients, 3: + weights"
+    )
 
 
 class FSDPSharding(BaseModel):
@@ -98,7 +102,7 @@ class ParallelismSpec(BaseModel):
         "(a chunk holding only the embedding, or only the output layer and loss)",
     )
     cp: Degree = Field(default=1, description="context parallelism over the sequence")
-    sharding: Sharding = ZeroSharding()
+    sharding: Sharding = ZeroSharding(stage=0)
     recompute: Literal["none", "selective", "full"] = "none"
     dp_bucket_mb: float | None = Field(
         default=None,

@@ -63,6 +63,15 @@ def parse_yaml(text: str, file: str | None) -> Any:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         problem = getattr(exc, "problem", None) or str(exc)
+        if isinstance(exc, yaml.reader.ReaderError):
+            # a character YAML refuses (a NUL, a control character): its line, not its offset
+            pos = min(max(int(exc.position), 0), len(text))
+            line = text.count("\n", 0, pos) + 1
+            column = pos - (text.rfind("\n", 0, pos) + 1) + 1
+            where = f" at line {line}, column {column}"
+            c = exc.character
+            shown = f"U+{c:04X}" if isinstance(c, int) else repr(c)
+            problem = f"the character {shown} is not allowed ({exc.reason})"
         hint = (
             "YAML indents with spaces: replace the tab characters"
             if "'\\t'" in problem or "\t" in problem

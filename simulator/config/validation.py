@@ -4,6 +4,7 @@ the field path as the user wrote it, and a hint (closest field names, allowed va
 from __future__ import annotations
 
 import re
+from functools import cache
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
@@ -24,6 +25,21 @@ def _loc(loc: tuple[Any, ...]) -> str:
     return "".join(parts)
 
 
+@cache
+def _model_names() -> frozenset[str]:
+    """The class names of every pydantic model: pydantic names a union member by its class in
+    an error's location (a user's own key, Cluster or NODES, is not one of them)."""
+    names: set[str] = set()
+    todo: list[type[BaseModel]] = [BaseModel]
+    while todo:
+        cls = todo.pop()
+        for sub in cls.__subclasses__():
+            if sub.__name__ not in names:
+                names.add(sub.__name__)
+                todo.append(sub)
+    return frozenset(names)
+
+
 def _clean_loc(loc: tuple[Any, ...]) -> tuple[Any, ...]:
     # pydantic puts union-member and discriminator tags into the location; users never see those.
     tags = {
@@ -37,16 +53,13 @@ def _clean_loc(loc: tuple[Any, ...]) -> tuple[Any, ...]:
     }
     out = []
     for item in loc:
-        if (
-            isinstance(item, str)
-            and (
-                item in tags
-                or item.startswith("function-")
-                or item.startswith("constrained-")
-                or item.startswith("literal[")
-                # a union member's class name (AutoPlan, PricingSpec...): fields are lower-case
-                or (item[:1].isupper() and item.isidentifier())
-            )
+        if isinstance(item, str) and (
+            item in tags
+            or item.startswith("function-")
+            or item.startswith("constrained-")
+            or item.startswith("literal[")
+            # a union member's class name (AutoPlan, PricingSpec...)
+            or item in _model_names()
         ):
             continue
         out.append(item)
@@ -116,7 +129,11 @@ def validation_error(
 
     errors.sort(key=rank)
     err = errors[0]
-    loc, holder = _walk(tuple(err["loc"]), root)
+    # the last item of an unknown or invalid key is the user's own key, never a union tag
+    own_key = err["type"] in ("extra_forbidden", "invalid_key") and bool(err["loc"])
+    loc, holder = _walk(tuple(err["loc"]), root, keep_last=own_key)
+    if err["type"] == "invalid_key":
+        loc = loc[:-1]
     path = _loc(((prefix,) if prefix else ()) + loc)
     msg = err["msg"].removeprefix("Value error, ")
     if err["type"] == "extra_forbidden":
@@ -125,6 +142,9 @@ def validation_error(
         msg = f"unknown field '{name if name.isprintable() else repr(name)[1:-1]}'"
     elif err["type"] == "missing":
         msg = "required field is missing"
+    elif err["type"] == "invalid_key":
+        key = err.get("input", err["loc"][-1])
+        msg = f"the key {key!r} is not a field name (a number or true/false, not a word)"
     elif err["type"] in ("model_type", "dict_type") and not isinstance(err.get("input"), dict):
         got = repr(err.get("input"))
         got = got if len(got) <= 80 else got[:77] + "..."
@@ -151,6 +171,11 @@ def validation_error(
         got = repr(err["input"])
         msg = f"{msg} (got {got if len(got) <= 80 else got[:77] + '...'})"
     hint = _HINTS.get(err["type"], "fix the value")
+    if err["type"] == "invalid_key":
+        hint = (
+            "write the field's name; YAML reads an unquoted true, no, on or a number as a "
+            "value, so quote a key meant as text"
+        )
     if err["type"] in ("union_tag_not_found", "union_tag_invalid"):
         given = err.get("input")
         tags = (err.get("ctx") or {}).get("expected_tags")
@@ -167,6 +192,8 @@ def validation_error(
         msg = f"expected a mapping of fields here (got {got[:80]})"
     if path.endswith("sharding") and err["type"] in ("model_attributes_type", "dict_type"):
         hint = "to shard nothing: {kind: zero, stage: 0}"
+    if err["type"] == "missing" and path.endswith("sharding.stage"):
+        hint = "give the ZeRO stage: {kind: zero, stage: 1} (0 shards nothing, 3 shards weights)"
     if err["type"] == "missing" and path in _PROFILE_EXAMPLES:
         hint = (
             f"add {path}: NAME, a profile name such as {_PROFILE_EXAMPLES[path]} "
@@ -239,7 +266,7 @@ def _union_point(loc: tuple[Any, ...]) -> tuple[tuple[Any, ...], Any]:
     return loc, None
 
 
-def _walk(loc: tuple[Any, ...], root: Any) -> tuple[tuple[Any, ...], Any]:
+def _walk(loc: tuple[Any, ...], root: Any, keep_last: bool = False) -> tuple[tuple[Any, ...], Any]:
     """``loc`` without pydantic's union-member and discriminator tags, and the model that holds
     its last field (for 'did you mean' hints; None where the schema has no model there). A
     union member's tag (``ModelSpec``, ``function-after[_check(), ModelSpec]``) picks that
@@ -253,7 +280,8 @@ def _walk(loc: tuple[Any, ...], root: Any) -> tuple[tuple[Any, ...], Any]:
     while i < len(raw):
         item = raw[i]
         i += 1
-        if not _clean_loc((item,)):  # a union member's tag
+        last = keep_last and i == len(raw)
+        if not last and not _clean_loc((item,)):  # a union member's tag
             named = [m for m in members if isinstance(item, str) and m.__name__ in _names(item)]
             if named:
                 model = named[-1]

@@ -161,8 +161,15 @@ def check_output(path: Path) -> None:
     except Exception:  # unreadable, not UTF-8, not JSON, no pyarrow: not ours to replace
         ok = False
     if not ok:
+        with open(target, "rb") as fh:
+            damaged = _fmt(target) == "parquet" and fh.read(4) == b"PAR1"
+        what = (
+            "is a damaged Parquet file (cut short?), not a clustersim sweep output it can resume"
+            if damaged
+            else "is not a clustersim sweep output"
+        )
         raise UserError(
-            f"'{target}' exists and is not a clustersim sweep output; a sweep would replace it",
+            f"'{target}' exists and {what}; a sweep would replace it",
             path="--out",
             hint="give another --out, or move that file away",
         )
