@@ -188,14 +188,20 @@ def comm_in_step_fit(
 
     ppn = int(tr["procs_per_node"])
     overlap = probe_comm_overlaps(probe, ppn)
-    sc = job_scenario("x", tr["model"], ppn, 1, overlap=overlap, stragglers="speed_cv" in gpu)
     inline = inline_job_scenario(tr["model"])["cluster"]
-    sc["cluster"].update(gpu=gpu, fabric=dict(fabric, max_gpus=max(ppn, 2)))
-    sc["cluster"]["storage"] = inline["storage"]
-    m = simulate(resolve_dict(sc), scaling=False).metrics
-    pred_sync = (
-        m.step_time_s - m.breakdown_s.get("compute", 0.0) - m.breakdown_s.get("optimizer", 0.0)
-    )
+
+    def simulated_sync(fraction: float) -> float:
+        """The step's time beyond compute and optimizer at ``fraction`` of the fits' bandwidth."""
+        sc = job_scenario("x", tr["model"], ppn, 1, overlap=overlap, stragglers="speed_cv" in gpu)
+        tier = dict(fabric, max_gpus=max(ppn, 2), achievable_fraction=fraction)
+        sc["cluster"].update(gpu=gpu, fabric=tier)
+        sc["cluster"]["storage"] = inline["storage"]
+        m = simulate(resolve_dict(sc), scaling=False).metrics
+        return (
+            m.step_time_s - m.breakdown_s.get("compute", 0.0) - m.breakdown_s.get("optimizer", 0.0)
+        )
+
+    pred_sync = simulated_sync(1.0)
     paired = probe.get("train_sync_cost") or {}
     meas_sync = float(
         paired.get("median_s")
@@ -203,7 +209,13 @@ def comm_in_step_fit(
     )
     if pred_sync <= 0 or meas_sync <= pred_sync:
         return None
-    frac = max(0.02, pred_sync / meas_sync)
+    # Only the collectives' bandwidth part scales with the fraction (their α and the rest of
+    # the synchronisation do not): the share that does, from a second run at half the
+    # bandwidth, and the fraction at which the simulated synchronisation is the measured one.
+    per_inverse = simulated_sync(0.5) - pred_sync  # seconds per unit of 1/fraction
+    fixed = pred_sync - per_inverse
+    frac = per_inverse / (meas_sync - fixed) if per_inverse > 0 else pred_sync / meas_sync
+    frac = min(1.0, max(0.02, frac))
     return frac, (
         f"synchronisation inside the probe's DDP step: {meas_sync * 1e3:.1f} ms measured ("
         + (
@@ -215,7 +227,8 @@ def comm_in_step_fit(
         )
         + f"), {pred_sync * 1e3:.1f} ms "
         "simulated with the stand-alone fit: the fitted bandwidth is achieved at this fraction "
-        "inside a step"
+        f"inside a step (the collectives' α and the rest, {max(0.0, fixed) * 1e3:.1f} ms of the "
+        "simulated time, do not scale with it)"
     )
 
 

@@ -182,7 +182,7 @@ class Topology:
             nvls,
             ll128=f.ll128 is not None and f.ll128.value,
             fitted=f.fitted is not None,
-            fits=_fits(f.fitted),
+            fits=_fits(f.fitted, f.achievable_fraction.value),
             carries_nic=self.carries_nic,
         )
 
@@ -194,7 +194,7 @@ class Topology:
             return None
         bw = self.nic_bw / self.gpus_per_nic()
         net = self.rs.network
-        fitted, fits = net.fitted is not None, _fits(net.fitted)
+        fitted, fits = net.fitted is not None, _fits(net.fitted, net.achievable_fraction.value)
         share = self.gpus_per_nic()
         if rank is None or kind is None or self.leaves <= 1:
             return TierLink(bw, self.net_alpha, fitted=fitted, fits=fits, nic_ranks=share)
@@ -311,11 +311,14 @@ class Topology:
         return out
 
 
-def _fits(fitted: Fitted | None) -> tuple[tuple[str, float, float], ...]:
-    """A calibrated profile's per-collective fits as (name, α seconds, bandwidth bytes/s)."""
+def _fits(fitted: Fitted | None, achievable: float = 1.0) -> tuple[tuple[str, float, float], ...]:
+    """A calibrated profile's per-collective fits as (name, α seconds, bandwidth bytes/s), the
+    bandwidth at the profile's ``achievable_fraction``: the fits time each collective alone,
+    and calibrate sets the fraction where a training step synchronises slower than that (as
+    the tier's own bandwidth is scaled for the collectives it did not fit)."""
     if fitted is None:
         return ()
     return tuple(
-        (name, f.latency_us.value * 1e-6, f.bandwidth_gbps.value * 1e9)
+        (name, f.latency_us.value * 1e-6, f.bandwidth_gbps.value * 1e9 * achievable)
         for name, f in fitted.collectives.items()
     )
