@@ -163,16 +163,21 @@ def launch_fit(probe: dict[str, Any], bare_s: float) -> tuple[float, str]:
     return bare_s * 1e6, "time of a one-element in-place add (per-op dispatch overhead)"
 
 
+# The lowest in-step fraction calibration writes: a step synchronising 50 times slower than its
+# collectives alone is a broken probe run, not a transport.
+FRACTION_FLOOR = 0.02
+
+
 def comm_in_step_fit(
     gpu: dict[str, Any], fabric: dict[str, Any], probe: dict[str, Any]
 ) -> tuple[float, str] | None:
     """The fabric's achievable fraction inside a training step: the probe's DDP step on one
     host measured with gradient synchronisation and without (``no_sync``); the difference is
     what synchronisation costs in the step (the all-reduce, DDP's bucket copies, the wait for
-    the slowest rank, and on CPUs the reduction competing with the other processes). The same
-    difference simulated with the fitted (stand-alone) fabric gives the ratio; a step that
-    synchronises slower than that gets the fitted bandwidth scaled down by it. None when the
-    probe did not time both, or synchronisation costs no more than predicted."""
+    the slowest rank, and on CPUs the reduction competing with the other processes). A step
+    that synchronises slower than the same difference simulated with the fitted (stand-alone)
+    fabric gets the fitted bandwidth scaled down until the simulation matches it. None when
+    the probe did not time both, or synchronisation costs no more than predicted."""
     tr = probe.get("train") or {}
     if (
         tr.get("wrapper") != "ddp"
@@ -210,12 +215,22 @@ def comm_in_step_fit(
     if pred_sync <= 0 or meas_sync <= pred_sync:
         return None
     # Only the collectives' bandwidth part scales with the fraction (their α and the rest of
-    # the synchronisation do not): the share that does, from a second run at half the
-    # bandwidth, and the fraction at which the simulated synchronisation is the measured one.
-    per_inverse = simulated_sync(0.5) - pred_sync  # seconds per unit of 1/fraction
-    fixed = pred_sync - per_inverse
-    frac = per_inverse / (meas_sync - fixed) if per_inverse > 0 else pred_sync / meas_sync
-    frac = min(1.0, max(0.02, frac))
+    # the synchronisation do not, and overlap with the backward hides a share that changes
+    # with it), so the fraction is not the ratio of the totals: it is found where the simulated
+    # synchronisation, which only grows as the fraction falls, meets the measured one
+    # (bisection in log fraction, to 1% of the measurement).
+    lo, hi = FRACTION_FLOOR, 1.0
+    if simulated_sync(lo) <= meas_sync:
+        frac = lo
+    else:
+        for _ in range(30):
+            mid = (lo * hi) ** 0.5
+            got = simulated_sync(mid)
+            if abs(got - meas_sync) <= 0.01 * meas_sync:
+                lo = hi = mid
+                break
+            lo, hi = (mid, hi) if got > meas_sync else (lo, mid)
+        frac = (lo * hi) ** 0.5
     return frac, (
         f"synchronisation inside the probe's DDP step: {meas_sync * 1e3:.1f} ms measured ("
         + (
@@ -227,8 +242,8 @@ def comm_in_step_fit(
         )
         + f"), {pred_sync * 1e3:.1f} ms "
         "simulated with the stand-alone fit: the fitted bandwidth is achieved at this fraction "
-        f"inside a step (the collectives' α and the rest, {max(0.0, fixed) * 1e3:.1f} ms of the "
-        "simulated time, do not scale with it)"
+        "inside a step, the one at which the simulated synchronisation is the measured one "
+        "(the collectives' α and the rest of it do not scale with it)"
     )
 
 

@@ -125,3 +125,39 @@ def test_a_nul_byte_is_placed_by_line(tmp_path: Path) -> None:
 def test_an_unknown_bundled_sweep_lists_the_bundled_ones() -> None:
     err = _refused("sweep", "no-such-sweep-here")
     assert "no such sweep spec file" in err and "llama3-70b-buy-or-rent" in err, err
+
+
+def _base_with(tmp_path: Path, old: str, new: str) -> str:
+    text = Path(BASE).read_text()
+    assert old in text
+    f = tmp_path / "s.yaml"
+    f.write_text(text.replace(old, new, 1))
+    return str(f)
+
+
+def test_a_set_inside_a_section_is_not_blamed_for_the_sections_own_error(tmp_path: Path) -> None:
+    """The file's inline model is wrong (hidden not divisible by heads): a --set of another
+    field of that model did not cause it."""
+    f = _base_with(
+        tmp_path, "model: llama3-8b", "model: {layers: 32, hidden: 4000, heads: 48, vocab: 1000}"
+    )
+    err = _refused("check", f, "--set", "model.layers=40")
+    assert "divisible" in err and "--set model.layers" not in err, err
+
+
+@pytest.mark.parametrize("item", ["cluster.nodes=2", "parallelism.tp=2"])
+def test_a_layout_set_is_not_blamed_for_a_batch_out_of_range(tmp_path: Path, item: str) -> None:
+    f = _base_with(tmp_path, "global_batch: ", "global_batch: 0 #")
+    err = _refused("check", f, "--set", item)
+    assert "training.global_batch" in err and f"--set {item}" not in err, err
+
+
+def test_a_key_that_differs_only_in_case_suggests_that_field() -> None:
+    err = _refused("check", BASE, "--set", "parallelism.Pp=2")
+    assert "did you mean 'pp'?" in err, err
+
+
+def test_a_boolean_key_is_shown_as_yaml_writes_it(tmp_path: Path) -> None:
+    f = _base_with(tmp_path, "cluster:\n", "cluster:\n  true: 1\n")
+    err = _refused("check", f)
+    assert "the key true is not a field name" in err, err

@@ -4,7 +4,8 @@ the fraction at which the simulated synchronisation of the probe's DDP step is t
 Before, the fitted collectives took their stand-alone fit whatever the fraction (it cancelled in
 ``as_fitted``), so a fabric calibrated at 0.60 synchronised at the stand-alone 8 ms where the
 probe measured 14.7 ms; and the fraction was the ratio of the two totals, though the fit's α and
-the rest of the synchronisation do not scale with bandwidth. Live 2-process runs of a workload
+the rest of the synchronisation do not scale with bandwidth (now found by bisection, the
+simulated synchronisation being monotone in the fraction). Live 2-process runs of a workload
 whose step is mostly all-reduce came out 6-14% fast (benchmarks/results/
 validate-rounds-2026-12-07-session41.txt)."""
 
@@ -82,9 +83,12 @@ def _sync(gpu: dict[str, Any], fabric: dict[str, Any], probe: dict[str, Any], fr
 
 
 @pytest.mark.parametrize("times_slower", [1.5, 4.0])
+@pytest.mark.parametrize("big", [False, True], ids=["probe-job", "overlapped"])
 def test_the_in_step_fraction_reproduces_the_measured_synchronisation(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, times_slower: float
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, times_slower: float, big: bool
 ) -> None:
+    """``big``: a job whose backward hides part of the all-reduce, so the synchronisation is
+    not affine in 1/fraction (a two-point solve came out 1.3x the measurement there)."""
     from calibrate.step_fits import comm_in_step_fit
 
     probe = h100_probe_two_ranks()
@@ -92,6 +96,8 @@ def test_the_in_step_fraction_reproduces_the_measured_synchronisation(
     tr.update(procs_per_node=2, world_size=2, nodes=1, wrapper="ddp")
     # calibrate the profiles the fit runs on, then time synchronisation slower than they say
     out = _calibrate(tmp_path, monkeypatch, probe)
+    if big:
+        tr["model"] = dict(tr["model"], layers=8, hidden=2048, heads=16, seq=2048, batch=8)
     gpu = yaml.safe_load((out / "fc.yaml").read_text())
     fabric = yaml.safe_load((out / "fc-fabric.yaml").read_text())
     fabric["achievable_fraction"] = {"value": 1.0, "source": "stand-alone"}
@@ -105,7 +111,7 @@ def test_the_in_step_fraction_reproduces_the_measured_synchronisation(
     assert 0.02 <= frac < 1.0 and "do not scale with it" in source
     # the fraction is not the ratio of the totals (α does not scale), and it reproduces them
     assert frac <= 1.0 / times_slower + 1e-12
-    assert _sync(gpu, fabric, probe, frac) == pytest.approx(measured, rel=0.02)
+    assert _sync(gpu, fabric, probe, frac) == pytest.approx(measured, rel=0.015)
     # synchronisation no slower than simulated leaves the fabric as fitted
     probe["train_sync_cost"] = {"median_s": 0.9 * alone, "differences_s": [0.9 * alone] * 3}
     assert comm_in_step_fit(gpu, fabric, probe) is None

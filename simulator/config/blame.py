@@ -27,8 +27,9 @@ def blame_set(exc: UserError, sets: list[str]) -> UserError:
                 )
     for s in reversed(sets):  # the last --set of a path is the one that took effect
         key = _key(s)
-        # (or a path the --set created: the unknown section of --set CLUSTER.NODES=1)
-        if key and (p == key or p.startswith((key + ".", key + "[")) or key.startswith(p + ".")):
+        # (or, for an unknown field, the section a --set created: --set CLUSTER.NODES=1)
+        created = key.startswith(p + ".") and exc.message.startswith("unknown field")
+        if key and (p == key or p.startswith((key + ".", key + "[")) or created):
             return UserError(
                 f"{exc.message} (the value comes from --set {_shown(s)})",
                 file=exc.file,
@@ -47,6 +48,9 @@ def blame_set(exc: UserError, sets: list[str]) -> UserError:
     # A field judged against one of another section (PP against the model's layers after
     # --set model.layers=3): the override of that one (or of the section holding it)
     judged = JUDGED_AGAINST.get(p, ())
+    when = JUDGED_WHEN.get(p)
+    if when is not None and when not in exc.message:
+        judged = ()  # that field's own range or type: no other --set made it fail
     other = [s for s in sets if _key(s) and any(_within(f, _key(s)) for f in judged)]
     return _with_set(exc, other[-1]) if other else exc
 
@@ -81,6 +85,11 @@ JUDGED_AGAINST: dict[str, tuple[str, ...]] = {
         "parallelism.cp",
     ),
     "run.tokens": ("training.global_batch", "training.seq_len"),
+}
+# Where a field is judged against others only by one check: the words of its message.
+JUDGED_WHEN: dict[str, str] = {
+    "training.global_batch": "not a multiple of",
+    "run.tokens": "less than one step",
 }
 
 

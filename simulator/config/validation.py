@@ -4,7 +4,6 @@ the field path as the user wrote it, and a hint (closest field names, allowed va
 from __future__ import annotations
 
 import re
-from functools import cache
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
@@ -25,10 +24,10 @@ def _loc(loc: tuple[Any, ...]) -> str:
     return "".join(parts)
 
 
-@cache
 def _model_names() -> frozenset[str]:
-    """The class names of every pydantic model: pydantic names a union member by its class in
-    an error's location (a user's own key, Cluster or NODES, is not one of them)."""
+    """The class names of every pydantic model defined so far: pydantic names a union member by
+    its class in an error's location (a user's own key, Cluster or NODES, is not one of them).
+    Not cached: a model module imported later (the sweep spec's AutoPlan) must count too."""
     names: set[str] = set()
     todo: list[type[BaseModel]] = [BaseModel]
     while todo:
@@ -144,7 +143,8 @@ def validation_error(
         msg = "required field is missing"
     elif err["type"] == "invalid_key":
         key = err.get("input", err["loc"][-1])
-        msg = f"the key {key!r} is not a field name (a number or true/false, not a word)"
+        shown = str(key).lower() if isinstance(key, bool) else repr(key)  # as YAML wrote it
+        msg = f"the key {shown} is not a field name (a number or true/false, not a word)"
     elif err["type"] in ("model_type", "dict_type") and not isinstance(err.get("input"), dict):
         got = repr(err.get("input"))
         got = got if len(got) <= 80 else got[:77] + "..."
@@ -214,7 +214,8 @@ def validation_error(
             hint = f"write one of {allowed} ({hint})"
     if err["type"] == "extra_forbidden" and loc:
         fields = list(getattr(holder, "model_fields", {}))
-        near = closest(str(loc[-1]), fields)
+        same = [f for f in fields if f.lower() == str(loc[-1]).lower()]  # only the case differs
+        near = same or closest(str(loc[-1]), fields)
         synonym = _SYNONYMS.get(str(loc[-1]).lower())
         if synonym is not None and synonym in fields:
             near = [synonym]

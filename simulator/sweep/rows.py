@@ -161,8 +161,11 @@ def check_output(path: Path) -> None:
     except Exception:  # unreadable, not UTF-8, not JSON, no pyarrow: not ours to replace
         ok = False
     if not ok:
-        with open(target, "rb") as fh:
-            damaged = _fmt(target) == "parquet" and fh.read(4) == b"PAR1"
+        try:
+            with open(target, "rb") as fh:
+                damaged = _fmt(target) == "parquet" and fh.read(4) == b"PAR1"
+        except OSError:  # unreadable: named as not a sweep output, like any other
+            damaged = False
         what = (
             "is a damaged Parquet file (cut short?), not a clustersim sweep output it can resume"
             if damaged
