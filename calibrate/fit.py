@@ -43,13 +43,13 @@ from .memory_fit import memory_figures
 from .output import Calibration, check_name, in_sample, write
 from .probe_file import load_probe
 from .step_fits import (
-    comm_in_step_fit,
     in_step_fit,
     job_memory_fit,
     launch_fit,
     simulated_compute_s,
 )
 from .storage_fit import storage_profile
+from .sync_fit import comm_in_step_fit
 
 
 def _src(probe: dict[str, Any], file: str, what: str) -> str:

@@ -89,7 +89,7 @@ def test_the_in_step_fraction_reproduces_the_measured_synchronisation(
 ) -> None:
     """``big``: a job whose backward hides part of the all-reduce, so the synchronisation is
     not affine in 1/fraction (a two-point solve came out 1.3x the measurement there)."""
-    from calibrate.step_fits import comm_in_step_fit
+    from calibrate.sync_fit import comm_in_step_fit
 
     probe = h100_probe_two_ranks()
     tr = probe["train"]
