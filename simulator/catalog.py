@@ -278,15 +278,15 @@ def find_sweep(name: str) -> Path:
     for cand in (bundled / p.name, bundled / f"{p.name}.yaml", bundled / f"{p.stem}.yaml"):
         if cand.is_file():
             return cand
+    sweeps = [q.stem for q in sorted(bundled.glob("*.yaml"))]
     if (bundled.parent / f"{p.stem}.yaml").is_file():
-        sweeps = ", ".join(q.stem for q in sorted(bundled.glob("*.yaml")))
         raise UserError(
             "is a bundled scenario, not a sweep spec",
             file=name,
             hint=f"run it with clustersim simulate {p.stem}, or give a sweep spec whose "
-            f"base is it (bundled sweeps: {sweeps})",
+            f"base is it (bundled sweeps: {', '.join(sweeps)})",
         )
-    near = closest(p.stem, [q.stem for q in bundled.glob("*.yaml")])
+    near = closest(p.stem, sweeps)
     if near:
         raise UserError(
             "no such sweep spec file",
@@ -294,11 +294,10 @@ def find_sweep(name: str) -> Path:
             hint=f"bundled sweeps that look close: {', '.join(near)}",
         )
     if not p.suffix:  # a bare name, as a bundled sweep is given: none is called that
-        sweeps = ", ".join(q.stem for q in sorted(bundled.glob("*.yaml")))
         raise UserError(
             "no such sweep spec file",
             file=name,
-            hint=f"check the path; the bundled sweeps are {sweeps}",
+            hint=f"check the path; the bundled sweeps are {', '.join(sweeps)}",
         )
     return p
 

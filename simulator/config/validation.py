@@ -50,6 +50,7 @@ def _clean_loc(loc: tuple[Any, ...]) -> tuple[Any, ...]:
         "function-after[_check()]",
         "[key]",
     }
+    names = _model_names()
     out = []
     for item in loc:
         if isinstance(item, str) and (
@@ -58,7 +59,7 @@ def _clean_loc(loc: tuple[Any, ...]) -> tuple[Any, ...]:
             or item.startswith("constrained-")
             or item.startswith("literal[")
             # a union member's class name (AutoPlan, PricingSpec...)
-            or item in _model_names()
+            or item in names
         ):
             continue
         out.append(item)
@@ -80,6 +81,8 @@ _HINTS = {
     "missing": "add the field",
     "literal_error": "use one of the allowed values",
     "union_tag_invalid": "set 'kind' to one of the allowed values",
+    "invalid_key": "write the field's name; YAML reads an unquoted true, no, on or a number as a "
+    "value, so quote a key meant as text",
 }
 
 
@@ -171,11 +174,6 @@ def validation_error(
         got = repr(err["input"])
         msg = f"{msg} (got {got if len(got) <= 80 else got[:77] + '...'})"
     hint = _HINTS.get(err["type"], "fix the value")
-    if err["type"] == "invalid_key":
-        hint = (
-            "write the field's name; YAML reads an unquoted true, no, on or a number as a "
-            "value, so quote a key meant as text"
-        )
     if err["type"] in ("union_tag_not_found", "union_tag_invalid"):
         given = err.get("input")
         tags = (err.get("ctx") or {}).get("expected_tags")
