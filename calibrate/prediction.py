@@ -11,7 +11,9 @@ from .scenario import job_scenario
 
 def loopback_network(profile: str) -> dict[str, Any]:
     """A network profile for 'nodes' that are process groups on this one host: the same loopback
-    transport as the calibrated fabric, so its figures are the fabric's."""
+    transport as the calibrated fabric, so its figures are the fabric's, its in-step
+    achievable fraction too (a transfer inside a training step shares the host with the same
+    compute, whichever tier the layout calls it)."""
     from simulator.catalog import load_catalog
     from simulator.config.hardware import FabricProfile
 
@@ -28,7 +30,10 @@ def loopback_network(profile: str) -> dict[str, Any]:
         "technology": "ethernet_tcp",
         "port_gbps": {"value": fab.bandwidth_gbps.value * 8, "source": src + " (×8 bits)"},
         "latency_us": {"value": fab.latency_us.value, "source": src},
-        "achievable_fraction": {"value": 1.0, "source": src},
+        "achievable_fraction": {
+            "value": fab.achievable_fraction.value,
+            "source": f"{src}: the achievable_fraction {profile}-fabric gives",
+        },
         "tail_latency": {
             "sigma": {
                 "value": 0.05,

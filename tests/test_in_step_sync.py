@@ -115,3 +115,28 @@ def test_the_in_step_fraction_reproduces_the_measured_synchronisation(
     # synchronisation no slower than simulated leaves the fabric as fitted
     probe["train_sync_cost"] = {"median_s": 0.9 * alone, "differences_s": [0.9 * alone] * 3}
     assert comm_in_step_fit(gpu, fabric, probe) is None
+
+
+def test_validate_s_loopback_network_synchronises_at_the_fabric_s_in_step_fraction(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """'Nodes' that are process groups on the probe's host talk over the fabric's own loopback
+    transport inside the same training step, so the network validate derives for them takes
+    the fabric's in-step fraction (it took 1.0: a 2-'node' layout synchronised at the
+    stand-alone rate where the same transfers inside one 'node' ran at the fraction)."""
+    from calibrate.prediction import loopback_network, predict
+    from simulator.catalog import _load
+
+    probe = h100_probe_two_ranks()
+    out = _calibrate(tmp_path, monkeypatch, probe)
+    path = out / "fc-fabric.yaml"
+    fab = yaml.safe_load(path.read_text())
+    steps = {}
+    for frac in (1.0, 0.25):
+        fab["achievable_fraction"] = {"value": frac, "source": "an in-step fit"}
+        path.write_text(yaml.safe_dump(fab))
+        _load.cache_clear()  # the catalogue is cached per set of folders, not per file
+        net = loopback_network("fc")
+        assert net["achievable_fraction"]["value"] == frac
+        steps[frac] = predict("fc", probe["train"]["model"], 1, 2, overlap=False)[0]
+    assert steps[0.25] > steps[1.0]
