@@ -65,6 +65,7 @@ SETS = (
     "torchtitan-h200",
     "mi300x-fsdp",
     "dgxc-h100",
+    "megatron-2019",
 )
 KERNELS = ROOT / "benchmarks" / "results" / "h100-kernels-2026-11-23.json"
 TABLE4 = VALIDATION / "published" / "korthikanti2022_table4.csv"

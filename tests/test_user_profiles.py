@@ -48,6 +48,32 @@ def test_a_gpu_without_a_16_bit_peak_is_refused_not_crashed(
         assert_user_error(res, file=None, path="training.precision", hint=("peak_tflops.bf16",))
 
 
+def test_bf16_on_a_gpu_with_only_an_fp16_peak_is_refused_with_fp16_suggested(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A GPU without bf16 tensor cores (V100) runs bf16 emulated, far below its fp16 rate: its
+    fp16 peak is not a bf16 one. fp16 still runs on it."""
+    _gpu(tmp_path, "x3", drop=("bf16",))
+    monkeypatch.setenv("CLUSTERSIM_PROFILE_PATH", str(tmp_path))
+    sets = ["--set", "cluster.gpu=x3", "--set", "cluster.pricing=null"]
+    res = run_cli("check", "llama3-8b-8xh100", *sets, "--set", "training.precision=bf16")
+    assert_user_error(res, file=None, path="training.precision", hint=("training.precision: fp16",))
+    res = run_cli("check", "llama3-8b-8xh100", *sets, "--set", "training.precision=fp16")
+    assert res.returncode == 0, res.stderr
+
+
+def test_the_bundled_v100_refuses_bf16_and_runs_fp16() -> None:
+    sets = ["--set", "cluster.gpu=v100-sxm2-32gb", "--set", "cluster.pricing=null"]
+    res = run_cli("check", "llama3-8b-8xh100", *sets)  # a bf16 scenario
+    assert_user_error(res, file=None, path="training.precision", hint=("training.precision: fp16",))
+    res = run_cli(
+        "simulate", "llama3-8b-8xh100", *sets, "--set", "training.precision=fp16",
+        "--set", "training.flash_attention=false", "--format", "json",
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    assert json.loads(res.stdout)["gpu"] == "v100-sxm2-32gb"
+
+
 def test_a_yml_profile_is_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     _gpu(tmp_path, "x2", suffix=".yml")
     monkeypatch.setenv("CLUSTERSIM_PROFILE_PATH", str(tmp_path))

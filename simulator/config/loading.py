@@ -180,18 +180,23 @@ def resolve(
     """Look profiles up, expand the model, derive DP and check the layout."""
     c = sc.cluster
     gpu = _resolve_profile(c.gpu, GPUProfile, ("gpu",), file, "cluster.gpu")
-    # fp32 training needs the fp32 peak; the others a 16-bit one (fp8 keeps attention and the
-    # logits at the 16-bit rate)
+    # fp32 training needs the fp32 peak; bf16 a bf16 one (a GPU without bf16 tensor cores, a
+    # V100, runs it emulated, far below its fp16 rate); fp16 and fp8 a 16-bit one (fp8 keeps
+    # attention and the logits at the 16-bit rate)
     prec = sc.training.precision
-    wants = ("fp32",) if prec == "fp32" else ("bf16", "fp16")
+    wants = {"fp32": ("fp32",), "bf16": ("bf16",)}.get(prec, ("bf16", "fp16"))
     if not any(d in gpu.peak_tflops for d in wants):
+        hint = f"add cluster.gpu.peak_tflops.{wants[0]} {{value, source}}"
+        if prec == "fp32":
+            hint += ", or train in bf16"
+        elif prec == "bf16" and "fp16" in gpu.peak_tflops:
+            hint = f"train in fp16 (training.precision: fp16): {gpu.name} has no bf16 peak"
         raise UserError(
             f"precision {prec} needs a {' or '.join(wants)} peak, and GPU profile "
             f"'{gpu.name}' has none",
             file=file,
             path="training.precision",
-            hint=f"add cluster.gpu.peak_tflops.{wants[0]} {{value, source}}"
-            + (", or train in bf16" if prec == "fp32" else ""),
+            hint=hint,
         )
     if sc.run.stragglers == "expected" and gpu.speed_cv is None:
         raise UserError(
