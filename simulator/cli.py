@@ -35,10 +35,10 @@ from .report.text import safe
 def _key_figures(p: Any) -> str:
     kind = p.kind
     if kind == "gpu":
-        bf = p.peak_tflops.get("bf16") or p.peak_tflops.get("fp16")
+        half = next((d for d in ("bf16", "fp16") if d in p.peak_tflops), None)
         usable = f" ({p.capacity_gb:g} usable)" if p.memory_usable_gb is not None else ""
         return f"{p.memory_gb.value:g} GB{usable}, {p.memory_bandwidth_gbps.value:g} GB/s, " + (
-            f"{bf.value:g} TFLOP/s bf16" if bf else ""
+            f"{p.peak_tflops[half].value:g} TFLOP/s {half}" if half else ""
         )
     if kind == "fabric":
         return f"{p.bandwidth_gbps.value:g} GB/s per GPU, {p.latency_us.value:g} us"
