@@ -250,6 +250,25 @@ def test_unfused_softmax_chain_moves_more_bytes() -> None:
     )
 
 
+def test_the_2019_stack_runs_the_softmax_chain_and_residual_kernels_apart() -> None:
+    """Megatron-LM 2019 (mpu/transformer.py) masks and softmaxes the scores with separate
+    PyTorch kernels and runs dropout and the residual add apart, where the 2021 code fuses
+    each chain into one kernel: the same layer moves more bytes, in exactly those ops, and its
+    step is slower; everything else (GEMMs, collectives) is the 2021 stack's."""
+    data = inline_scenario("megatron-1.7b", flash_attention=False)
+    old = resolve_dict({**data, "software": "megatron-lm-2019"})
+    new = resolve_dict({**data, "software": "megatron-lm-2021"})
+    names = {o.name for o in layer_ops(old) if o.kind == "memory"}
+    assert {"scale", "mask", "softmax", "dropout", "residual_add"} <= names
+    assert "scale_mask_softmax" not in names and "bias_dropout_add" not in names
+    gemms = [(o.name, o.flops) for o in layer_ops(old) if o.kind == "gemm"]
+    assert gemms == [(o.name, o.flops) for o in layer_ops(new) if o.kind == "gemm"]
+    assert (
+        _step({**data, "software": "megatron-lm-2019"}).metrics.step_time_s
+        > _step({**data, "software": "megatron-lm-2021"}).metrics.step_time_s
+    )
+
+
 def test_selective_recompute_reruns_the_whole_attention_core() -> None:
     """Selective recomputation (Korthikanti et al. 2022, Sec. 5) runs QK^T, softmax, its
     dropout and attention over V again before the backward pass: the backward grows by exactly

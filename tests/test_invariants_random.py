@@ -36,12 +36,28 @@ TOL = 1e-6  # relative: event times are sums of floats
 # scheduling anomaly real links show too; see the module docstring).
 SHARED_TOL = 0.1
 
-GPUS = ["a100-sxm4-80gb", "h100-sxm-80gb", "h200-sxm-141gb", "b200", "l40s", "mi300x"]
-FABRICS = ["nvlink3-nvswitch", "nvlink4-nvswitch", "pcie4-switch", "pcie5-host", "pcie4-host"]
-NETWORKS = ["ib-hdr-200", "ib-ndr-400", "roce-200", "roce-400", "tcp-100gbe"]
+GPUS = [
+    "a100-sxm4-80gb",
+    "h100-sxm-80gb",
+    "h200-sxm-141gb",
+    "b200",
+    "l40s",
+    "mi300x",
+    "v100-sxm2-32gb",
+]
+FABRICS = [
+    "nvlink2-nvswitch",
+    "nvlink3-nvswitch",
+    "nvlink4-nvswitch",
+    "pcie4-switch",
+    "pcie5-host",
+    "pcie4-host",
+]
+NETWORKS = ["ib-edr-100", "ib-hdr-200", "ib-ndr-400", "roce-200", "roce-400", "tcp-100gbe"]
 STORAGE = ["lustre", "local-nvme", "nfs"]
 STACKS = [
     "megatron-core",
+    "megatron-lm-2019",
     "megatron-lm-2021",
     "megatron-lm-2022",
     "pytorch-fsdp",
@@ -102,6 +118,9 @@ def _draw(rnd: random.Random) -> dict[str, Any]:
                 [{"kind": "fat_tree"}, {"kind": "rail_optimized"}, {"kind": "single_switch"}]
             ),
         }
+    precision = rnd.choice(["bf16", "bf16", "fp8"])
+    if cluster["gpu"] == "v100-sxm2-32gb":
+        precision = "fp16"  # no bf16 or fp8 tensor cores
     return {
         "name": "random",
         "cluster": cluster,
@@ -111,7 +130,7 @@ def _draw(rnd: random.Random) -> dict[str, Any]:
             "seq_len": rnd.choice([512, 1024, 2048]),
             "global_batch": dp * mb * pp * rnd.choice([1, 2, 4]),
             "micro_batch": mb,
-            "precision": rnd.choice(["bf16", "bf16", "fp8"]),
+            "precision": precision,
             "flash_attention": rnd.random() < 0.8,
         },
         "parallelism": {
