@@ -66,6 +66,7 @@ SETS = (
     "mi300x-fsdp",
     "dgxc-h100",
     "megatron-2019",
+    "nccl-tests-heldout",
 )
 KERNELS = ROOT / "benchmarks" / "results" / "h100-kernels-2026-11-23.json"
 TABLE4 = VALIDATION / "published" / "korthikanti2022_table4.csv"

@@ -65,6 +65,10 @@ BANDS = {
     # Volta rows: a known miss, 12-42% optimistic (39 TFLOPS on one GPU published, 52
     # modelled) with the 2019 stack's unfused kernels (README "Accuracy")
     "megatron-2019": 0.33,
+    # Held out, 2026-12-07: a second 4-node 8x H100 InfiniBand nccl-tests curve (Voltage Park,
+    # NCCL 2.24.3): fast at 2-8 MiB, where NCCL switches protocol at a latency the model's
+    # own fastest choice does not pay (both 4-node curves show the step at 2 MiB)
+    "nccl-tests-heldout": 0.17,
 }
 
 
