@@ -83,21 +83,37 @@ class PassRunner(SimulationBase):
                 yield from self._pay(rank, extra)
             return
         items = prog.items
+        runs = None if self.tracing else prog.span_runs
+        dp = self.dp_streams.get(rank)
         for rep in range(reps):
             early: list[Job] = []  # collectives started under the span before them
-            for i, it in enumerate(items):
+            i, n = 0, len(items)
+            while i < n:
+                it = items[i]
                 t0 = env.now
                 if rest is not None and not early and not any(st.busy for st in guards):
                     # The guard streams are idle (and nothing is launched on them before the
                     # pass ends): the rest of the pass has TP to itself.
                     yield from self._run_rest(rank, rest[i], rest[0], reps - rep - 1)
                     return
+                run = runs[i] if runs is not None else None
+                if run is not None and (dp is None or not dp.busy):
+                    # Spans back to back while the DP stream is idle (only this rank's hooks,
+                    # between layers, submit to it): nothing slows them or starts under them,
+                    # so they run as one timeout, each booked as it would be.
+                    end, total, booked = run
+                    yield Timeout(env, total)
+                    for cat, dt in booked:
+                        acc[cat] = acc.get(cat, 0.0) + dt
+                    i = end
+                    continue
+                i += 1
                 if it.kind == "span":
                     busy0 = self._dp_busy(rank)
                     # the collectives right after the span that may start under it (a TP
                     # one behind its GEMM; a CP ring's, all of them behind the attention)
                     nxts = []
-                    j = i + 1
+                    j = i  # the item after this span (``i`` has moved past it)
                     while j < len(items) and items[j].kind != "span" and items[j].hide > 0:
                         nxts.append(items[j])
                         j += 1

@@ -69,9 +69,33 @@ class Program:
         busy = sum(i.dur for i in self.items if i.kind == "span" and i.cat == "compute")
         return busy / self.duration if self.duration > 0 else 0.0
 
+    @cached_property
+    def span_runs(self) -> list[tuple[int, float, tuple[tuple[str, float], ...]] | None]:
+        """For each item that starts two or more spans back to back: the index after them,
+        their length, and what they book, span by span ((category, seconds), as
+        :meth:`Item.book` adds them); ``None`` elsewhere. A span that a collective after it
+        hides under (``hide``) is left out of the run: that collective starts inside it."""
+        items, n = self.items, len(self.items)
+        out: list[tuple[int, float, tuple[tuple[str, float], ...]] | None] = [None] * n
+        for i in range(n):
+            j = i
+            while j < n and items[j].kind == "span":
+                j += 1
+            if j < n and j > i and items[j].hide > 0:
+                j -= 1
+            if j - i < 2:
+                continue
+            booked: list[tuple[str, float]] = []
+            for it in items[i:j]:
+                booked.append((it.cat, it.dur - it.wait))
+                if it.wait:
+                    booked.append(("straggler", it.wait))
+            out[i] = (j, sum(it.dur for it in items[i:j]), tuple(booked))
+        return out
+
     def extend(self, other: Program) -> None:
         self.items.extend(other.items)
-        for name in ("analytic", "duration", "categories", "compute_share"):
+        for name in ("analytic", "duration", "categories", "compute_share", "span_runs"):
             self.__dict__.pop(name, None)
 
 
