@@ -98,9 +98,11 @@ class PassRunner(SimulationBase):
                     return
                 run = runs[i] if runs is not None else None
                 if run is not None and (dp is None or not dp.busy):
-                    # Spans back to back while the DP stream is idle (only this rank's hooks,
-                    # between layers, submit to it): nothing slows them or starts under them,
-                    # so they run as one timeout, each booked as it would be.
+                    # Spans back to back while the DP stream is idle (only this rank's own
+                    # process submits to it: hooks between layers, run_rank between passes):
+                    # nothing slows them or starts under them, so they run as one timeout,
+                    # each booked as it would be (events at the run's end instant may now
+                    # resume in another order: rounding only).
                     end, total, booked = run
                     yield Timeout(env, total)
                     for cat, dt in booked:
@@ -114,14 +116,14 @@ class PassRunner(SimulationBase):
                     # one behind its GEMM; a CP ring's, all of them behind the attention)
                     nxts = []
                     j = i  # the item after this span (``i`` has moved past it)
-                    while j < len(items) and items[j].kind != "span" and items[j].hide > 0:
+                    while j < n and items[j].kind != "span" and items[j].hide > 0:
                         nxts.append(items[j])
                         j += 1
                     if nxts:
                         # each starts its own hide before the span ends (in the items' order
                         # where they start together)
                         starts = sorted(
-                            (it.dur - min(n.hide, it.dur), k) for k, n in enumerate(nxts)
+                            (it.dur - min(c.hide, it.dur), k) for k, c in enumerate(nxts)
                         )
                         jobs: list[Job] = [DONE] * len(nxts)
                         at = 0.0
