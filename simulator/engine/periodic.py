@@ -16,7 +16,7 @@ counts. Some layouts never pass it (per-micro-batch gradient reduce-scatters cro
 network beside the compute); once two rounds' estimates of the step (the last round's own, and
 the line through both rounds' far samples) agree within ``STABLE_TOL`` of the step in every
 figure, the wider one is taken (within 0.5% of the event simulation; 2,048 micro-batches of a
-TP8 PP4 CP4 ZeRO-2 layout: 1.4 s, not 36 s). Else it falls back to the event-by-event
+TP8 PP4 CP4 ZeRO-2 layout: 0.56 s, not 36 s). Else it falls back to the event-by-event
 simulation of all ``m`` micro-batches, which stays the reference. GPipe is always simulated in
 full (see :func:`run_periodic`).
 
@@ -47,8 +47,12 @@ from .steady import marks_for, run_steady
 AFFINE_TOL = 1e-7
 # A quasi-periodic layout never passes that check; it is extrapolated all the same where two
 # estimates of the whole step (from the last round's far sample and from the one before)
-# agree within this share of it, every figure's too.
-STABLE_TOL = 1e-4
+# agree within this share of it, every figure's too. On 1,753 random 1F1B ZeRO/FSDP layouts
+# (19 of them quasi-periodic) the worst error against the event simulation was 3.6e-4 of the
+# step at 1e-4, 3e-4 and 1e-3 alike (the estimates' agreement is not the error's bound, the
+# beat's amplitude is); 3e-4 takes the 2,048-micro-batch ZeRO-2 layout a round earlier (0.56 s,
+# not 1.2 s; error 1.4e-4 of the step, 3.5e-4 in its worst category).
+STABLE_TOL = 3e-4
 
 
 def _with_micro_batches(rs: ResolvedScenario, m: int) -> ResolvedScenario:
