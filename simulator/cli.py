@@ -35,7 +35,7 @@ from .report.text import safe
 def _key_figures(p: Any) -> str:
     kind = p.kind
     if kind == "gpu":
-        half = next((d for d in ("bf16", "fp16") if d in p.peak_tflops), None)
+        half = p.half_dtype
         usable = f" ({p.capacity_gb:g} usable)" if p.memory_usable_gb is not None else ""
         return f"{p.memory_gb.value:g} GB{usable}, {p.memory_bandwidth_gbps.value:g} GB/s, " + (
             f"{p.peak_tflops[half].value:g} TFLOP/s {half}" if half else ""

@@ -202,6 +202,11 @@ class GPUProfile(_Profile):
         a = self.power_clock_exponent.value if self.power_clock_exponent else DEFAULT_CLOCK_EXP
         return float((lim.value / tdp) ** (1.0 / a))
 
+    @property
+    def half_dtype(self) -> str | None:
+        """The 16-bit dtype the profile gives a peak for, bf16 first; None where it has neither."""
+        return next((d for d in ("bf16", "fp16") if d in self.peak_tflops), None)
+
     def peak_flops(self, dtype: str) -> float:
         """Dense peak in FLOP/s for a dtype; fp8 falls back to bf16/fp16 where unsupported
         (fp32 has no fallback: a 16-bit peak would overstate it many times)."""

@@ -188,8 +188,7 @@ def resolve(
     if not any(d in gpu.peak_tflops for d in wants):
         hint = f"add cluster.gpu.peak_tflops.{wants[0]} {{value, source}}"
         if prec == "fp32":
-            half = next((d for d in ("bf16", "fp16") if d in gpu.peak_tflops), "bf16")
-            hint += f", or train in {half}"
+            hint += f", or train in {gpu.half_dtype or 'bf16'}"
         elif prec == "bf16" and "fp16" in gpu.peak_tflops:
             hint = (
                 f"train in fp16 (training.precision: fp16): {gpu.name} has no bf16 peak; or "
@@ -296,8 +295,7 @@ def resolve(
             "Hopper, Ada, Blackwell or CDNA3 parts)",
             file=file,
             path="training.precision",
-            hint=f"use {'bf16' if 'bf16' in gpu.peak_tflops else 'fp16'} on this GPU, or give "
-            "its profile a peak_tflops.fp8 figure",
+            hint=f"use {gpu.half_dtype} on this GPU, or give its profile a peak_tflops.fp8 figure",
         )
     check_pricing(price, tier, gpu, c.gpus_per_node, file)
     check_offload(par, model, gpu, file)

@@ -39,31 +39,22 @@ def _model_names() -> frozenset[str]:
     return frozenset(names)
 
 
-def _clean_loc(loc: tuple[Any, ...]) -> tuple[Any, ...]:
-    # pydantic puts union-member and discriminator tags into the location; users never see those.
-    tags = {
-        "str",
-        "ProfileRef",
-        "ModelPresetRef",
-        "ModelSpec",
-        "int",
-        "function-after[_check()]",
-        "[key]",
-    }
-    names = _model_names()
-    out = []
-    for item in loc:
-        if isinstance(item, str) and (
-            item in tags
-            or item.startswith("function-")
-            or item.startswith("constrained-")
-            or item.startswith("literal[")
-            # a union member's class name (AutoPlan, PricingSpec...)
-            or item in names
-        ):
-            continue
-        out.append(item)
-    return tuple(out)
+# pydantic puts union-member and discriminator tags into the location; users never see those.
+_TAGS = frozenset(
+    {"str", "ProfileRef", "ModelPresetRef", "ModelSpec", "int", "function-after[_check()]", "[key]"}
+)
+
+
+def _is_tag(item: Any, names: frozenset[str]) -> bool:
+    """Whether a location item is one of pydantic's tags; ``names``: :func:`_model_names`."""
+    return isinstance(item, str) and (
+        item in _TAGS
+        or item.startswith("function-")
+        or item.startswith("constrained-")
+        or item.startswith("literal[")
+        # a union member's class name (AutoPlan, PricingSpec...)
+        or item in names
+    )
 
 
 # Fields that take a profile by name (``profile`` inside a slot names the slot's kind), for
@@ -259,8 +250,9 @@ def validation_error(
 def _union_point(loc: tuple[Any, ...]) -> tuple[tuple[Any, ...], Any]:
     """Where a union's member tag first appears in ``loc`` (the path before it) and the tag
     (None where the location has no union member)."""
+    names = _model_names()
     for i, item in enumerate(loc):
-        if _clean_loc((item,)) == ():
+        if _is_tag(item, names):
             return loc[:i], item
     return loc, None
 
@@ -275,12 +267,13 @@ def _walk(loc: tuple[Any, ...], root: Any, keep_last: bool = False) -> tuple[tup
     holder: Any = root
     members: list[type[BaseModel]] = []
     raw = list(loc)
+    names = _model_names()
     i = 0
     while i < len(raw):
         item = raw[i]
         i += 1
         last = keep_last and i == len(raw)
-        if not last and not _clean_loc((item,)):  # a union member's tag
+        if not last and _is_tag(item, names):  # a union member's tag
             named = [m for m in members if isinstance(item, str) and m.__name__ in _names(item)]
             if named:
                 model = named[-1]

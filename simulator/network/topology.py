@@ -311,7 +311,7 @@ class Topology:
         return out
 
 
-def _fits(fitted: Fitted | None, achievable: float = 1.0) -> tuple[tuple[str, float, float], ...]:
+def _fits(fitted: Fitted | None, achievable: float) -> tuple[tuple[str, float, float], ...]:
     """A calibrated profile's per-collective fits as (name, α seconds, bandwidth bytes/s), the
     bandwidth at the profile's ``achievable_fraction``: the fits time each collective alone,
     and calibrate sets the fraction where a training step synchronises slower than that (as
