@@ -50,6 +50,34 @@ def _values(d: dict[str, Any]) -> dict[str, float | None]:
 
 # Figures of the whole run: they scale with the run's token budget.
 WHOLE_RUN = ("time_to_train_days", "usd_total")
+# Figures that depend on what a token costs to compute (the model) or on how many tokens a step
+# takes: across other models, or (the step) other tokens per step, a lower one is not a better
+# plan. MFU and memory per GPU still compare; so do tokens/s and $ per token within a model.
+PER_MODEL = (
+    "step_time_s",
+    "tokens_per_s",
+    "tokens_per_s_per_gpu",
+    "usd_per_million_tokens",
+    "time_to_train_days",
+    "usd_total",
+)
+
+
+def _no_verdict(results: list[dict[str, Any]]) -> dict[str, str]:
+    """The metrics that get no verdict because the scenarios are not like for like, each
+    with its reason."""
+    out: dict[str, str] = {}
+    if len({round(float(r.get("params") or 0), -3) for r in results}) > 1:
+        for key in PER_MODEL:
+            out[key] = "the scenarios train different models; MFU compares them"
+    tokens = {r.get("tokens_per_step") for r in results}
+    if len(tokens) > 1 and None not in tokens:
+        out.setdefault(
+            "step_time_s",
+            "the scenarios take different tokens per step; tokens/s and $ per million "
+            "tokens compare them",
+        )
+    return out
 
 
 def _cluster(r: dict[str, Any]) -> str:
@@ -82,10 +110,10 @@ def _unlike(results: list[dict[str, Any]], names: list[str], clusters: list[str]
         )
         notes.append(
             f"the scenarios train different models ({shown} parameters): step time, "
-            "throughput and MFU are not like for like"
+            "throughput and cost per token are not like for like (MFU is)"
         )
     tokens = {r.get("tokens_per_step") for r in results}
-    if len(tokens) > 1 and None not in tokens:
+    if len(tokens) > 1 and None not in tokens and len(params) == 1:
         notes.append(
             "the scenarios take different tokens per step (global batch × sequence): compare "
             "tokens/s and $ per million tokens rather than step time"
@@ -122,6 +150,7 @@ def compare_results(results: list[dict[str, Any]]) -> dict[str, Any]:
     clusters = [_cluster(r) for r in results]
     notes = _unlike(results, names, clusters)
     budgets = {r.get("run_tokens") for r in results if r.get("run_tokens") is not None}
+    unlike = _no_verdict(results)
     rows = []
     for key, label, better, fmt in METRICS:
         column = [v[key] for v in vals]
@@ -131,7 +160,13 @@ def compare_results(results: list[dict[str, Any]]) -> dict[str, Any]:
         # is never named best), else across all, so that it still says which needs least
         if key != "memory_gb_per_gpu" or len(fitting) >= 2:
             present = fitting
-        if key in WHOLE_RUN and len(budgets) > 1 and len(present) >= 2:
+        reason = unlike.get(key)
+        if reason is None and key in WHOLE_RUN and len(budgets) > 1:
+            reason = (
+                "the scenarios train on different token budgets (run.tokens); $ per million "
+                "tokens and tokens/s compare them"
+            )
+        if reason is not None and len(present) >= 2:
             rows.append(
                 {
                     "metric": key,
@@ -139,8 +174,7 @@ def compare_results(results: list[dict[str, Any]]) -> dict[str, Any]:
                     "values": column,
                     "formatted": [None if x is None else _show(fmt, x) for x in column],
                     "best": None,
-                    "verdict": f"{label}: no verdict, the scenarios train on different token "
-                    "budgets (run.tokens); $ per million tokens and tokens/s compare them",
+                    "verdict": f"{label}: no verdict, {reason}",
                 }
             )
             continue

@@ -133,10 +133,34 @@ def why(a: dict[str, Any], b: dict[str, Any], key: str) -> str:
         per_gpu = _gpu_time_why(a, b)
         if per_gpu:
             return per_gpu
+    if key == "mfu" and _differs(float(a.get("params") or 0), float(b.get("params") or 0)):
+        # another model's step does not compare in seconds; its shares do
+        share = _share_why(a, b)
+        if share:
+            return share
     tps_a, tps_b = a.get("tokens_per_s") or 0.0, b.get("tokens_per_s") or 0.0
     if _differs(a["step_time_s"], b["step_time_s"]) or _differs(tps_a, tps_b):
         reasons.append(_step_why(a, b))
     return "; ".join(reasons) if reasons else "the same step"
+
+
+def _share_why(a: dict[str, Any], b: dict[str, Any]) -> str | None:
+    """Why ``a`` keeps its GPUs busier than ``b`` on a step that does not compare in seconds
+    (another model): the part of the step other than compute whose share ``b`` has most beyond
+    ``a``'s; None where none is larger by a tenth of a percent."""
+    sa, sb = a["step_time_s"], b["step_time_s"]
+    if not (sa > 0 and sb > 0):
+        return None
+    cats = (set(a["breakdown_s"]) | set(b["breakdown_s"])) - {"compute"}
+    if not cats:
+        return None
+    key = max(
+        cats, key=lambda k: b["breakdown_s"].get(k, 0.0) / sb - a["breakdown_s"].get(k, 0.0) / sa
+    )
+    fa, fb = a["breakdown_s"].get(key, 0.0) / sa, b["breakdown_s"].get(key, 0.0) / sb
+    if fb - fa < 1e-3:
+        return None
+    return f"{CATEGORY_LABELS.get(key, key)}: {fa:.1%} vs {fb:.1%} of the step"
 
 
 def _gpu_time_why(a: dict[str, Any], b: dict[str, Any]) -> str | None:

@@ -120,7 +120,26 @@ def test_compare_says_when_scenarios_are_not_like_for_like(tmp_path: Path) -> No
                 "--format", "json").stdout
     )  # fmt: skip
     assert any("different models" in n for n in rep["notes"])
+    by = {m["metric"]: m for m in rep["metrics"]}
+    # an 8B step is not a better 70B step: no verdict on what a token costs, MFU still ranks
+    # (a review finding: "step time: llama3-8b-8xh100 is best, 10.03x lower")
+    for key in ("step_time_s", "tokens_per_s", "usd_per_million_tokens", "usd_total"):
+        assert by[key]["best"] is None and "different models" in by[key]["verdict"], key
+    assert by["mfu"]["best"] is not None and "of the step" in by["mfu"]["verdict"]
+    # the same model at another global batch: the step alone has no verdict
+    big = yaml.safe_load((REPO / "scenarios" / "llama3-70b-64xh100.yaml").read_text())
+    big["name"] = "half-batch"
+    big["training"]["global_batch"] //= 2
+    q = tmp_path / "half.yaml"
+    q.write_text(yaml.safe_dump(big))
+    rep = json.loads(
+        run_cli("compare", str(REPO / "scenarios" / "llama3-70b-64xh100.yaml"), str(q),
+                "--format", "json").stdout
+    )  # fmt: skip
     assert any("tokens per step" in n for n in rep["notes"])
+    by = {m["metric"]: m for m in rep["metrics"]}
+    assert by["step_time_s"]["best"] is None and "tokens per step" in by["step_time_s"]["verdict"]
+    assert by["tokens_per_s"]["best"] is not None
 
 
 def test_compare_explains_a_per_gpu_win_on_a_longer_step_by_the_peak() -> None:
