@@ -121,6 +121,12 @@ def checkpoint(rs: ResolvedScenario) -> Checkpoint:
     )
 
 
+def _hours(seconds: float) -> str:
+    """Hours for a message: ``12.5``, or ``3.2e+12`` where grouped digits would run on."""
+    h = seconds / 3600.0
+    return f"{h:,.1f}" if h < 1e7 else f"{h:.3g}"
+
+
 def _best_interval(lam: float, delta: float) -> float:
     """The τ that minimises wall time per unit of work, (exp(λ(τ+δ)) − 1) / τ: where its
     derivative vanishes, (1 − x)·exp(x) = exp(−λδ) with x = λτ in (0, 1). The left side falls
@@ -291,7 +297,7 @@ def run_goodput(
         # A restart and a checkpoint would leave time to progress, but no checkpoint can
         # fall inside a step: fewer GPUs only make the step longer.
         raise UserError(
-            f"one step takes {step_s / 3600:,.1f} h, longer than the {between / 3600:,.1f} h "
+            f"one step takes {_hours(step_s)} h, longer than the {_hours(between)} h "
             f"between interruptions of this cluster ({'; '.join(rates)}), so hardly a step "
             f"ever finishes ({g.goodput:.2%} of the time makes progress)",
             file=rs.source_file,

@@ -74,6 +74,17 @@ def test_an_nvlink_rate_out_of_range_is_refused(value: str) -> None:
         assert "cluster.gpu.nvlink_gbps" in err and "GB/s" in err, err
 
 
+def test_an_efficiency_that_is_a_stray_exponent_is_refused() -> None:
+    """matmul_max=1e-300 was in (0, 1], so it reached the engine and came back as a step of
+    10^300 hours blamed on the global batch; the smallest fraction a probe fit gives still
+    runs."""
+    err = _refused("simulate", BASE, "--set", "cluster.gpu.efficiency.matmul_max=1e-300")
+    assert "cluster.gpu.efficiency.matmul_max" in err and "1e-06" in err, err
+    assert "global_batch" not in err, err
+    ok = run_cli("check", BASE, "--set", "cluster.gpu.efficiency.attention_max=1e-4")
+    assert ok.returncode == 0, ok.stderr
+
+
 def test_a_power_limit_below_any_driver_minimum_is_refused() -> None:
     err = _refused("check", BASE, "--set", "cluster.gpu.power_limit_w=1")
     assert "cluster.gpu.power_limit_w" in err and "at least 175" in err, err

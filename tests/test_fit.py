@@ -270,7 +270,7 @@ def test_a_curve_still_rising_at_the_largest_size_keeps_a_valid_profile() -> Non
     ]  # fmt: skip
     del probe["train"]  # no training job: the in-step factor is not what this tests
     cal = calibrate(probe, str(file), "rising")
-    gpu = GPUProfile(**cal.gpu)  # validates: matmul_max within (0, 1]
+    gpu = GPUProfile(**cal.gpu)  # validates: matmul_max within [1e-06, 1]
     m, h = gpu.efficiency.matmul_max.value, gpu.efficiency.matmul_half_flops.value
     assert m == 1.0
     peak = gpu.peak_flops(dtype) / 1e12

@@ -17,7 +17,9 @@ from pydantic import BaseModel
 # (low, high, low is exclusive, what the unit is)
 Range = tuple[float, float, bool, str]
 
-_FRACTION: Range = (0.0, 1.0, True, "(a fraction of the spec-sheet figure)")
+# A fraction of 1e-300 is a stray exponent, not a part: it made a step of 10^300 hours blamed on
+# the global batch. The floor leaves room for the probe's fits on a CPU (attention at 1e-4).
+_FRACTION: Range = (1e-6, 1.0, False, "(a fraction of the spec-sheet figure)")
 # Links go up to 1e9 GB/s so that a what-if study can make one free; below 1 MB/s nothing
 # trains.
 _GBYTES_S: Range = (1e-3, 1e9, False, "GB/s")
