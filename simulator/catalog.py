@@ -268,9 +268,20 @@ def _may_be_bundled(p: Path, folder: tuple[str, ...]) -> bool:
     return not parts or parts == (".",) or parts[-len(folder) :] == folder
 
 
+def _not_empty(name: str, what: str, example: str) -> None:
+    """An empty or blank argument (a shell variable that was never set) names no file: it is
+    not the current folder."""
+    if not name.strip():
+        raise UserError(
+            f"no {what} file given (the argument is {'empty' if not name else 'blank'})",
+            hint=f"give a {what} YAML file, or a bundled one by name ({example})",
+        )
+
+
 def find_sweep(name: str) -> Path:
     """A sweep spec: the path as given, or a bundled sweep (``scenarios/sweeps/``) by file name
     or stem."""
+    _not_empty(name, "sweep spec", "scale-up-vs-scale-out")
     p = Path(name)
     if p.exists() or not _may_be_bundled(p, ("scenarios", "sweeps")):
         return p
@@ -304,6 +315,7 @@ def find_sweep(name: str) -> Path:
 
 def find_scenario(name: str) -> Path:
     """A scenario file: the path as given, or a bundled scenario by file name or stem."""
+    _not_empty(name, "scenario", "llama3-8b-8xh100")
     p = Path(name)
     if p.is_file():
         return p

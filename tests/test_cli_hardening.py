@@ -161,6 +161,10 @@ def test_file_system_errors_say_what_to_do() -> None:
         ),
         (["profiles", "show", "llama3-8b"], "is a model preset", "model: llama3-8b"),
         (["schema", "--profile", "price"], "two kinds", "cloud_price"),
+        # an unset shell variable is not the current folder
+        (["simulate", ""], "no scenario file given", "llama3-8b-8xh100"),
+        (["compare", " ", str(BASE)], "no scenario file given", "bundled one by name"),
+        (["sweep", ""], "no sweep spec file given", "scale-up-vs-scale-out"),
     ],
 )
 def test_a_thing_of_another_kind_is_named(args: list[str], says: str, hint: str) -> None:
