@@ -105,12 +105,19 @@ class Topology:
 
     def nic_aligned(self) -> bool:
         """Whether every NIC of a node serves as many of its GPUs as every other (GPU j uses
-        NIC j·nics // gpus_per_node): 5 NICs for 8 GPUs give some GPUs a NIC of their own and
-        pair others, and symmetric mode's one rank per stage may be of either kind."""
+        NIC j·nics // gpus_per_node), and each group's span either fills whole NICs' GPUs or
+        fits inside one NIC's: 5 NICs for 8 GPUs give some GPUs a NIC of their own and pair
+        others; 3 NICs for 6 GPUs and stages of 3 put one stage's third GPU on a NIC it shares
+        with the next stage, the others on a NIC of their own stage. Symmetric mode's one rank
+        per stage may be of either kind."""
         if self.rs.network is None or self.rs.nodes <= 1:
             return True
-        counts = Counter(self.nic_of(r) for r in range(self.rs.gpus_per_node))
-        return len(set(counts.values())) == 1
+        g = self.rs.gpus_per_node
+        counts = Counter(self.nic_of(r) for r in range(g))
+        if len(set(counts.values())) != 1:
+            return False
+        per = g // len(counts)  # GPUs per NIC
+        return all(s % per == 0 or per % s == 0 for s in self.layout.group_spans() if s < g)
 
     # -- placement ---------------------------------------------------------------------------
     def leaf(self, node: int) -> int:
