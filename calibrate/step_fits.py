@@ -219,7 +219,7 @@ def _fraction_for(gpu: dict[str, Any], model: dict[str, Any], target: float) -> 
     hi = 2.0
     while gap(hi) < 0.0:
         hi *= 2.0
-        if hi > 1e9:
+        if hi > 1e6:  # a fraction below 1e-6 is out of every profile's range
             return None
     return 1.0 / float(brentq(gap, 1.0, hi, xtol=1e-12, rtol=1e-12))
 

@@ -276,8 +276,8 @@ def sweep(
                 "profiles lists them), or drop cluster.pricing from the base"
             )
         raise UserError(
-            f"no point of the sweep has a valid plan ({len(pts)} point(s); the rows written to "
-            f"{safe(out_file)} say why for each); {reason}",
+            f"no point of the sweep has a valid plan, {len(pts)} point(s): {reason} (each "
+            f"point's row in {out_file} says why)",
             file=spec_file,
             path="axes",
             hint=hint,

@@ -9,7 +9,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from .compare_why import why
+from .compare_why import same_model, why
 from .report.text import duration, safe, usd
 
 # (key, label, better: "low" or "high", format: a format string or a function)
@@ -67,9 +67,9 @@ def _no_verdict(results: list[dict[str, Any]]) -> dict[str, str]:
     """The metrics that get no verdict because the scenarios are not like for like, each
     with its reason."""
     out: dict[str, str] = {}
-    if len({round(float(r.get("params") or 0), -3) for r in results}) > 1:
+    if not same_model(results):
         for key in PER_MODEL:
-            out[key] = "the scenarios train different models; MFU compares them"
+            out[key] = "the scenarios train different models (MFU and memory compare across them)"
     tokens = {r.get("tokens_per_step") for r in results}
     if len(tokens) > 1 and None not in tokens:
         out.setdefault(
@@ -96,14 +96,18 @@ def _unlike(results: list[dict[str, Any]], names: list[str], clusters: list[str]
     """What makes the scenarios not like for like: another model, other tokens per step, or
     another cluster (``clusters``: each one's :func:`_cluster`)."""
     notes = []
+    one_model = same_model(results)
     if len(set(clusters)) > 1:
         notes.append(
             f"the scenarios run on different clusters ({', '.join(clusters)}): step time and "
-            "its parts are each cluster's own; tokens/s per GPU and MFU compare the GPUs, "
-            "$ per million tokens the clusters"
+            "its parts are each cluster's own; "
+            + (
+                "tokens/s per GPU and MFU compare the GPUs, $ per million tokens the clusters"
+                if one_model
+                else "MFU compares the GPUs"
+            )
         )
-    params = {round(float(r.get("params") or 0), -3) for r in results}
-    if len(params) > 1:
+    if not one_model:
         shown = ", ".join(
             f"{n} {float(r.get('params') or 0) / 1e9:.3g} B"
             for n, r in zip(names, results, strict=True)
@@ -113,7 +117,7 @@ def _unlike(results: list[dict[str, Any]], names: list[str], clusters: list[str]
             "throughput and cost per token are not like for like (MFU is)"
         )
     tokens = {r.get("tokens_per_step") for r in results}
-    if len(tokens) > 1 and None not in tokens and len(params) == 1:
+    if len(tokens) > 1 and None not in tokens and one_model:
         notes.append(
             "the scenarios take different tokens per step (global batch × sequence): compare "
             "tokens/s and $ per million tokens rather than step time"

@@ -133,15 +133,37 @@ def why(a: dict[str, Any], b: dict[str, Any], key: str) -> str:
         per_gpu = _gpu_time_why(a, b)
         if per_gpu:
             return per_gpu
-    if key == "mfu" and _differs(float(a.get("params") or 0), float(b.get("params") or 0)):
-        # another model's step does not compare in seconds; its shares do
-        share = _share_why(a, b)
-        if share:
-            return share
+    if key == "mfu" and not same_model([a, b]):
+        return _mfu_why(a, b)
     tps_a, tps_b = a.get("tokens_per_s") or 0.0, b.get("tokens_per_s") or 0.0
     if _differs(a["step_time_s"], b["step_time_s"]) or _differs(tps_a, tps_b):
         reasons.append(_step_why(a, b))
     return "; ".join(reasons) if reasons else "the same step"
+
+
+def same_model(results: list[dict[str, Any]]) -> bool:
+    """Whether the results train one model (parameter counts equal to the thousand)."""
+    return len({round(float(r.get("params") or 0), -3) for r in results}) <= 1
+
+
+def _mfu_why(a: dict[str, Any], b: dict[str, Any]) -> str:
+    """Why ``a`` reaches a higher MFU than ``b`` when they train different models, whose steps
+    do not compare in seconds: MFU is the share of the step spent computing times the model
+    FLOP rate while computing (a share of the peak), and the larger of the two ratios is the
+    reason: the part of the step besides compute that ``b`` spends most on, or the rate, with
+    the recomputation behind a lower one (hardware FLOPs per model FLOP)."""
+    ca, cb = (r["breakdown_s"].get("compute", 0.0) / r["step_time_s"] for r in (a, b))
+    ma, mb = float(a.get("mfu") or 0.0), float(b.get("mfu") or 0.0)
+    if ca > 0 and cb > 0 and ma > 0 and mb > 0:
+        ra, rb = ma / ca, mb / cb
+        if ca / cb < ra / rb:
+            why = f"model FLOPs at {ra:.0%} vs {rb:.0%} of the peak while computing"
+            ha, hb = (float(r.get("hfu") or 0.0) / float(r["mfu"]) for r in (a, b))
+            if hb > ha * 1.01:
+                why += f" ({ha:.2f} vs {hb:.2f} FLOPs computed per model FLOP: recomputation)"
+            return why
+    share = _share_why(a, b)
+    return share or f"compute {ca:.1%} vs {cb:.1%} of the step"
 
 
 def _share_why(a: dict[str, Any], b: dict[str, Any]) -> str | None:

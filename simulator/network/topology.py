@@ -105,11 +105,12 @@ class Topology:
 
     def nic_aligned(self) -> bool:
         """Whether every NIC of a node serves as many of its GPUs as every other (GPU j uses
-        NIC j·nics // gpus_per_node), and each group's span either fills whole NICs' GPUs or
-        fits inside one NIC's: 5 NICs for 8 GPUs give some GPUs a NIC of their own and pair
-        others; 3 NICs for 6 GPUs and stages of 3 put one stage's third GPU on a NIC it shares
-        with the next stage, the others on a NIC of their own stage. Symmetric mode's one rank
-        per stage may be of either kind."""
+        NIC j·nics // gpus_per_node), and a pipeline stage smaller than a node either fills
+        whole NICs' GPUs or fits inside one NIC's: 5 NICs for 8 GPUs give some GPUs a NIC of
+        their own and pair others; 3 NICs for 6 GPUs and stages of 3 put one stage's third GPU
+        on a NIC it shares with the next stage, the others on a NIC of their own stage.
+        Symmetric mode's one rank per stage may be of either kind. Groups inside a stage (TP,
+        a shard group) may split a NIC's GPUs: they run alike at the same time."""
         if self.rs.network is None or self.rs.nodes <= 1:
             return True
         g = self.rs.gpus_per_node
@@ -117,7 +118,8 @@ class Topology:
         if len(set(counts.values())) != 1:
             return False
         per = g // len(counts)  # GPUs per NIC
-        return all(s % per == 0 or per % s == 0 for s in self.layout.group_spans() if s < g)
+        stage = self.layout.tp * self.layout.cp * self.layout.dp
+        return stage >= g or stage % per == 0 or per % stage == 0
 
     # -- placement ---------------------------------------------------------------------------
     def leaf(self, node: int) -> int:
