@@ -67,6 +67,7 @@ SETS = (
     "dgxc-h100",
     "megatron-2019",
     "nccl-tests-heldout",
+    "mlperf-gpt3-h100",
 )
 KERNELS = ROOT / "benchmarks" / "results" / "h100-kernels-2026-11-23.json"
 TABLE4 = VALIDATION / "published" / "korthikanti2022_table4.csv"
