@@ -68,6 +68,7 @@ SETS = (
     "megatron-2019",
     "nccl-tests-heldout",
     "mlperf-gpt3-h100",
+    "mlperf-llama31-405b",
 )
 KERNELS = ROOT / "benchmarks" / "results" / "h100-kernels-2026-11-23.json"
 TABLE4 = VALIDATION / "published" / "korthikanti2022_table4.csv"
