@@ -109,18 +109,24 @@ def test_compare_explains_a_win_by_what_the_loser_spends_more_on(tmp_path: Path)
     assert tb > ta, verdict  # the reason is the winner's advantage, never its handicap
 
 
-def test_compare_says_when_scenarios_are_not_like_for_like(tmp_path: Path) -> None:
-    small = yaml.safe_load((REPO / "scenarios" / "llama3-8b-8xh100.yaml").read_text())
-    small["name"] = "small"
-    small["training"]["global_batch"] = 64
-    p = tmp_path / "small.yaml"
-    p.write_text(yaml.safe_dump(small))
+def _against_70b(tmp_path: Path, scenario: str, name: str, batch: int) -> tuple[list[str], Any]:
+    """The notes and the per-metric rows of comparing the bundled 70B scenario with
+    ``scenario`` renamed ``name`` at global batch ``batch``."""
+    data = yaml.safe_load((REPO / "scenarios" / scenario).read_text())
+    data["name"] = name
+    data["training"]["global_batch"] = batch
+    p = tmp_path / f"{name}.yaml"
+    p.write_text(yaml.safe_dump(data))
     rep = json.loads(
         run_cli("compare", str(REPO / "scenarios" / "llama3-70b-64xh100.yaml"), str(p),
                 "--format", "json").stdout
     )  # fmt: skip
-    assert any("different models" in n for n in rep["notes"])
-    by = {m["metric"]: m for m in rep["metrics"]}
+    return rep["notes"], {m["metric"]: m for m in rep["metrics"]}
+
+
+def test_compare_says_when_scenarios_are_not_like_for_like(tmp_path: Path) -> None:
+    notes, by = _against_70b(tmp_path, "llama3-8b-8xh100.yaml", "small", 64)
+    assert any("different models" in n for n in notes)
     # an 8B step is not a better 70B step: no verdict on what a token costs, MFU still ranks
     # (a review finding: "step time: llama3-8b-8xh100 is best, 10.03x lower")
     for key in ("step_time_s", "tokens_per_s", "usd_per_million_tokens", "usd_total"):
@@ -129,17 +135,10 @@ def test_compare_says_when_scenarios_are_not_like_for_like(tmp_path: Path) -> No
     assert by["mfu"]["best"] is not None and " s per step" not in mfu, mfu
     assert "of the step" in mfu or "of the peak while computing" in mfu, mfu
     # the same model at another global batch: the step alone has no verdict
-    big = yaml.safe_load((REPO / "scenarios" / "llama3-70b-64xh100.yaml").read_text())
-    big["name"] = "half-batch"
-    big["training"]["global_batch"] //= 2
-    q = tmp_path / "half.yaml"
-    q.write_text(yaml.safe_dump(big))
-    rep = json.loads(
-        run_cli("compare", str(REPO / "scenarios" / "llama3-70b-64xh100.yaml"), str(q),
-                "--format", "json").stdout
-    )  # fmt: skip
-    assert any("tokens per step" in n for n in rep["notes"])
-    by = {m["metric"]: m for m in rep["metrics"]}
+    base = yaml.safe_load((REPO / "scenarios" / "llama3-70b-64xh100.yaml").read_text())
+    half = base["training"]["global_batch"] // 2
+    notes, by = _against_70b(tmp_path, "llama3-70b-64xh100.yaml", "half-batch", half)
+    assert any("tokens per step" in n for n in notes)
     assert by["step_time_s"]["best"] is None and "tokens per step" in by["step_time_s"]["verdict"]
     assert by["tokens_per_s"]["best"] is not None
 
