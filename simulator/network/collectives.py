@@ -34,12 +34,9 @@ from typing import Literal
 from .nccl import (
     LL128_RING_FRACTION,
     NCCL_MULTI_NODE_INTRA_LATENCY,
-    NCCL_NET_STEP_LATENCY,
-    NVLS_LATENCY,
     Phase,
     Tier,
     TierLink,
-    fabric_step_bytes,
     ll128_extra,
     log2i,
     nccl_extra,
@@ -47,6 +44,7 @@ from .nccl import (
     phase_bandwidth,
     with_protocol,
 )
+from .nvls import nvls, nvls_tree
 
 Coll = Literal["all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "p2p"]
 Algo = Literal["ring", "tree", "hierarchical", "nvls", "nvls_tree"]
@@ -62,57 +60,11 @@ def _nvls_applies(coll: Coll, shape: GroupShape, fabric: TierLink) -> bool:
     )
 
 
-def _nvls(n: int, size: float, fabric: TierLink) -> Phase:
-    """NCCL's NVLS all-reduce inside one node: each GPU pushes its buffer into the switch,
-    which reduces it, and pulls the result, in chunks pipelined over the channels (Simple
-    protocol only). Its fixed cost and its pipeline's depth come from the nccl-tests curve of
-    eight H100 run with NCCL_ALGO=NVLS (scenarios/validation/nccl/, Azure ND H100 v5): the
-    time is flat at ~42 us from 64 KiB to 1 MiB and reaches half the 480 GB/s peak busbw near
-    16 MiB; a fixed NVLS_LATENCY on top of the fabric's two hops, and a fill of n-1 steps,
-    each no larger than a Simple step nor than the buffer's share of a step, follow it within
-    -16..+11% from 64 KiB to 8 GiB. On DGX H100's default curve the model's own choice (a ring
-    under LL or LL128 up to 16 MiB, NVLS from 32 MiB) is within -5..+15% from 64 KiB, -4..+6%
-    from 4 MiB."""
-    wire = size / fabric.switch_reduce
-    steps = float(n - 1)
-    step = min(fabric_step_bytes(fabric.bandwidth), wire / steps)
-    return Phase("fabric", 2 * fabric.alpha + NVLS_LATENCY, wire, steps, ll=False, step_bytes=step)
-
-
-# NCCL's tuner rates NVLS and NVLSTree at 5/6 of their modelled bandwidth (tuning.cc,
-# ``ratio *= 5.0/6.0``); NVSwitch H100 pairs measure about that (nccl-tests over 8x400G: 2 nodes
-# reach ~430 GB/s busbw with NVLS against ~330 without, NVIDIA/nccl issue #1221).
-NVLS_TREE_RATIO = 5.0 / 6.0
-
-
 def _nvls_tree_applies(coll: Coll, shape: GroupShape, fabric: TierLink) -> bool:
     """NCCL's NVLSTree: an all-reduce spanning nodes whose fabric reduces in the switch."""
     return (
         coll == "all_reduce" and shape.nodes > 1 and shape.per_node > 1 and fabric.switch_reduce > 0
     )
-
-
-def _nvls_tree(shape: GroupShape, size: float, fabric: TierLink, network: TierLink) -> Phase:
-    """NCCL's NVLSTree all-reduce (NVIDIA/nccl src/graph/tuning.cc, 2.19 and later): inside
-    each node NVLink SHARP reduce-scatters the buffer and all-gathers the result, while each
-    GPU carries its 1/g share between the nodes over its own NIC in a tree, the two tiers
-    pipelined. Between two nodes every node sends its share once (up or down the one edge);
-    over more, a double binary tree makes each node send it twice, which is why NCCL's model
-    halves the inter-node bandwidth beyond two nodes. The slower tier sets the rate: the
-    in-switch part's time, expressed as bytes at the NIC's rate, bounds the network bytes
-    from below. Simple protocol only."""
-    g, k = shape.per_node, shape.nodes
-    depth = math.ceil(math.log2(k))
-    net_bytes = (1.0 if k == 2 else 2.0) * size / g
-    fabric_bytes = size / fabric.switch_reduce * network.bandwidth / fabric.bandwidth
-    lat = 2 * fabric.alpha + 2 * depth * network.alpha
-    wire = max(net_bytes, fabric_bytes) / NVLS_TREE_RATIO
-    # NCCL's NVLSTree network hop costs hwLat[NET][NVLSTree][Simple], over 2·log2i(k) hops
-    # (tuning.cc), each of which already pays the network's α above.
-    step = NCCL_NET_STEP_LATENCY[("nvls_tree", "simple")]
-    hops = 2 * log2i(k) * max(0.0, step - network.alpha)
-    steps = 2 * (g - 1) + 2 * depth
-    return Phase("network", lat, wire, steps, ll=False, share=1.0 / g, extra_simple=hops)
 
 
 @dataclass(frozen=True)
@@ -170,12 +122,12 @@ def phases(
     if algo == "nvls" and not _nvls_applies(coll, shape, fabric):
         algo = "ring"
     if algo == "nvls":
-        return [_nvls(n, size, fabric)]
+        return [nvls(n, size, fabric)]
     if algo == "nvls_tree" and (network is None or not _nvls_tree_applies(coll, shape, fabric)):
         algo = "ring"
     if algo == "nvls_tree":
         assert network is not None
-        return [_nvls_tree(shape, size, fabric, network)]
+        return [nvls_tree(shape.per_node, shape.nodes, size, fabric, network)]
     if shape.nodes <= 1 or network is None:
         flat = _flat(coll, algo, n, size, "fabric", fabric.alpha)
         if not fabric.ll128 or coll in ("p2p", "all_to_all"):
