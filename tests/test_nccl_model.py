@@ -60,9 +60,13 @@ def test_ll128_fills_the_middle_inside_an_nvlink_node_only() -> None:
         assert choose("all_reduce", shape, s, nvl)[2] == pytest.approx(
             choose("all_reduce", shape, s, FAB)[2]
         )
-    # Never across nodes, never for point-to-point or all-to-all, never for NVLS.
+    # Never for point-to-point or all-to-all, never for NVLS; across nodes only where NCCL's
+    # tuner picks it for an all-reduce (test_nccl_tuner).
     net = TierLink(bandwidth=46e9, alpha=2e-6)
-    for coll, sh in (("all_reduce", GroupShape(32, 4)), ("all_to_all", shape), ("p2p", shape)):
+    for coll, sh in (("all_to_all", GroupShape(32, 4)), ("all_to_all", shape), ("p2p", shape)):
+        assert choose(coll, sh, size, nvl, net)[2] == choose(coll, sh, size, FAB, net)[2]
+    for coll in ("all_gather", "reduce_scatter", "broadcast"):
+        sh = GroupShape(32, 4)
         assert choose(coll, sh, size, nvl, net)[2] == choose(coll, sh, size, FAB, net)[2]
     nvls = TierLink(FAB.bandwidth, FAB.alpha, switch_reduce=2.0)
     nvls128 = TierLink(FAB.bandwidth, FAB.alpha, switch_reduce=2.0, ll128=True)

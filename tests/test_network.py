@@ -117,7 +117,11 @@ def test_choose_returns_the_fastest_contention_free_time(coll: str, size: float)
             if not (a == "hierarchical" and shape.per_node <= 1)
             and not (a == "tree" and (shape.nodes <= 1 or coll not in ("all_reduce", "broadcast")))
         ]
-        assert t == pytest.approx(min(times), rel=REL)
+        if coll == "all_reduce" and shape.nodes > 1:
+            # across nodes NCCL's tuner chooses, not the fastest (test_nccl_tuner)
+            assert t >= min(times) * (1 - REL)
+        else:
+            assert t == pytest.approx(min(times), rel=REL)
         net = sum(
             p.latency + p.wire_bytes / (FABRIC if p.tier == "fabric" else NETWORK).bandwidth
             for p in ph

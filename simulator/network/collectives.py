@@ -33,6 +33,7 @@ from typing import Literal
 
 from .nccl import (
     LL128_RING_FRACTION,
+    NCCL_BASE_LATENCY,
     NCCL_MULTI_NODE_INTRA_LATENCY,
     Phase,
     Tier,
@@ -42,8 +43,10 @@ from .nccl import (
     nccl_extra,
     net_step_bytes,
     phase_bandwidth,
+    protocol_options,
     with_protocol,
 )
+from .nccl_tuner import nccl_choices
 from .nvls import nvls, nvls_tree
 
 Coll = Literal["all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "p2p"]
@@ -305,6 +308,13 @@ def choose(
     allowed = ALGOS
     if algos is not None and any(_applies(a, coll, shape, fabric, network) for a in algos):
         allowed = algos
+    if (
+        coll == "all_reduce"
+        and shape.nodes > 1
+        and network is not None
+        and not (network.fitted or fabric.fitted)
+    ):
+        return _as_nccl_picks(shape, size, fabric, network, allowed)
     best: tuple[Algo, list[Phase], float] | None = None
     for algo in allowed:
         if not _applies(algo, coll, shape, fabric, network):
@@ -324,3 +334,57 @@ def choose(
             best = (algo, ph, t)
     assert best is not None
     return best
+
+
+# LL128 across nodes (NCCL enables it on Hopper where each GPU reaches its NIC through its own
+# PCIe switch, as in HGX servers; tuning.cc): NCCL rates a tree at 120/128 and a ring at 0.92
+# of the Simple bandwidth, and a hop at its LL128 latencies (baseLat 14 us; hwLat NET tree
+# 8.5 us, ring 4.0 us; NVLink tree 1.25 us, ring 1.9 us). A channel is one thread block that
+# writes every 128-byte line with its flag, so it moves no more than NCCL's per-channel
+# LL128 cap (perChMaxTreeLL128Bws, Hopper: 36.7 GB/s at 2 nodes, 29.0 beyond;
+# perChMaxRingLL128Bws 36.7), with one channel per NIC the members use. Offered only where
+# NCCL's tuner chooses the protocol (:func:`_as_nccl_picks`).
+LL128_ACROSS = {"tree": (120.0 / 128.0, 8.5e-6, 1.25e-6), "ring": (0.92, 4.0e-6, 1.9e-6)}
+LL128_CHANNEL_CAP = {"tree": (36.7e9, 29.0e9), "ring": (36.7e9, 36.7e9)}
+
+
+def _as_nccl_picks(
+    shape: GroupShape,
+    size: float,
+    fabric: TierLink,
+    network: TierLink,
+    allowed: tuple[Algo, ...],
+) -> tuple[Algo, list[Phase], float]:
+    """An all-reduce spanning nodes as NCCL runs it: each (algorithm, protocol) timed by the
+    model, the one NCCL's tuner rates fastest taken, or the fastest of its choices for larger
+    buffers where one is faster (:mod:`.nccl_tuner`)."""
+    g, k = shape.per_node, shape.nodes
+    options: dict[tuple[str, str], tuple[Algo, Phase, float]] = {}
+    for algo in allowed:
+        if not _applies(algo, "all_reduce", shape, fabric, network):
+            continue
+        (ph,) = phases("all_reduce", algo, shape, size, fabric, network)
+        if fabric.ll128 and algo in LL128_ACROSS and ph.ll:
+            frac, net_hop, fab_hop = LL128_ACROSS[algo]
+            channels = max(1.0, g / network.nic_ranks)
+            # the node's rate across (its members' NIC shares), against its channels' cap
+            node = phase_bandwidth(ph, fabric, network) * g
+            cap = LL128_CHANNEL_CAP[algo][k > 2] * channels
+            frac = min(frac, cap / node) if node > 0 else frac
+            hops = 2 * log2i(k) if algo == "tree" else 2 * (k - 1)
+            inside = 2 * (g - 1) if algo == "tree" else ph.steps - hops
+            extra = (
+                NCCL_BASE_LATENCY[(algo, "ll128")]
+                + hops * max(0.0, net_hop - network.alpha)
+                + inside * max(0.0, fab_hop - fabric.alpha)
+            )
+            ph = replace(ph, ll128_fraction=frac, extra_ll128=extra)
+        tree_size = size if algo == "tree" else None
+        for proto, (t, q) in protocol_options(
+            ph, phase_bandwidth(ph, fabric, network), tree_size
+        ).items():
+            options[(algo, proto)] = (algo, q, t)
+    nvlink = fabric.ll128 or fabric.switch_reduce > 0
+    picks = nccl_choices(tuple(options), k, g, size, nvlink)
+    a, q, t = min((options[p] for p in picks), key=lambda o: o[2])
+    return a, [q], t

@@ -91,6 +91,7 @@ NCCL_BASE_LATENCY = {
     ("ring", "ll128"): 14.0e-6,
     ("ring", "simple"): 8.4e-6,
     ("tree", "ll"): 6.8e-6,
+    ("tree", "ll128"): 14.0e-6,
     ("tree", "simple"): 8.4e-6,
 }
 NCCL_NET_STEP_LATENCY = {
@@ -105,9 +106,11 @@ NCCL_NET_STEP_LATENCY = {
 NCCL_NVLINK_STEP_LATENCY = {("ring", "ll"): 0.6e-6, ("ring", "ll128"): 1.9e-6}
 
 
-# The same tuning model multiplies an LL hop inside a node by 1.8 when the communicator spans
-# nodes (tuning.cc: "if (comm->nNodes > 1 && p == NCCL_PROTO_LL) intraLat *= 1.8"). NCCL
-# applies it to rings and trees; here only a tree's hops inside each node take it, under LL: a
+# NCCL's tuning model multiplied an LL hop inside a node by 1.8 when the communicator spans
+# nodes (tuning.cc up to 2.21: "if (comm->nNodes > 1 && p == NCCL_PROTO_LL) intraLat *= 1.8";
+# 2.22 and later leave it out of their estimate). Kept as a cost: without it a tree under LL
+# comes out 13-27% fast at 64-128 KiB on the 4-node H100 curves (scenarios/validation/nccl/).
+# NCCL applied it to rings and trees; here only a tree's hops inside each node take it: a
 # flat ring across nodes is charged the slower tier's α at every step, inside nodes too (the
 # form the multi-node curves were checked with), which is the larger charge wherever the
 # network's α is at least 1.8x the fabric's.
@@ -210,6 +213,8 @@ TREE_CORRECTION = {
            1.0, 1.0, 1.0, 1.0),
     "simple": (.9, .9, .9, .9, .9, .9, .9, .8, .7, .6, .6, .5, .5, .5, .5, .6, .7, .8, .7, .7,
                .8, .9, .9, .9),
+    "ll128": (1.0, 1.0, 1.0, 1.0, 1.0, .9, .8, .8, .8, .7, .6, .6, .6, .6, .6, .6, .8, .9, .9, .9,
+              .9, 1.0, 1.0),
 }  # fmt: skip
 
 
@@ -230,18 +235,31 @@ def tree_correction(size: float, protocol: str) -> float:
     return table[i] + (nxt - table[i]) * (x - i)
 
 
-def with_protocol(ph: Phase, bandwidth: float, tree_size: float | None = None) -> Phase:
-    """The phase under the fastest of NCCL's LL, LL128 (where the phase offers it) and Simple
-    protocols at ``bandwidth``; a tree all-reduce of ``tree_size`` bytes reaches only NCCL's
-    corrected share of that bandwidth."""
+def protocol_options(
+    ph: Phase, bandwidth: float, tree_size: float | None = None
+) -> dict[str, tuple[float, Phase]]:
+    """The phase under each of NCCL's protocols it may run (LL, LL128 where the phase offers
+    it, Simple) at ``bandwidth``, with its time alone: the protocol's extra latency moved into
+    the latency and its bytes into the wire bytes. A tree all-reduce of ``tree_size`` bytes
+    reaches only NCCL's corrected share of that bandwidth."""
     if ph.wire_bytes <= 0 or ph.steps <= 0:
-        return ph
+        return {"simple": (ph.latency + max(0.0, ph.wire_bytes) / bandwidth, ph)}
 
     def share(protocol: str) -> float:
         return 1.0 if tree_size is None else tree_correction(tree_size, protocol)
 
-    # (time, latency, wire bytes) per protocol; the chosen one's extra moves into the latency
-    # and the phase carries none left.
+    def done(lat: float, wire: float) -> tuple[float, Phase]:
+        q = replace(
+            ph,
+            latency=lat,
+            wire_bytes=wire,
+            extra_ll=0.0,
+            extra_simple=0.0,
+            ll128_fraction=0.0,
+            extra_ll128=0.0,
+        )
+        return lat + wire / bandwidth, q
+
     if ph.step_bytes is not None:
         step = ph.step_bytes
     elif ph.tier == "fabric":
@@ -249,23 +267,20 @@ def with_protocol(ph: Phase, bandwidth: float, tree_size: float | None = None) -
     else:
         step = SIMPLE_STEP_BYTES * ph.share
     fill = ph.steps * step / bandwidth
-    simple_bytes = ph.wire_bytes / share("simple")
-    lat = ph.latency + ph.extra_simple + fill
-    best = (lat + simple_bytes / bandwidth, lat, simple_bytes)
+    out = {"simple": done(ph.latency + ph.extra_simple + fill, ph.wire_bytes / share("simple"))}
     if ph.ll:
         ll_bytes = ph.wire_bytes / (LL_BANDWIDTH_FRACTION * share("ll"))
-        lat = ph.latency + ph.extra_ll
-        best = min(best, (lat + ll_bytes / bandwidth, lat, ll_bytes))
+        out["ll"] = done(ph.latency + ph.extra_ll, ll_bytes)
         if ph.ll128_fraction > 0:
-            b = ph.wire_bytes / ph.ll128_fraction
-            lat = ph.latency + ph.extra_ll128
-            best = min(best, (lat + b / bandwidth, lat, b))
-    return replace(
-        ph,
-        latency=best[1],
-        wire_bytes=best[2],
-        extra_ll=0.0,
-        extra_simple=0.0,
-        ll128_fraction=0.0,
-        extra_ll128=0.0,
-    )
+            b = ph.wire_bytes / (ph.ll128_fraction * share("ll128"))
+            out["ll128"] = done(ph.latency + ph.extra_ll128, b)
+    return out
+
+
+def with_protocol(ph: Phase, bandwidth: float, tree_size: float | None = None) -> Phase:
+    """The phase under the fastest of NCCL's protocols (:func:`protocol_options`)."""
+    if ph.wire_bytes <= 0 or ph.steps <= 0:
+        return ph
+    opts = protocol_options(ph, bandwidth, tree_size)
+    # ties go to Simple, then LL, then LL128 (the order they were first compared in)
+    return min((opts[p] for p in ("simple", "ll", "ll128") if p in opts), key=lambda o: o[0])[1]

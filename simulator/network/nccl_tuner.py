@@ -1,0 +1,175 @@
+"""NCCL's own choice of algorithm and protocol for an all-reduce that spans nodes.
+
+NCCL does not run the fastest algorithm: it runs the one its tuning model (src/graph/tuning.cc)
+rates fastest, and across nodes that model and the measured times part ways. On 4 x 8 H100
+over NDR it rates NVLSTree at 81 us + S / 160 GB/s and picks it from 1 MiB, where NVLSTree
+really takes 150-230 us up to 8 MiB (each chunk crosses the tree's levels one after another,
+:mod:`.nvls`) and a tree under LL would have been faster. So the collective model times each
+(algorithm, protocol) by its own physics (:mod:`.collectives`) and lets this module pick among
+them as NCCL does. Evidence that NCCL picks so: the selection log of NVIDIA/nccl issue 1453
+(NCCL 2.22.3, 3 x 8 H100, 8 x 200G), whose predicted times this model reproduces to the
+printed digit (Tree/LL 37.8 us at 64 KiB, Tree/LL128 51.6 and 54.7 us at 128-256 KiB, NVLSTree
+59.6-472.4 us from 512 KiB to 32 MiB), and the curves in scenarios/validation/nccl/.
+
+Everything below is NCCL 2.26.2's (NVIDIA/nccl @ f44ac759, src/graph/tuning.cc, search.cc,
+init.cc), for a communicator of ``nodes`` nodes with ``per_node`` GPUs each:
+
+- the graphs NCCL's topology search finds on the reference node, an HGX H100 with a 400G NIC
+  per GPU: 8 channels (one per NIC) of 48 GB/s, search.cc's fastest ``sm90SpeedArrayInter``
+  speed, for the ring and the tree (issue 1453's 8 x 200G node gives 8 x 24, the NICs' speed,
+  and its times then come out to the digit); 8 NVLS heads of 40 GB/s (the fastest
+  ``sm90SpeedArrayIntra`` speed with 9 x speed within NVLink4's 370.8 GB/s: the head's own
+  link is charged twice) and 48 between nodes;
+- ``baseLat`` and ``hwLat`` (per algorithm and protocol; NVLink or PCI inside a node, NET
+  between nodes), Hopper's per-channel caps (``perChMaxTreeBws``, ``perChMaxTreeLL128Bws``,
+  ``perChMaxRingLL128Bws``), the LL cap across nodes (``llMaxBws``, an Intel host's: DGX and
+  HGX H100 servers run Xeons), the "model refinements" and ``treeCorrectionFactor``.
+
+The choice depends on the communicator's shape, the buffer and which protocols and algorithms
+the cluster offers (LL128 on NVLink fabrics, NVLSTree where the switch reduces), not on its
+bandwidths: on NICs of 400 Gb/s and faster it is exactly NCCL's (its search tops out at
+48 GB/s a channel); on slower NICs NCCL moves the crossovers to smaller buffers, roughly in
+proportion, and the model keeps the reference ones, so that more bandwidth is never slower
+(with the real speeds, a faster NIC can tip NCCL's tuner into NVLSTree where it is slower).
+For the same reason the model takes, among NCCL's choices for this buffer and for every larger
+one, the one it times fastest (:func:`nccl_choices`): a larger buffer is never faster, where
+NCCL's can be at a crossover (4 x 8 H100: 2 MiB took 155-191 us, 4 MiB 151-160 us).
+
+Not modelled: CollNet (SHARP), PAT, NCCL before 2.22 (which priced Tree/Simple differently),
+other GPU generations' caps.
+"""
+
+from __future__ import annotations
+
+import functools
+
+from .nccl import TREE_CORRECTION, log2i
+
+# The reference node's graphs (see the module docstring): channels (one per NIC) and their
+# speed (GB/s); NVLS heads' speed inside the node and between nodes.
+CHANNELS = 8
+SPEED = 48.0
+NVLS_INTRA = 40.0
+NVLS_INTER = 48.0
+
+# src/graph/tuning.cc (2.26.2), microseconds: baseLat[algo][proto] and hwLat[hw][algo][proto].
+BASE_LAT = {
+    ("tree", "ll"): 6.8, ("tree", "ll128"): 14.0, ("tree", "simple"): 8.4,
+    ("ring", "ll"): 6.6, ("ring", "ll128"): 14.0, ("ring", "simple"): 8.4,
+    ("nvls_tree", "simple"): 0.0,
+}  # fmt: skip
+HW_LAT = {
+    "nvlink": {
+        ("tree", "ll"): 0.6, ("tree", "ll128"): 1.25, ("tree", "simple"): 4.0,
+        ("ring", "ll"): 0.6, ("ring", "ll128"): 1.9, ("ring", "simple"): 3.4,
+        ("nvls_tree", "simple"): 25.0,
+    },
+    "pci": {
+        ("tree", "ll"): 1.0, ("tree", "ll128"): 1.9, ("tree", "simple"): 4.0,
+        ("ring", "ll"): 1.0, ("ring", "ll128"): 2.5, ("ring", "simple"): 5.7,
+        ("nvls_tree", "simple"): 0.0,
+    },
+    "net": {
+        ("tree", "ll"): 5.0, ("tree", "ll128"): 8.5, ("tree", "simple"): 14.0,
+        ("ring", "ll"): 2.7, ("ring", "ll128"): 4.0, ("ring", "simple"): 14.0,
+        ("nvls_tree", "simple"): 14.0,
+    },
+}  # fmt: skip
+# Hopper's per-channel caps (GB/s), indexed by nodes: 1, 2, more.
+PER_CH_MAX_TREE = (38.7, 41.4, 36.0)
+PER_CH_MAX_TREE_LL128 = (36.7, 36.7, 29.0)
+PER_CH_MAX_RING_LL128 = (36.7, 36.7, 36.7)
+# llMaxBws[0] (an Intel host, any GPU across nodes): 2 nodes, more.
+LL_MAX_BW = (39.0, 20.4)
+# getNetOverhead(): 1 us on an x86 Intel host; a ring's hop inside a node costs no less.
+NET_OVERHEAD = 1.0
+# comm->nChannels on an HGX H100 (16 execution channels; "Channel xx/16" in issue 1453's log):
+# a ring's Simple latency grows 1.4x once each rank's share of a channel reaches 64 bytes.
+COMM_CHANNELS = 16
+
+
+def _estimate(
+    algo: str,
+    proto: str,
+    nodes: int,
+    per_node: int,
+    size: float,
+    nvlink: bool,
+    speed: float = SPEED,
+    nvls_inter: float = NVLS_INTER,
+) -> float:
+    """NCCL's predicted time (us) of an all-reduce of ``size`` bytes on the reference node
+    (``speed``, ``nvls_inter``: its graphs' channel speeds, GB/s)."""
+    n = nodes * per_node
+    idx = min(nodes, 3) - 1
+    hw = "nvlink" if nvlink else "pci"
+    intra = HW_LAT[hw][(algo, proto)] if per_node > 1 else 0.0
+    inter = HW_LAT["net"][("tree" if per_node == 1 else algo, proto)]
+    lat = BASE_LAT[(algo, proto)]
+    if algo == "nvls_tree":
+        heads = min(per_node, CHANNELS)
+        bw_inter = min(2 * NVLS_INTRA, nvls_inter)
+        alg = heads * min(NVLS_INTRA, bw_inter if nodes <= 2 else bw_inter / 2) * 5.0 / 6.0
+        return lat + intra + 2 * log2i(nodes) * inter + size / (1e3 * alg)
+    bus = CHANNELS * speed
+    if algo == "tree":
+        bus = min(bus * 0.92, CHANNELS * PER_CH_MAX_TREE[idx])
+        if proto == "ll":
+            bus = min(bus / 3.8, LL_MAX_BW[nodes > 2])
+        elif proto == "ll128":
+            bus = min(bus * 120.0 / 128.0, CHANNELS * PER_CH_MAX_TREE_LL128[idx])
+        bus *= 0.85  # the search's TREE pattern (issue 1453's times need it)
+        alg = bus * 0.5
+        log_size = log2i(int(size) >> 6)
+        if log_size < len(TREE_CORRECTION[proto]):
+            alg *= TREE_CORRECTION[proto][log_size]
+        lat += 2 * ((per_node - 1) * intra + log2i(nodes) * inter)
+        return lat + size / (1e3 * alg)
+    if proto == "ll":
+        bus = min(LL_MAX_BW[nodes > 2], bus * 0.5)
+    elif proto == "ll128":
+        bus = min(bus * 0.92, CHANNELS * PER_CH_MAX_RING_LL128[idx])
+    alg = bus * n / (2 * (n - 1))
+    intra = max(intra, NET_OVERHEAD * (3 if proto == "simple" else 1))
+    steps, inter_steps = 2 * (n - 1), 2 * (nodes - 1)
+    lat += (steps - inter_steps) * intra + inter_steps * inter
+    if proto == "simple" and size / (COMM_CHANNELS * n) >= 64:
+        lat *= 1.4
+    return lat + size / (1e3 * alg)
+
+
+Offered = tuple[tuple[str, str], ...]
+
+
+def nccl_pick(
+    offered: Offered, nodes: int, per_node: int, size: float, nvlink: bool
+) -> tuple[str, str]:
+    """The (algorithm, protocol) among ``offered`` that NCCL's tuner rates fastest for an
+    all-reduce of ``size`` bytes over ``nodes`` nodes of ``per_node`` members (ties: the first
+    offered); ``nvlink``: the fabric is NVLink (else PCIe)."""
+    return min(offered, key=lambda ap: _estimate(ap[0], ap[1], nodes, per_node, size, nvlink))
+
+
+# Buffers past which NCCL's choice no longer changes: 2^40 bytes.
+_LARGEST_LOG2 = 40
+
+
+@functools.lru_cache(maxsize=4096)
+def _picks_from(
+    offered: Offered, nodes: int, per_node: int, nvlink: bool, log2: int
+) -> frozenset[tuple[str, str]]:
+    """NCCL's choices for every power-of-two buffer from 2^log2 bytes up."""
+    return frozenset(
+        nccl_pick(offered, nodes, per_node, float(2**j), nvlink)
+        for j in range(log2, _LARGEST_LOG2 + 1)
+    )
+
+
+def nccl_choices(
+    offered: Offered, nodes: int, per_node: int, size: float, nvlink: bool
+) -> frozenset[tuple[str, str]]:
+    """NCCL's choice for ``size`` bytes and its choices for every larger buffer (at powers of
+    two): the model takes the fastest of them, so that a larger buffer is never faster."""
+    above = int(size).bit_length()  # the first power of two above ``size``
+    later = _picks_from(offered, nodes, per_node, nvlink, min(above, _LARGEST_LOG2))
+    return later | {nccl_pick(offered, nodes, per_node, size, nvlink)}
