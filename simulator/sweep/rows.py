@@ -247,8 +247,14 @@ def replaced_copy(path: Path) -> Path:
     return path.with_name(path.name + ".replaced")
 
 
-def keep_until_finished(out: Path) -> list[Path]:
-    """Copies of the output (and of a Parquet sweep's journal) as they are now."""
+def replaced_owner(out: Path) -> Path:
+    """The note of which run kept ``out``'s ``.replaced`` copies (its points' keys' digest)."""
+    return out.with_name(out.name + ".replaced.run")
+
+
+def keep_until_finished(out: Path, run_id: str) -> list[Path]:
+    """Copies of the output (and of a Parquet sweep's journal) as they are now, noted as run
+    ``run_id``'s."""
     import shutil
 
     copies = []
@@ -257,7 +263,24 @@ def keep_until_finished(out: Path) -> list[Path]:
         if f.is_file():
             shutil.copy2(f, replaced_copy(f))
         copies.append(replaced_copy(f))
+    write_atomic(replaced_owner(out), run_id + "\n")
     return copies
+
+
+def release_kept(out: Path, run_id: str) -> None:
+    """Remove the copies :func:`keep_until_finished` kept for run ``run_id`` (this run, or
+    this run before it was interrupted), now that it has finished; a ``.replaced`` file that
+    another run kept, or that is the user's own, stays."""
+    owner = replaced_owner(out)
+    try:
+        mine = owner.is_file() and owner.read_text().strip() == run_id
+    except (OSError, UnicodeDecodeError):
+        mine = False
+    if not mine:
+        return
+    for f in dict.fromkeys((out, journal(out))):
+        replaced_copy(f).unlink(missing_ok=True)
+    owner.unlink(missing_ok=True)
 
 
 __all__ = [
@@ -271,6 +294,8 @@ __all__ = [
     "journal",
     "keep_until_finished",
     "read_rows",
+    "release_kept",
     "replaced_copy",
+    "replaced_owner",
     "text",
 ]

@@ -12,7 +12,6 @@ interrupted-and-resumed sweep gives the same file as an uninterrupted one.
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -20,6 +19,7 @@ from typing import Any
 
 from ..errors import UserError
 from ..report.files import write_atomic
+from .fingerprint import point_salts, run_fingerprint
 from .plans import evaluate_point
 from .rows import (
     Rows,
@@ -31,7 +31,9 @@ from .rows import (
     journal,
     keep_until_finished,
     read_rows,
+    release_kept,
     replaced_copy,
+    replaced_owner,
     text,
 )
 from .spec import Point, SweepSpec
@@ -139,61 +141,6 @@ def _ray(
         yield ray.get(done[0])
 
 
-def _strings(data: Any) -> set[str]:
-    """Every string inside ``data`` (mappings' keys and values, lists), stripped."""
-    if isinstance(data, str):
-        return {data.strip()}
-    if isinstance(data, dict):
-        return set().union(*(_strings(k) | _strings(v) for k, v in data.items()))
-    if isinstance(data, list | tuple):
-        return set().union(*(_strings(v) for v in data))
-    return set()
-
-
-def _profiles_digest(names: set[str]) -> str:
-    """A digest of the profiles named in ``names`` (the sweep's base scenario and spec, and
-    the default software stack) as the search path finds them, and of the simulator's own
-    code: such a profile edited or replaced (by `calibrate`, say), or another version of the
-    model, between two runs changes what a point's rows would be. A profile no point names
-    (another calibrated fabric, say) does not."""
-    from ..catalog import profile_dirs, profile_files
-    from ..config.reading import _default_software
-
-    named = names | {_default_software()}
-    h = hashlib.sha1()
-    # Read from disk each time (a profile file's name is its stem): the catalogue is cached
-    # for the life of the process, and a file may have changed since.
-    for d in profile_dirs():
-        for f in profile_files(d):
-            # (only regular files: reading a FIFO there would wait for ever; the catalogue
-            # reports such a file where its name is asked for)
-            if f.stem in named and f.is_file():
-                h.update(str(f.relative_to(d)).encode())
-                h.update(f.read_bytes())
-    code = Path(__file__).resolve().parents[1]
-    for f in sorted(code.rglob("*.py")):
-        h.update(str(f.relative_to(code)).encode())
-        h.update(f.read_bytes())
-    return h.hexdigest()
-
-
-def run_fingerprint(spec: SweepSpec, base: dict[str, Any]) -> str:
-    """What, besides a point's own axis values, decides its rows: the base scenario, the
-    sweep's name and plan settings, and the hardware and software profiles it names (a
-    digest, carried by every point)."""
-    dumped = spec.model_dump(mode="json")
-    text = json.dumps(
-        {
-            "base": base,
-            "sweep": {k: v for k, v in dumped.items() if k not in ("axes", "base", "description")},
-            "profiles": _profiles_digest(_strings(base) | _strings(dumped.get("axes"))),
-        },
-        sort_keys=True,
-        default=str,
-    )
-    return hashlib.sha1(text.encode()).hexdigest()
-
-
 def run_sweep(
     spec: SweepSpec,
     base: dict[str, Any],
@@ -213,8 +160,10 @@ def run_sweep(
     dropped; without ``replace`` the run refuses instead, writing nothing)."""
     cols = columns(spec)
     out.parent.mkdir(parents=True, exist_ok=True)
-    salt = run_fingerprint(spec, base)
-    pts = [p.model_copy(update={"salt": salt}) for p in pts]
+    pts = [
+        p.model_copy(update={"salt": salt})
+        for p, salt in zip(pts, point_salts(spec, base, pts), strict=True)
+    ]
     old = read_rows(out)
     have = complete_points(old)
     keys = {p.key for p in pts}
@@ -228,8 +177,8 @@ def run_sweep(
             hint="give another --out to keep them, or --replace to drop them",
         )
     if stale:
-        for f in dict.fromkeys((out, journal(out))):
-            kept = replaced_copy(f)
+        for kept in [*(replaced_copy(f) for f in dict.fromkeys((out, journal(out)))),
+                     replaced_owner(out)]:  # fmt: skip
             if kept.exists() or kept.is_symlink():
                 # An earlier --replace run that did not finish (or a file of the user's)
                 # already holds that name: copying over it, or dropping these rows beside
@@ -244,8 +193,11 @@ def run_sweep(
     if stale and on_stale:
         on_stale(stale)
     # --replace drops those rows only once this run has finished: until then the file as it
-    # was stays beside the new one (an interrupted run loses nothing of it).
-    kept_old = keep_until_finished(out) if stale else []
+    # was stays beside the new one (an interrupted run loses nothing of it), marked as this
+    # run's, so that only this run, or this run resumed, removes it.
+    run_id = hashlib.sha1("\n".join(sorted(keys)).encode()).hexdigest()
+    if stale:
+        keep_until_finished(out, run_id)
     rows: Rows = []
     for p in pts:
         for r in have.get(p.key, []):
@@ -280,9 +232,9 @@ def run_sweep(
         if on_point:
             on_point(done, len(pts))
     final = finish(out, cols, rows)
-    # (also the copy an interrupted --replace run left: its replacement is now complete)
-    for f in [*kept_old, replaced_copy(out), replaced_copy(journal(out))]:
-        f.unlink(missing_ok=True)
+    # (also the copy this run left when it was interrupted: its replacement is now complete;
+    # never a copy another run kept, nor a file of the user's of that name)
+    release_kept(out, run_id)
     return final
 
 
