@@ -206,6 +206,11 @@ def sweep(
         "--best " + best if best in ("cost", "usd-per-token") else None,
         "--budget-usd" if budget_usd is not None else None,
     )
+    if str(spec.keep) == "cheapest" and not priced and not all_plans:
+        err.print(
+            f"note: {safe(spec_file)}: keep: cheapest needs prices and no point has one "
+            "(cluster.pricing): each point keeps its fastest plan"
+        )
     for opt in needs_price:
         if opt and not priced:
             raise UserError(
@@ -286,23 +291,30 @@ def sweep(
         out.print(f"  {n} point(s): {safe(reason)}")
     ownership = None if own is None else ("own" if own else "rent")
     front = pareto(rows, ownership)  # type: ignore[arg-type]
-    from .sweep.answers import run_basis
+    from .sweep.answers import run_basis, time_of
 
-    if ok and not run_basis(ok):
+    run = not ok or run_basis(ok)
+    if not run:
         out.print(
             "note: the points do not share one token budget (run.tokens), so they are compared "
             "per million tokens: seconds and $ per million tokens, not days and $ for the run"
         )
     t = Table(
-        title="Pareto front: time to train against total cost"
+        title=("Pareto front: time to train against total cost" if run else "Pareto front: "
+               "seconds against $ per million tokens")
         + ("" if own is None else (", owned clusters" if own else ", rented clusters"))
-    )
-    for col in ("point", "layout", "tier", "days", "US$", "$/M tokens", "MFU"):
+    )  # fmt: skip
+    cols = ("point", "layout", "tier") + (("days", "US$") if run else ("s/M tokens",))
+    for col in (*cols, "$/M tokens", "MFU"):
         t.add_column(col, justify="right" if col not in ("layout", "tier") else "left")
     for r in front:
-        t.add_row(*sweep_cells(r)[:-1])
+        c = sweep_cells(r)[:-1]
+        t.add_row(*(c if run else [*c[:3], f"{time_of(r, False) or 0:,.1f}", *c[5:]]))
+    unpriced = sum(1 for r in ok if r.get("usd_per_million_tokens") in (None, ""))
     if front:
         out.print(t)
+        if unpriced:
+            out.print(f"note: {unpriced} point(s) without a price are not on the front")
     elif ok and not any(r.get("usd_per_million_tokens") not in (None, "") for r in ok):
         out.print(
             "no Pareto front: no point is priced, and the front weighs time against cost "

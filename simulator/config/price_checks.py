@@ -55,10 +55,15 @@ def check_pricing(
                 hint=f"fix the price profile's gpu: field (this cluster's GPU is '{gpu.name}'; "
                 "`clustersim profiles list gpu` shows the others)",
             )
+        # the same kind (owned or rented) first: an ownership price is swapped for one
+        kind = "ownership_price" if price.name in cat.by_kind("ownership_price") else "cloud_price"
         for_gpu = sorted(
-            n
-            for n, p in cat.by_kind("cloud_price", "ownership_price").items()
-            if getattr(p, "gpu", None) == gpu.name
+            (
+                n
+                for n, p in cat.by_kind("cloud_price", "ownership_price").items()
+                if getattr(p, "gpu", None) == gpu.name
+            ),
+            key=lambda n: (n not in cat.by_kind(kind), n),
         )
         raise UserError(
             f"pricing profile '{price.name}' is for GPU '{price.gpu}' but the cluster uses "

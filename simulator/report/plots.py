@@ -86,14 +86,33 @@ def _plan(r: dict[str, Any]) -> tuple[Any, ...]:
     return tuple(str(r.get(k)) for k in keys)
 
 
+def series_names(ok: Rows) -> list[str]:
+    """Each row's curve: its GPU and network, and the value of every axis that varies at one
+    GPU count (a bandwidth, a price), so such points are not merged; an axis that only sets
+    the size (nodes, GPUs per node) does not split the curves."""
+    apart = [
+        k
+        for k in dict.fromkeys(k for r in ok for k in r if k.startswith("axis_"))
+        if any(
+            len({str(r.get(k)) for r in ok if int(r["gpus"]) == g}) > 1
+            for g in {int(r["gpus"]) for r in ok}
+        )
+    ]
+    return [
+        f"{r['gpu']} / {r['network'] or r['fabric']}"
+        + "".join(f", {k.removeprefix('axis_').rsplit('.', 1)[-1]}={r.get(k)}" for k in apart)
+        for r in ok
+    ]
+
+
 def scaling(rows: Rows, path: Path, title: str) -> Path:
     """Throughput and scaling efficiency against GPU count (log2 axes), with the ideal line;
     one curve per GPU type and network, the fastest row at each GPU count."""
     plt = _plt()
     fig, (ax, ax2) = plt.subplots(1, 2, figsize=(12, 4.8))
     by_gpu: dict[str, dict[int, dict[str, Any]]] = {}
-    for r in ok_rows(rows):
-        series = f"{r['gpu']} / {r['network'] or r['fabric']}"
+    ok = ok_rows(rows)
+    for r, series in zip(ok, series_names(ok), strict=True):
         cur = by_gpu.setdefault(series, {}).get(int(r["gpus"]))
         if cur is None or float(r["tokens_per_s"]) > float(cur["tokens_per_s"]):
             by_gpu[series][int(r["gpus"])] = r
@@ -129,7 +148,7 @@ def scaling(rows: Rows, path: Path, title: str) -> Path:
     ax2.set_ylabel("scaling efficiency (% of the smallest layout, per GPU)")
     ax2.set_title("scaling efficiency (labels: a plan other than the smallest size's)")
     ax2.axhline(100, color="grey", linestyle="--", alpha=0.5)
-    ax.legend()
+    ax.legend(fontsize=8)
     fig.suptitle(title)
     fig.tight_layout()
     return _save(fig, path)

@@ -55,6 +55,13 @@ def unknown_field(path: str) -> str | None:
         if part not in fields:
             near = difflib.get_close_matches(part, list(fields), n=1)
             where = ".".join(done) or "the scenario"
+            if "profile" in fields and not near:
+                # {profile: NAME, ...} holds the slot's own settings; the profile's figures
+                # are overridden inside the profile itself
+                return (
+                    f"unknown field '{part}' in {where}: a figure of the profile is set inside "
+                    f"it, as {where}.profile.{part} (an inline override)"
+                )
             return f"unknown field '{part}' in {where}" + (
                 f" (did you mean '{near[0]}'?)" if near else ""
             )
