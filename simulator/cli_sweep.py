@@ -289,6 +289,10 @@ def sweep(
         )
     for reason, n in sorted(failed.items()):
         out.print(f"  {n} point(s): {safe(reason)}")
+    from .sweep.answers import point_notes
+
+    for note in point_notes(rows):
+        err.print(f"note: {safe(note)}")
     ownership = None if own is None else ("own" if own else "rent")
     front = pareto(rows, ownership)  # type: ignore[arg-type]
     from .sweep.answers import run_basis, time_of

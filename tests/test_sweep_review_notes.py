@@ -95,3 +95,18 @@ def test_an_owned_price_profile_of_another_gpu_suggests_an_owned_one_first() -> 
     r = run_cli("simulate", str(BASE70), "--set", "cluster.pricing.profile=own-dgx-a100")
     assert r.returncode == 2
     assert "price it with own-dgx-h100" in r.stderr
+
+
+def test_a_sweep_says_where_a_point_runs_otherwise_than_written(tmp_path: Path) -> None:
+    # a fabric above the GPU's own NVLink is capped at the GPU's figure: simulate says so,
+    # and so does the sweep, for the points it concerns
+    spec = _write(
+        tmp_path / "s.yaml",
+        {"name": "s", "base": str(BASE70), "axes": [{"cluster.fabric.bandwidth_gbps": [450, 900]}]},
+    )
+    r = run_cli("sweep", str(spec), "--out", str(tmp_path / "o.csv"), "--executor", "serial")
+    assert r.returncode == 0
+    assert "note: (point 1) fabric 'nvlink4-nvswitch' gives each GPU 900 GB/s" in " ".join(
+        r.stderr.split()
+    )
+    assert "(point 0)" not in r.stderr

@@ -17,6 +17,26 @@ def _budget(r: dict[str, Any]) -> float | None:
     return days * 86400.0 * tps * (_num(r.get("goodput")) or 1.0)
 
 
+def point_notes(rows: Rows) -> list[str]:
+    """The notes of the points with a valid plan (``notes``: what the hardware or model as
+    given cannot do there), once each: as is where every such point has it, else with the
+    points that do."""
+    ok = ok_rows(rows)
+    where: dict[str, list[int]] = {}
+    for r in ok:
+        for note in filter(None, str(r.get("notes") or "").split(" | ")):
+            points = where.setdefault(note, [])
+            if int(r["point"]) not in points:
+                points.append(int(r["point"]))
+    every = {int(r["point"]) for r in ok}
+    return [
+        note
+        if set(pts) == every
+        else f"(point{'s' if len(pts) > 1 else ''} {', '.join(map(str, sorted(pts)))}) {note}"
+        for note, pts in where.items()
+    ]
+
+
 def run_basis(rows: Rows) -> bool:
     """Whether the rows compare on whole-run figures (days, $ for the run): only when every
     one has a token budget and it is the same budget; else per million tokens."""

@@ -72,6 +72,7 @@ COLUMNS = [
     "plans_simulated",
     "plans_dropped_memory",
     "plans_dropped_invalid",
+    "notes",
 ]
 
 
@@ -142,6 +143,9 @@ def _row_common(sweep: str, point: Point, rs: ResolvedScenario) -> dict[str, Any
         "point": point.index,
         "point_key": point.key,
         **{f"axis_{k}": v for k, v in point.labels.items()},
+        # what the hardware or model as given cannot do (a fabric above the GPU's own
+        # NVLink, say), as simulate says it
+        "notes": " | ".join(rs.model_notes()),
         "gpu": rs.gpu.name,
         "gpus_per_node": rs.gpus_per_node,
         "nodes": rs.nodes,

@@ -21,7 +21,7 @@ from .spec import SweepSpec
 Rows = list[dict[str, Any]]
 TEXT_COLUMNS = frozenset(
     {"point_key", "sweep", "status", "gpu", "fabric", "network", "software", "pricing", "tier"}
-    | {"schedule", "sharding", "recompute"}
+    | {"schedule", "sharding", "recompute", "notes"}
 )
 
 
