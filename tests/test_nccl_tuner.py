@@ -121,3 +121,17 @@ def test_all_reduce_across_nodes_is_never_faster_for_more_bytes_or_slower_for_mo
                 for r in (4, 2, 1)
             ]
             assert all(b <= a * (1 + 1e-12) for a, b in zip(nics, nics[1:], strict=False))
+
+
+def test_ll_across_nodes_is_capped_at_nccls_host_memory_rate() -> None:
+    # 4 x 8 at 64 KiB: Tree/LL; a node moves at most 20.4 GB/s under LL beyond two nodes
+    # (39 on two), its lines going through host memory, whatever the NICs could.
+    size = 64 * 2**10
+    for shape, cap in ((GroupShape(32, 4), 20.4e9), (GroupShape(16, 2), 39.0e9)):
+        for nic in (NDR, TierLink(4 * NDR.bandwidth, NDR.alpha)):
+            algo, (ph, *_), _t = choose("all_reduce", shape, size, H100, nic)
+            assert algo == "tree"
+            corr = 0.6  # NCCL's LL tree correction at 64 KiB
+            # each rank's rate: its NIC share, or its NVLink port carrying the chain's 7 hops
+            node_rate = 8 * min(nic.bandwidth, H100.bandwidth / 7) * 0.5
+            assert ph.wire_bytes == pytest.approx(2 * size / 8 / (0.5 * corr) * node_rate / cap)

@@ -33,8 +33,8 @@ from typing import Literal
 
 from .nccl import (
     LL128_RING_FRACTION,
+    LL_BANDWIDTH_FRACTION,
     NCCL_BASE_LATENCY,
-    NCCL_MULTI_NODE_INTRA_LATENCY,
     Phase,
     Tier,
     TierLink,
@@ -217,10 +217,6 @@ def phases(
         extra = (0.0, 0.0)
     elif algo == "tree" and coll == "all_reduce":
         extra = nccl_extra("tree", 2 * log2i(k), network.alpha)
-        # NCCL's tuning model charges an LL hop inside a node 1.8x when the tree spans nodes
-        # (NCCL_MULTI_NODE_INTRA_LATENCY): the chain's 2(g-1) hops, under LL only.
-        intra_ll = 2 * (g - 1) * fabric.alpha * (NCCL_MULTI_NODE_INTRA_LATENCY - 1.0)
-        extra = (extra[0] + intra_ll, extra[1])
     else:  # each step of the flat ring (or broadcast tree) already pays the slower tier's α
         crossings = log2i(k) if algo == "tree" else (2 if coll == "all_reduce" else 1) * (k - 1)
         steps = out[0].steps if out else 0.0
@@ -346,6 +342,11 @@ def choose(
 # NCCL's tuner chooses the protocol (:func:`_as_nccl_picks`).
 LL128_ACROSS = {"tree": (120.0 / 128.0, 8.5e-6, 1.25e-6), "ring": (0.92, 4.0e-6, 1.9e-6)}
 LL128_CHANNEL_CAP = {"tree": (36.7e9, 29.0e9), "ring": (36.7e9, 36.7e9)}
+# LL across nodes does not use GPUDirect RDMA: its lines go through host memory, where the
+# proxy thread polls the flags inside the data (sjeaugey, NVIDIA/nccl issue 756), so a node
+# moves no more than NCCL's llMaxBws (tuning.cc, an Intel host: 39.0 GB/s at 2 nodes, 20.4
+# beyond; AMD hosts 22.5 and 19.0), by tree or ring.
+LL_ACROSS_CAP = (39.0e9, 20.4e9)
 
 
 def _as_nccl_picks(
@@ -380,9 +381,12 @@ def _as_nccl_picks(
             )
             ph = replace(ph, ll128_fraction=frac, extra_ll128=extra)
         tree_size = size if algo == "tree" else None
-        for proto, (t, q) in protocol_options(
-            ph, phase_bandwidth(ph, fabric, network), tree_size
-        ).items():
+        bw = phase_bandwidth(ph, fabric, network)
+        for proto, (t, q) in protocol_options(ph, bw, tree_size).items():
+            node = bw * g * LL_BANDWIDTH_FRACTION  # the node's LL rate across, uncorrected
+            if proto == "ll" and node > (cap := LL_ACROSS_CAP[k > 2]):
+                q = replace(q, wire_bytes=q.wire_bytes * node / cap)
+                t = q.latency + q.wire_bytes / bw
             options[(algo, proto)] = (algo, q, t)
     nvlink = fabric.ll128 or fabric.switch_reduce > 0
     picks = nccl_choices(tuple(options), k, g, size, nvlink)

@@ -106,15 +106,6 @@ NCCL_NET_STEP_LATENCY = {
 NCCL_NVLINK_STEP_LATENCY = {("ring", "ll"): 0.6e-6, ("ring", "ll128"): 1.9e-6}
 
 
-# NCCL's tuning model multiplied an LL hop inside a node by 1.8 when the communicator spans
-# nodes (tuning.cc up to 2.21: "if (comm->nNodes > 1 && p == NCCL_PROTO_LL) intraLat *= 1.8";
-# 2.22 and later leave it out of their estimate). Kept as a cost: without it a tree under LL
-# comes out 13-27% fast at 64-128 KiB on the 4-node H100 curves (scenarios/validation/nccl/).
-# NCCL applied it to rings and trees; here only a tree's hops inside each node take it: a
-# flat ring across nodes is charged the slower tier's α at every step, inside nodes too (the
-# form the multi-node curves were checked with), which is the larger charge wherever the
-# network's α is at least 1.8x the fabric's.
-NCCL_MULTI_NODE_INTRA_LATENCY = 1.8
 # NVLS's fixed cost per all-reduce beyond the fabric's two hops (collectives._nvls), fitted to
 # the nccl-tests curve of eight H100 run with NCCL_ALGO=NVLS (Azure ND H100 v5, NCCL 2.18.5:
 # ~42 us from 64 KiB to 1 MiB); NCCL's own tuning model charges 25 us (nvlink NVLS Simple).
