@@ -45,6 +45,14 @@ def test_the_tuner_reproduces_nccls_logged_choices_and_times(
     assert round(est(algo, proto), 1) == pytest.approx(logged_us, abs=0.051)
 
 
+def test_the_logged_ring_at_2_gib_is_within_a_fraction_of_a_percent() -> None:
+    # the log's ninth row, Ring/Simple at 2 GiB, 21757.3 us: its channel count is the only
+    # figure not reproduced (the estimate is 0.14% short)
+    est = {ap: _estimate(*ap, 3, 8, float(2**31), True, speed=24.0, nvls_inter=24.0) for ap in ALL}
+    assert min(est, key=est.__getitem__) == ("ring", "simple")
+    assert est[("ring", "simple")] == pytest.approx(21757.3, rel=2e-3)
+
+
 def test_the_reference_node_takes_ll_then_ll128_then_nvlstree_then_ring() -> None:
     # 4 x 8 H100 over 400G: Tree/LL for tiny buffers, Tree/LL128 around 256 KiB, NVLSTree
     # from 1-2 MiB (where it is slow in fact), rings once the buffer is large.
@@ -59,6 +67,14 @@ def test_the_reference_node_takes_ll_then_ll128_then_nvlstree_then_ring() -> Non
     # Without NVLink SHARP it never offers NVLSTree; without LL128, never LL128.
     no_nvls = tuple(ap for ap in ALL if ap[0] != "nvls_tree")
     assert nccl_pick(no_nvls, 4, 8, 4 * 2**20, True)[0] in ("tree", "ring")
+    plain = TierLink(H100.bandwidth, H100.alpha)  # no LL128, no NVLS
+    for size in np.geomspace(1e3, 1e9, 60):
+        _algo, (ph,), _t = choose("all_reduce", GroupShape(32, 4), float(size), plain, NDR)
+        assert ph.ll128_fraction == 0.0
+    for size in (256 * 2**10, 512 * 2**10):
+        a, (q,), _ = choose("all_reduce", GroupShape(32, 4), size, plain, NDR)
+        b, (r,), _ = choose("all_reduce", GroupShape(32, 4), size, H100, NDR)
+        assert (a, b) == ("tree", "tree") and q.wire_bytes != r.wire_bytes  # LL vs LL128
 
 
 def test_nvlstree_moves_the_buffer_in_chunk_loops() -> None:
@@ -135,3 +151,62 @@ def test_ll_across_nodes_is_capped_at_nccls_host_memory_rate() -> None:
             # each rank's rate: its NIC share, or its NVLink port carrying the chain's 7 hops
             node_rate = 8 * min(nic.bandwidth, H100.bandwidth / 7) * 0.5
             assert ph.wire_bytes == pytest.approx(2 * size / 8 / (0.5 * corr) * node_rate / cap)
+
+
+# Fabrics and networks of other kinds: A100 and V100 NVLink (no NVLS), GB200 NVLink5, PCIe
+# behind a switch, and networks from 100G RoCE to 400G NDR.
+A100 = TierLink(231e9, 3.2e-6, ll128=True)
+V100 = TierLink(120e9, 2.5e-6, ll128=True)
+GB200 = TierLink(675e9, 2.5e-6, switch_reduce=0.63, ll128=True)
+PCIE = TierLink(24e9, 6e-6, carries_nic=True)
+NETS = [NDR, TierLink(42.5e9, 3e-6), TierLink(11e9, 3e-6), TierLink(23e9, 2e-6, nic_ranks=2.0)]
+SHAPES = [GroupShape(3, 3), GroupShape(5, 5), GroupShape(14, 7), GroupShape(24, 3),
+          GroupShape(32, 16), GroupShape(40, 5), GroupShape(144, 2)]  # fmt: skip
+
+
+@pytest.mark.parametrize("fabric", [H100, A100, V100, GB200, PCIE])
+def test_across_nodes_a_larger_buffer_or_a_lower_latency_is_never_slower(fabric: TierLink) -> None:
+    from dataclasses import replace
+
+    for net in NETS:
+        for shape in SHAPES:
+            if shape.per_node > 8 and fabric is not GB200:
+                continue
+            prev = 0.0
+            for size in np.geomspace(1e3, 1e9, 240):
+                t = choose("all_reduce", shape, float(size), fabric, net)[2]
+                assert t >= prev * (1 - 1e-12), (shape, size)
+                prev = t
+            for size in (7.65e4, 2.79e5, 1.665e7, 2.5e7):
+                base = choose("all_reduce", shape, size, fabric, net)[2]
+                for lower in (replace(net, alpha=net.alpha / 4), net):
+                    for fab in (replace(fabric, alpha=fabric.alpha / 4), fabric):
+                        t = choose("all_reduce", shape, size, fab, lower)[2]
+                        assert t <= base * (1 + 1e-12), (shape, size, lower, fab)
+
+
+def test_more_nics_on_a_large_node_never_slow_nvlstree() -> None:
+    times = [
+        choose(
+            "all_reduce", GroupShape(144, 2), 8.54e7, GB200, TierLink(46e9 / r, 2e-6, nic_ranks=r)
+        )[2]
+        for r in (4.0, 2.0, 1.0)
+    ]
+    assert times[0] >= times[1] >= times[2]
+
+
+def test_a_small_buffer_on_pcie_fills_no_deeper_than_it_is_long() -> None:
+    # 5 nodes of 8 PCIe GPUs: a 324 KB all-reduce, whatever NCCL picks, takes well under a
+    # millisecond (Simple's pipeline steps shrink to the buffer's share)
+    t = choose("all_reduce", GroupShape(40, 5), 3.24e5, PCIE, TierLink(42.5e9, 3e-6))[2]
+    assert t < 0.5e-3
+
+
+def test_a_calibrated_network_charges_its_fitted_latency_on_every_nvlstree_hop() -> None:
+    from simulator.network.collectives import phases
+
+    fitted = TierLink(46e9, 2e-6, fitted=True, fits=(("all_reduce", 8e-6, 36.8e9),))
+    (ph,) = phases("all_reduce", "nvls_tree", GroupShape(16, 2), 65536.0, H100, fitted)
+    assert ph.steps == 2 * 7 + 2  # the chain's hops in each node and the tree's, both ways
+    t = choose("all_reduce", GroupShape(16, 2), 65536.0, H100, fitted)[2]
+    assert t >= 16 * 8e-6

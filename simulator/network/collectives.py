@@ -227,7 +227,8 @@ def phases(
             wire_bytes=p.wire_bytes * share,
             share=share,
             port=port,
-            step_bytes=step_bytes,
+            # no more than the buffer's share of a step (see nccl.protocol_options)
+            step_bytes=min(step_bytes, p.wire_bytes * share / p.steps) if p.steps else step_bytes,
             extra_ll=extra[0],
             extra_simple=extra[1],
         )
@@ -338,10 +339,13 @@ def choose(
 # 8.5 us, ring 4.0 us; NVLink tree 1.25 us, ring 1.9 us). A channel is one thread block that
 # writes every 128-byte line with its flag, so it moves no more than NCCL's per-channel
 # LL128 cap (perChMaxTreeLL128Bws, Hopper: 36.7 GB/s at 2 nodes, 29.0 beyond;
-# perChMaxRingLL128Bws 36.7), with one channel per NIC the members use. Offered only where
-# NCCL's tuner chooses the protocol (:func:`_as_nccl_picks`).
+# perChMaxRingLL128Bws 36.7; Volta and Ampere: 20.0 throughout), with one channel per NIC the
+# members use; a fabric that reduces in the switch (NVLink SHARP) is Hopper's or later, one
+# that does not is taken as Ampere's. Offered only where NCCL's tuner chooses the protocol
+# (:func:`_as_nccl_picks`).
 LL128_ACROSS = {"tree": (120.0 / 128.0, 8.5e-6, 1.25e-6), "ring": (0.92, 4.0e-6, 1.9e-6)}
 LL128_CHANNEL_CAP = {"tree": (36.7e9, 29.0e9), "ring": (36.7e9, 36.7e9)}
+LL128_CHANNEL_CAP_AMPERE = 20.0e9
 # LL across nodes does not use GPUDirect RDMA: its lines go through host memory, where the
 # proxy thread polls the flags inside the data (sjeaugey, NVIDIA/nccl issue 756), so a node
 # moves no more than NCCL's llMaxBws (tuning.cc, an Intel host: 39.0 GB/s at 2 nodes, 20.4
@@ -370,14 +374,25 @@ def _as_nccl_picks(
             channels = max(1.0, g / network.nic_ranks)
             # the node's rate across (its members' NIC shares), against its channels' cap
             node = phase_bandwidth(ph, fabric, network) * g
-            cap = LL128_CHANNEL_CAP[algo][k > 2] * channels
-            frac = min(frac, cap / node) if node > 0 else frac
+            per_channel = (
+                LL128_CHANNEL_CAP[algo][k > 2]
+                if fabric.switch_reduce > 0
+                else LL128_CHANNEL_CAP_AMPERE
+            )
+            frac = min(frac, per_channel * channels / node) if node > 0 else frac
             hops = 2 * log2i(k) if algo == "tree" else 2 * (k - 1)
             inside = 2 * (g - 1) if algo == "tree" else ph.steps - hops
+            # the α the phase already charges per hop: a tree's network level and NVLink hop
+            # their own tier's, a flat ring's every step the slower tier's
+            net_a, fab_a = (
+                (network.alpha, fabric.alpha)
+                if algo == "tree"
+                else (max(network.alpha, fabric.alpha),) * 2
+            )
             extra = (
                 NCCL_BASE_LATENCY[(algo, "ll128")]
-                + hops * max(0.0, net_hop - network.alpha)
-                + inside * max(0.0, fab_hop - fabric.alpha)
+                + hops * max(0.0, net_hop - net_a)
+                + inside * max(0.0, fab_hop - fab_a)
             )
             ph = replace(ph, ll128_fraction=frac, extra_ll128=extra)
         tree_size = size if algo == "tree" else None

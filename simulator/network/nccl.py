@@ -252,11 +252,12 @@ def protocol_options(
         return lat + wire / bandwidth, q
 
     if ph.step_bytes is not None:
-        step = ph.step_bytes
-    elif ph.tier == "fabric":
-        step = fabric_step_bytes(bandwidth) * ph.share
+        step = ph.step_bytes  # (the algorithm sized its own steps)
     else:
-        step = SIMPLE_STEP_BYTES * ph.share
+        step = fabric_step_bytes(bandwidth) if ph.tier == "fabric" else SIMPLE_STEP_BYTES
+        # a pipeline step moves no more than the buffer's share of one (NCCL's chunk shrinks
+        # to the data each channel holds), so a small buffer fills no deeper than it is long
+        step = min(step * ph.share, ph.wire_bytes / ph.steps)
     fill = ph.steps * step / bandwidth
     out = {"simple": done(ph.latency + ph.extra_simple + fill, ph.wire_bytes / share("simple"))}
     if ph.ll:

@@ -154,22 +154,72 @@ def nccl_pick(
 _LARGEST_LOG2 = 40
 
 
+def _breaks(nodes: int, per_node: int, log2: int) -> list[float]:
+    """Where NCCL's estimates change form within [2^log2, 2^(log2+1)): its ends, and where a
+    ring's Simple latency steps up (its plateau rule). Between two breaks every estimate is
+    affine in the size (the tree correction is one entry per power of two from 64 B)."""
+    lo, hi = float(2**log2), float(2 ** (log2 + 1))
+    plateau = 64.0 * COMM_CHANNELS * nodes * per_node
+    return [lo, *([plateau] if lo < plateau < hi else []), hi]
+
+
+@functools.lru_cache(maxsize=65536)
+def _segments(
+    offered: Offered, nodes: int, per_node: int, nvlink: bool, log2: int
+) -> tuple[tuple[float, tuple[str, str]], ...]:
+    """NCCL's choice over [2^log2, 2^(log2+1)) as (first size, choice) pieces: between breaks
+    every estimate is affine in the size, so the choice is the lower envelope of lines, walked
+    from each break to the next crossing of the current choice."""
+    out: list[tuple[float, tuple[str, str]]] = []
+    edges = _breaks(nodes, per_node, log2)
+    for a, b in zip(edges, edges[1:], strict=False):
+        end = max(a, b - 1.0)
+        at_a = [_estimate(*ap, nodes, per_node, a, nvlink) for ap in offered]
+        at_end = [_estimate(*ap, nodes, per_node, end, nvlink) for ap in offered]
+        slope = [
+            (e - s0) / (end - a) if end > a else 0.0 for s0, e in zip(at_a, at_end, strict=True)
+        ]
+        x = a
+        cur = min(range(len(offered)), key=lambda i: at_a[i])  # ties: the first offered
+        while True:
+            out.append((x, offered[cur]))
+            nxt, best = None, end
+            for i in range(len(offered)):
+                gap = slope[cur] - slope[i]  # how much faster i's estimate grows less
+                if i == cur or gap <= 0:
+                    continue
+                cross = x + (at_a[i] + slope[i] * (x - a) - at_a[cur] - slope[cur] * (x - a)) / gap
+                if x < cross < best:
+                    nxt, best = i, cross
+            if nxt is None:
+                break
+            x = float(int(best) + 1)
+            if x >= b:
+                break
+            cur = min(range(len(offered)), key=lambda i: at_a[i] + slope[i] * (x - a))
+    return tuple(out)
+
+
 @functools.lru_cache(maxsize=4096)
 def _picks_from(
     offered: Offered, nodes: int, per_node: int, nvlink: bool, log2: int
 ) -> frozenset[tuple[str, str]]:
-    """NCCL's choices for every power-of-two buffer from 2^log2 bytes up."""
+    """NCCL's choices for every buffer from 2^log2 bytes up."""
     return frozenset(
-        nccl_pick(offered, nodes, per_node, float(2**j), nvlink)
+        pick
         for j in range(log2, _LARGEST_LOG2 + 1)
+        for _, pick in _segments(offered, nodes, per_node, nvlink, j)
     )
 
 
 def nccl_choices(
     offered: Offered, nodes: int, per_node: int, size: float, nvlink: bool
 ) -> frozenset[tuple[str, str]]:
-    """NCCL's choice for ``size`` bytes and its choices for every larger buffer (at powers of
-    two): the model takes the fastest of them, so that a larger buffer is never faster."""
-    above = int(size).bit_length()  # the first power of two above ``size``
-    later = _picks_from(offered, nodes, per_node, nvlink, min(above, _LARGEST_LOG2))
-    return later | {nccl_pick(offered, nodes, per_node, size, nvlink)}
+    """NCCL's choice for ``size`` bytes and its choices for every larger buffer: the model
+    takes the fastest of them, so that a larger buffer is never faster."""
+    j = max(0, int(size).bit_length() - 1)  # size lies in [2^j, 2^(j+1))
+    if j >= _LARGEST_LOG2:
+        return frozenset({nccl_pick(offered, nodes, per_node, size, nvlink)})
+    here = {p for at, p in _segments(offered, nodes, per_node, nvlink, j) if at > size}
+    later = _picks_from(offered, nodes, per_node, nvlink, j + 1)
+    return later | here | {nccl_pick(offered, nodes, per_node, size, nvlink)}

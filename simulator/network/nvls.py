@@ -49,6 +49,10 @@ NVLS_TREE_CHANNELS = 16
 NVLS_CHUNK = 128 * 1024
 NVLS_TREE_CHUNK_FROM_4_NODES = 64 * 1024
 NVLS_TREE_SHRINK = ((16, 128 * 1024), (4, 64 * 1024), (1, 32 * 1024))
+# NCCL runs an NVLS head per NIC (at most 32, NCCL_MAX_NVLS_ARITY). The chunk rule and the
+# fill were checked on 8-head HGX nodes; a loop of more heads is counted as 8 heads' (where
+# the switch sets the pace, counting more would let more NICs lengthen the fill).
+NVLS_TREE_HEADS = 8.0
 
 
 def nvls_tree_loop_bytes(size: float, heads: float, nodes: int) -> float:
@@ -89,16 +93,27 @@ def nvls_tree(g: int, k: int, size: float, fabric: TierLink, network: TierLink) 
     # (tuning.cc), each of which already pays the network's α above.
     step = NCCL_NET_STEP_LATENCY[("nvls_tree", "simple")]
     hops = 2 * log2i(k) * max(0.0, step - network.alpha)
-    heads = min(float(g), g / network.nic_ranks)
-    loop = wire * nvls_tree_loop_bytes(size, heads, k) / size
+    # A loop's time: its chunks through the NICs (a head per NIC) or through the switch,
+    # whichever is slower. The switch's share is counted as if every GPU had its NIC, so that
+    # more NICs, which add heads and so a larger loop, never lengthen the fill where the
+    # switch sets the pace (NCCL's would: a larger loop on the same switch).
+    nic_heads = max(1.0, min(float(g), g / network.nic_ranks, NVLS_TREE_HEADS))
+    gpu_heads = min(float(g), NVLS_TREE_HEADS)
+    loop = max(
+        net_bytes * nvls_tree_loop_bytes(size, nic_heads, k),
+        fabric_bytes * nvls_tree_loop_bytes(size, gpu_heads, k),
+    ) / (NVLS_TREE_RATIO * size)
+    # The phase's steps are its hops (a calibrated network charges its fitted α on each);
+    # the fill is spread over them.
+    steps = 2 * (g - 1) + 2 * depth
     return Phase(
         "network",
         lat,
         wire,
-        nvls_tree_fill(k),
+        steps,
         ll=False,
         share=1.0 / g,
-        step_bytes=loop,
+        step_bytes=nvls_tree_fill(k) * loop / steps,
         extra_simple=hops,
     )
 
