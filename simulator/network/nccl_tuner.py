@@ -121,7 +121,7 @@ def _estimate(
         bus *= 0.85  # the search's TREE pattern (issue 1453's times need it)
         alg = bus * 0.5
         log_size = log2i(int(size) >> 6)
-        if log_size < len(TREE_CORRECTION[proto]):
+        if log_size < 23:  # NCCL's table runs from 64 B to 256 MiB ("logSize < 23")
             alg *= TREE_CORRECTION[proto][log_size]
         lat += 2 * ((per_node - 1) * intra + log2i(nodes) * inter)
         return lat + size / (1e3 * alg)
