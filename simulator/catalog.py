@@ -165,7 +165,8 @@ class Catalog:
 
 def load_profile_file(path: Path) -> _Profile:
     try:
-        data = load_text(read_file_text(path, 4 * MAX_BYTES))
+        shipped = path.is_relative_to(bundled_profiles_dir())
+        data = load_text(read_file_text(path, 4 * MAX_BYTES), shipped)
     except YamlLimit as exc:
         raise UserError(
             f"refused: the file {exc}", file=str(path), hint="fix or remove the profile file"

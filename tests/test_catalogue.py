@@ -231,3 +231,16 @@ def test_a_local_profile_that_replaces_a_bundled_one_is_said_by_every_command(
     assert res.returncode == 0 and said in res.stderr
     # from elsewhere, the bundled profile and no note
     assert said not in run_cli("check", "llama3-8b-8xh100").stderr
+
+
+def test_shipped_profiles_parse_the_same_with_libyaml() -> None:
+    """The bundled profiles are read by libyaml (cold start); every one gives the same data,
+    types included, as the bounded Python loader that reads a user's files."""
+    from simulator.catalog import bundled_profiles_dir, profile_files
+    from simulator.config.yamlio import load_text, read_file_text
+
+    files = profile_files(bundled_profiles_dir())
+    assert len(files) > 40
+    for f in files:
+        text = read_file_text(f, 4_000_000)
+        assert repr(load_text(text, shipped=True)) == repr(load_text(text)), f
