@@ -165,7 +165,10 @@ class Catalog:
 
 def load_profile_file(path: Path) -> _Profile:
     try:
-        shipped = path.is_relative_to(bundled_profiles_dir())
+        # (not calibrated/: `calibrate` writes there by default, and in a source checkout
+        # ./hardware_profiles is the bundled folder)
+        bundled = bundled_profiles_dir()
+        shipped = path.is_relative_to(bundled) and not path.is_relative_to(bundled / "calibrated")
         data = load_text(read_file_text(path, 4 * MAX_BYTES), shipped)
     except YamlLimit as exc:
         raise UserError(

@@ -313,7 +313,8 @@ def sweep(
         t.add_column(col, justify="right" if col not in ("layout", "tier") else "left")
     for r in front:
         c = sweep_cells(r)[:-1]
-        t.add_row(*(c if run else [*c[:3], f"{time_of(r, False) or 0:,.1f}", *c[5:]]))
+        sec = time_of(r, False) or 0.0
+        t.add_row(*(c if run else [*c[:3], f"{sec:,.0f}" if sec >= 100 else f"{sec:.3g}", *c[5:]]))
     unpriced = sum(1 for r in ok if r.get("usd_per_million_tokens") in (None, ""))
     if front:
         out.print(t)

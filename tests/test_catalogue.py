@@ -244,3 +244,40 @@ def test_shipped_profiles_parse_the_same_with_libyaml() -> None:
     for f in files:
         text = read_file_text(f, 4_000_000)
         assert repr(load_text(text, shipped=True)) == repr(load_text(text)), f
+
+
+def test_without_libyaml_every_command_still_runs(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; sys.modules['yaml._yaml'] = None\n"
+        "import yaml; assert not yaml.__with_libyaml__\n"
+        "from simulator.cli import main\n"
+        "sys.argv = ['clustersim', 'check', sys.argv[1]]\n"
+        "main()\n"
+    )
+    scen = str(REPO / "scenarios" / "llama3-8b-8xh100.yaml")
+    r = subprocess.run([sys.executable, "-c", code, scen], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-2000:]
+
+
+def test_calibrated_profiles_in_the_bundled_folder_are_read_as_a_users(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # in a source checkout ./hardware_profiles is the bundled folder and `calibrate` writes to
+    # its calibrated/: such a file is read by the bounded Python loader, not libyaml (which
+    # refuses an unknown %directive the Python loader accepts)
+    import simulator.catalog as catalog
+
+    monkeypatch.setattr(catalog, "bundled_profiles_dir", lambda: tmp_path)
+    src = (REPO / "hardware_profiles" / "storage" / "lustre.yaml").read_text()
+    for sub in ("calibrated", "storage"):
+        (tmp_path / sub).mkdir()
+        (tmp_path / sub / "lustre.yaml").write_text("%FOO bar\n---\n" + src)
+    assert catalog.load_profile_file(tmp_path / "calibrated" / "lustre.yaml").name == "lustre"
+    import yaml
+
+    if yaml.__with_libyaml__:
+        with pytest.raises(catalog.UserError):
+            catalog.load_profile_file(tmp_path / "storage" / "lustre.yaml")

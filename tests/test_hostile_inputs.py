@@ -310,3 +310,11 @@ def test_a_key_in_two_merged_mappings_is_refused_not_guessed(tmp_path: Path) -> 
     assert load_text("a: &a {x: 1}\nc: {<<: [*a, *a]}")["c"] == {"x": 1}
     with pytest.raises(YamlDuplicateKey):
         load_text("a: &a {x: 1}\nb: &b {x: 2}\nc: {<<: [*a, *b]}")
+
+
+def test_signed_fractions_without_a_leading_digit_are_floats() -> None:
+    # YAML 1.2's core schema: [-+]? ( . [0-9]+ | ... ): -.5 is a number, as .5 and -0.5 are
+    from simulator.config.yamlio import load_text
+
+    assert load_text("a: -.5\nb: +.5e2\nc: .5") == {"a": -0.5, "b": 50.0, "c": 0.5}
+    assert load_text("a: -.5", shipped=True) == {"a": -0.5}

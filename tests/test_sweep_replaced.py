@@ -85,3 +85,51 @@ def test_a_point_naming_a_new_profile_leaves_the_other_points_reusable(tmp_path:
     assert stale == []
     assert evaluated[0] == len(first)  # the two finished points reused, one evaluated
     assert len(rows) == len(first) + 1
+
+
+def test_a_replacement_interrupted_once_its_copy_is_kept_resumes(tmp_path: Path) -> None:
+    # interrupted right after it kept the file as it was: the same command resumes (it is not
+    # refused over its own copy, and does not copy again), and removes the copy at the end
+    from simulator.sweep.rows import keep_until_finished, replaced_owner
+
+    out = tmp_path / "out.csv"
+    _run(_spec(tmp_path / "a", [{"cluster.gpus_per_node": [4, 8]}]), out)
+    before = out.read_text()
+    b = _spec(tmp_path / "b", [{"cluster.gpus_per_node": [2, 4]}, {"training.global_batch": [64]}])
+    spec, base, _ = load_spec(b)
+    import hashlib
+
+    from simulator.sweep.fingerprint import point_salts
+
+    pts = points(spec)
+    keys = [
+        p.model_copy(update={"salt": s}).key
+        for p, s in zip(pts, point_salts(spec, base, pts), strict=True)
+    ]
+    keep_until_finished(out, hashlib.sha1("\n".join(sorted(keys)).encode()).hexdigest())
+    assert replaced_copy(out).read_text() == before
+    _run(b, out, replace=True)
+    assert not replaced_copy(out).exists() and not replaced_owner(out).exists()
+
+
+def test_a_default_profile_the_base_does_not_name_still_counts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a base without cluster.storage runs on the default storage profile: editing that
+    # profile makes its rows stale
+    from simulator.sweep.fingerprint import point_salts
+
+    data = yaml.safe_load(BASE.read_text())
+    data["cluster"].pop("storage", None)
+    b = tmp_path / "b.yaml"
+    b.write_text(yaml.safe_dump(data))
+    s = tmp_path / "s.yaml"
+    s.write_text(yaml.safe_dump({"name": "t", "base": str(b), "axes": [{"cluster.nodes": [1]}]}))
+    spec, base, _ = load_spec(s)
+    before = point_salts(spec, base, points(spec))
+    prof = tmp_path / "profiles"
+    prof.mkdir()
+    lustre = (REPO / "hardware_profiles" / "storage" / "lustre.yaml").read_text()
+    (prof / "lustre.yaml").write_text(lustre + "\n# edited\n")
+    monkeypatch.setenv("CLUSTERSIM_PROFILE_PATH", str(prof))
+    assert point_salts(spec, base, points(spec)) != before

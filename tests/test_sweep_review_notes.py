@@ -110,3 +110,16 @@ def test_a_sweep_says_where_a_point_runs_otherwise_than_written(tmp_path: Path) 
         r.stderr.split()
     )
     assert "(point 0)" not in r.stderr
+
+
+def test_notes_holding_the_old_separator_stay_whole() -> None:
+    import json
+
+    from simulator.sweep.answers import point_notes
+
+    note = 'storage "fast" | tier, line'
+    rows = [
+        {"point": 0, "status": "ok", "notes": json.dumps([note])},
+        {"point": 1, "status": "ok", "notes": ""},
+    ]
+    assert point_notes(rows) == [f"(point 0) {note}"]

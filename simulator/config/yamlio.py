@@ -36,7 +36,7 @@ class YamlDuplicateKey(ValueError):
 _FLOAT_12 = re.compile(
     r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
     |[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)
-    |\.[0-9_]+(?:[eE][-+]?[0-9]+)?
+    |[-+]?\.[0-9_]+(?:[eE][-+]?[0-9]+)?
     |[-+]?\.(?:inf|Inf|INF)
     |\.(?:nan|NaN|NAN))$""",
     re.X,
@@ -87,14 +87,16 @@ BoundedLoader.add_implicit_resolver("tag:yaml.org,2002:int", _INT_12, list("-+01
 BoundedLoader.add_constructor("tag:yaml.org,2002:int", _construct_int)
 
 
-class _ShippedLoader(yaml.CSafeLoader):  # type: ignore[misc]
-    """libyaml's parser (some ten times faster) with the same tags as BoundedLoader, for the
-    profile files clustersim ships: read at every start, and not a user's (whose files keep
-    the depth-bounded Python composer, libyaml's recursing without a bound)."""
+_ShippedLoader: Any = None
+if yaml.__with_libyaml__:  # (a PyYAML built without libyaml has no CSafeLoader)
 
+    class _ShippedLoader(yaml.CSafeLoader):  # type: ignore[misc,no-redef]
+        """libyaml's parser (some ten times faster) with the same tags as BoundedLoader, for
+        the profile files clustersim ships: read at every start, and not a user's (whose
+        files keep the depth-bounded Python composer, libyaml's recursing without a bound)."""
 
-_ShippedLoader.yaml_implicit_resolvers = BoundedLoader.yaml_implicit_resolvers
-_ShippedLoader.add_constructor("tag:yaml.org,2002:int", _construct_int)
+    _ShippedLoader.yaml_implicit_resolvers = BoundedLoader.yaml_implicit_resolvers
+    _ShippedLoader.add_constructor("tag:yaml.org,2002:int", _construct_int)
 
 
 def _merged_keys_once(merged: SequenceNode) -> None:
@@ -175,7 +177,7 @@ def load_text(text: str, shipped: bool = False) -> Any:
     parsed by libyaml (the same document, the same checks after composing)."""
     if len(text.encode("utf-8", "surrogatepass")) > MAX_BYTES:
         raise YamlLimit(f"is larger than {MAX_BYTES // 1000} kB")
-    loader = _ShippedLoader(text) if shipped and yaml.__with_libyaml__ else BoundedLoader(text)
+    loader = _ShippedLoader(text) if shipped and _ShippedLoader is not None else BoundedLoader(text)
     try:
         node = loader.get_single_node()
         if node is None:

@@ -23,8 +23,15 @@ def point_notes(rows: Rows) -> list[str]:
     points that do."""
     ok = ok_rows(rows)
     where: dict[str, list[int]] = {}
+    import json
+
     for r in ok:
-        for note in filter(None, str(r.get("notes") or "").split(" | ")):
+        try:
+            notes = json.loads(str(r.get("notes") or "[]"))
+        except ValueError:  # (a cell edited by hand)
+            notes = [str(r.get("notes"))]
+        for note in notes if isinstance(notes, list) else [notes]:
+            note = str(note)
             points = where.setdefault(note, [])
             if int(r["point"]) not in points:
                 points.append(int(r["point"]))

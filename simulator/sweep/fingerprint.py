@@ -58,9 +58,12 @@ def _code_digest() -> str:
 
 
 def _named(names: set[str], digests: dict[str, str]) -> str:
+    from ..config.cluster import ClusterSpec
     from ..config.reading import _default_software
 
-    named = sorted((names | {_default_software()}) & digests.keys())
+    # the profiles a scenario runs on without naming them: the default stack and storage
+    defaults = {_default_software(), str(ClusterSpec.model_fields["storage"].default)}
+    named = sorted((names | defaults) & digests.keys())
     return json.dumps([(n, digests[n]) for n in named])
 
 

@@ -11,6 +11,7 @@ not simulated: the same plan is kept, with far fewer simulations (``plans_simula
 
 from __future__ import annotations
 
+import json
 import re
 from collections import Counter
 from typing import Any
@@ -145,7 +146,7 @@ def _row_common(sweep: str, point: Point, rs: ResolvedScenario) -> dict[str, Any
         **{f"axis_{k}": v for k, v in point.labels.items()},
         # what the hardware or model as given cannot do (a fabric above the GPU's own
         # NVLink, say), as simulate says it
-        "notes": " | ".join(rs.model_notes()),
+        "notes": json.dumps(rs.model_notes()) if rs.model_notes() else "",
         "gpu": rs.gpu.name,
         "gpus_per_node": rs.gpus_per_node,
         "nodes": rs.nodes,

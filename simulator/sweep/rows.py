@@ -267,16 +267,21 @@ def keep_until_finished(out: Path, run_id: str) -> list[Path]:
     return copies
 
 
+def is_owner(out: Path, run_id: str) -> bool:
+    """Whether ``out``'s ``.replaced`` copies were kept by run ``run_id``."""
+    owner = replaced_owner(out)
+    try:
+        return owner.is_file() and owner.read_text().strip() == run_id
+    except (OSError, UnicodeDecodeError):
+        return False
+
+
 def release_kept(out: Path, run_id: str) -> None:
     """Remove the copies :func:`keep_until_finished` kept for run ``run_id`` (this run, or
     this run before it was interrupted), now that it has finished; a ``.replaced`` file that
     another run kept, or that is the user's own, stays."""
     owner = replaced_owner(out)
-    try:
-        mine = owner.is_file() and owner.read_text().strip() == run_id
-    except (OSError, UnicodeDecodeError):
-        mine = False
-    if not mine:
+    if not is_owner(out, run_id):
         return
     for f in dict.fromkeys((out, journal(out))):
         replaced_copy(f).unlink(missing_ok=True)
@@ -291,6 +296,7 @@ __all__ = [
     "columns",
     "complete_points",
     "finish",
+    "is_owner",
     "journal",
     "keep_until_finished",
     "read_rows",

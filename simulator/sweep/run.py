@@ -28,6 +28,7 @@ from .rows import (
     columns,
     complete_points,
     finish,
+    is_owner,
     journal,
     keep_until_finished,
     read_rows,
@@ -176,7 +177,12 @@ def run_sweep(
             path="--out",
             hint="give another --out to keep them, or --replace to drop them",
         )
-    if stale:
+    run_id = hashlib.sha1("\n".join(sorted(keys)).encode()).hexdigest()
+    # This run, interrupted after it kept the file as it was: its copy already holds those
+    # rows (the output now may hold some of this run's too), so it is neither refused nor
+    # copied again.
+    resumed = is_owner(out, run_id)
+    if stale and not resumed:
         for kept in [*(replaced_copy(f) for f in dict.fromkeys((out, journal(out)))),
                      replaced_owner(out)]:  # fmt: skip
             if kept.exists() or kept.is_symlink():
@@ -195,8 +201,7 @@ def run_sweep(
     # --replace drops those rows only once this run has finished: until then the file as it
     # was stays beside the new one (an interrupted run loses nothing of it), marked as this
     # run's, so that only this run, or this run resumed, removes it.
-    run_id = hashlib.sha1("\n".join(sorted(keys)).encode()).hexdigest()
-    if stale:
+    if stale and not resumed:
         keep_until_finished(out, run_id)
     rows: Rows = []
     for p in pts:
