@@ -31,10 +31,9 @@ import math
 from dataclasses import dataclass, replace
 from typing import Literal
 
+from .across import options_across
 from .nccl import (
     LL128_RING_FRACTION,
-    LL_BANDWIDTH_FRACTION,
-    NCCL_BASE_LATENCY,
     Phase,
     Tier,
     TierLink,
@@ -43,7 +42,6 @@ from .nccl import (
     nccl_extra,
     net_step_bytes,
     phase_bandwidth,
-    protocol_options,
     with_protocol,
 )
 from .nccl_tuner import nccl_choices
@@ -333,26 +331,6 @@ def choose(
     return best
 
 
-# LL128 across nodes (NCCL enables it on Hopper where each GPU reaches its NIC through its own
-# PCIe switch, as in HGX servers; tuning.cc): NCCL rates a tree at 120/128 and a ring at 0.92
-# of the Simple bandwidth, and a hop at its LL128 latencies (baseLat 14 us; hwLat NET tree
-# 8.5 us, ring 4.0 us; NVLink tree 1.25 us, ring 1.9 us). A channel is one thread block that
-# writes every 128-byte line with its flag, so it moves no more than NCCL's per-channel
-# LL128 cap (perChMaxTreeLL128Bws, Hopper: 36.7 GB/s at 2 nodes, 29.0 beyond;
-# perChMaxRingLL128Bws 36.7; Volta and Ampere: 20.0 throughout), with one channel per NIC the
-# members use; a fabric that reduces in the switch (NVLink SHARP) is Hopper's or later, one
-# that does not is taken as Ampere's. Offered only where NCCL's tuner chooses the protocol
-# (:func:`_as_nccl_picks`).
-LL128_ACROSS = {"tree": (120.0 / 128.0, 8.5e-6, 1.25e-6), "ring": (0.92, 4.0e-6, 1.9e-6)}
-LL128_CHANNEL_CAP = {"tree": (36.7e9, 29.0e9), "ring": (36.7e9, 36.7e9)}
-LL128_CHANNEL_CAP_AMPERE = 20.0e9
-# LL across nodes does not use GPUDirect RDMA: its lines go through host memory, where the
-# proxy thread polls the flags inside the data (sjeaugey, NVIDIA/nccl issue 756), so a node
-# moves no more than NCCL's llMaxBws (tuning.cc, an Intel host: 39.0 GB/s at 2 nodes, 20.4
-# beyond; AMD hosts 22.5 and 19.0), by tree or ring.
-LL_ACROSS_CAP = (39.0e9, 20.4e9)
-
-
 def _as_nccl_picks(
     shape: GroupShape,
     size: float,
@@ -363,47 +341,15 @@ def _as_nccl_picks(
     """An all-reduce spanning nodes as NCCL runs it: each (algorithm, protocol) timed by the
     model, the one NCCL's tuner rates fastest taken, or the fastest of its choices for larger
     buffers where one is faster (:mod:`.nccl_tuner`)."""
-    g, k = shape.per_node, shape.nodes
     options: dict[tuple[str, str], tuple[Algo, Phase, float]] = {}
     for algo in allowed:
         if not _applies(algo, "all_reduce", shape, fabric, network):
             continue
         (ph,) = phases("all_reduce", algo, shape, size, fabric, network)
-        if fabric.ll128 and algo in LL128_ACROSS and ph.ll:
-            frac, net_hop, fab_hop = LL128_ACROSS[algo]
-            channels = max(1.0, g / network.nic_ranks)
-            # the node's rate across (its members' NIC shares), against its channels' cap
-            node = phase_bandwidth(ph, fabric, network) * g
-            per_channel = (
-                LL128_CHANNEL_CAP[algo][k > 2]
-                if fabric.switch_reduce > 0
-                else LL128_CHANNEL_CAP_AMPERE
-            )
-            frac = min(frac, per_channel * channels / node) if node > 0 else frac
-            hops = 2 * log2i(k) if algo == "tree" else 2 * (k - 1)
-            inside = 2 * (g - 1) if algo == "tree" else ph.steps - hops
-            # the α the phase already charges per hop: a tree's network level and NVLink hop
-            # their own tier's, a flat ring's every step the slower tier's
-            net_a, fab_a = (
-                (network.alpha, fabric.alpha)
-                if algo == "tree"
-                else (max(network.alpha, fabric.alpha),) * 2
-            )
-            extra = (
-                NCCL_BASE_LATENCY[(algo, "ll128")]
-                + hops * max(0.0, net_hop - net_a)
-                + inside * max(0.0, fab_hop - fab_a)
-            )
-            ph = replace(ph, ll128_fraction=frac, extra_ll128=extra)
-        tree_size = size if algo == "tree" else None
-        bw = phase_bandwidth(ph, fabric, network)
-        for proto, (t, q) in protocol_options(ph, bw, tree_size).items():
-            node = bw * g * LL_BANDWIDTH_FRACTION  # the node's LL rate across, uncorrected
-            if proto == "ll" and node > (cap := LL_ACROSS_CAP[k > 2]):
-                q = replace(q, wire_bytes=q.wire_bytes * node / cap)
-                t = q.latency + q.wire_bytes / bw
+        k, g = shape.nodes, shape.per_node
+        for proto, (t, q) in options_across(ph, algo, g, k, size, fabric, network).items():
             options[(algo, proto)] = (algo, q, t)
     nvlink = fabric.ll128 or fabric.switch_reduce > 0
-    picks = nccl_choices(tuple(options), k, g, size, nvlink)
+    picks = nccl_choices(tuple(options), shape.nodes, shape.per_node, size, nvlink)
     a, q, t = min((options[p] for p in picks), key=lambda o: o[2])
     return a, [q], t
