@@ -210,3 +210,9 @@ def test_a_calibrated_network_charges_its_fitted_latency_on_every_nvlstree_hop()
     assert ph.steps == 2 * 7 + 2  # the chain's hops in each node and the tree's, both ways
     t = choose("all_reduce", GroupShape(16, 2), 65536.0, H100, fitted)[2]
     assert t >= 16 * 8e-6
+
+
+def test_an_empty_all_reduce_across_nodes_takes_no_time() -> None:
+    for size in (0.0, -1.0):
+        _algo, ph, t = choose("all_reduce", GroupShape(16, 2), size, H100, NDR)
+        assert ph == [] and t == 0.0

@@ -306,6 +306,7 @@ def choose(
     if (
         coll == "all_reduce"
         and shape.nodes > 1
+        and size > 0
         and network is not None
         and not (network.fitted or fabric.fitted)
     ):
