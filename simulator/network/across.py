@@ -8,7 +8,12 @@ from dataclasses import replace
 
 from .nccl import (
     LL_BANDWIDTH_FRACTION,
+    LL_MAX_BW,
     NCCL_BASE_LATENCY,
+    NCCL_NET_STEP_LATENCY,
+    NCCL_NVLINK_STEP_LATENCY,
+    PER_CH_MAX_RING_LL128,
+    PER_CH_MAX_TREE_LL128,
     Phase,
     TierLink,
     log2i,
@@ -26,14 +31,17 @@ from .nccl import (
 # members use; a fabric that reduces in the switch (NVLink SHARP) is Hopper's or later, one
 # that does not is taken as Ampere's. Offered only where NCCL's tuner chooses the protocol
 # (an all-reduce across nodes).
-LL128_ACROSS = {"tree": (120.0 / 128.0, 8.5e-6, 1.25e-6), "ring": (0.92, 4.0e-6, 1.9e-6)}
-LL128_CHANNEL_CAP = {"tree": (36.7e9, 29.0e9), "ring": (36.7e9, 36.7e9)}
+LL128_FRACTION = {"tree": 120.0 / 128.0, "ring": 0.92}
+LL128_CHANNEL_CAP = {
+    "tree": tuple(c * 1e9 for c in PER_CH_MAX_TREE_LL128[1:]),  # 2 nodes, more
+    "ring": tuple(c * 1e9 for c in PER_CH_MAX_RING_LL128[1:]),
+}
 LL128_CHANNEL_CAP_AMPERE = 20.0e9
 # LL across nodes does not use GPUDirect RDMA: its lines go through host memory, where the
 # proxy thread polls the flags inside the data (sjeaugey, NVIDIA/nccl issue 756), so a node
 # moves no more than NCCL's llMaxBws (tuning.cc, an Intel host: 39.0 GB/s at 2 nodes, 20.4
 # beyond; AMD hosts 22.5 and 19.0), by tree or ring.
-LL_ACROSS_CAP = (39.0e9, 20.4e9)
+LL_ACROSS_CAP = tuple(c * 1e9 for c in LL_MAX_BW)
 
 
 def options_across(
@@ -49,11 +57,14 @@ def options_across(
     (time alone, phase): LL128 offered where the fabric has it, LL capped at the host-memory
     rate."""
     g, k = per_node, nodes
-    if fabric.ll128 and algo in LL128_ACROSS and ph.ll:
-        frac, net_hop, fab_hop = LL128_ACROSS[algo]
+    bw = phase_bandwidth(ph, fabric, network)  # (the protocol's fields do not move it)
+    if fabric.ll128 and algo in LL128_FRACTION and ph.ll:
+        frac = LL128_FRACTION[algo]
+        net_hop = NCCL_NET_STEP_LATENCY[(algo, "ll128")]
+        fab_hop = NCCL_NVLINK_STEP_LATENCY[(algo, "ll128")]
         channels = max(1.0, g / network.nic_ranks)
         # the node's rate across (its members' NIC shares), against its channels' cap
-        node = phase_bandwidth(ph, fabric, network) * g
+        node = bw * g
         per_channel = (
             LL128_CHANNEL_CAP[algo][k > 2] if fabric.switch_reduce > 0 else LL128_CHANNEL_CAP_AMPERE
         )
@@ -73,7 +84,6 @@ def options_across(
             + inside * max(0.0, fab_hop - fab_a)
         )
         ph = replace(ph, ll128_fraction=frac, extra_ll128=extra)
-    bw = phase_bandwidth(ph, fabric, network)
     out = protocol_options(ph, bw, size if algo == "tree" else None)
     node = bw * g * LL_BANDWIDTH_FRACTION  # the node's LL rate across, uncorrected
     if "ll" in out and node > (cap := LL_ACROSS_CAP[k > 2]):

@@ -78,32 +78,57 @@ def phase_bandwidth(ph: Phase, fabric: TierLink, network: TierLink | None) -> fl
     return network.bandwidth
 
 
-# NCCL's latency model (NVIDIA/nccl src/graph/tuning.cc, ``baseLat`` and ``hwLat`` as of 2.22-2.28;
-# 2.19-2.21 had no base latency for tree Simple and 28 us per tree hop): a collective costs a base
-# latency per algorithm and
-# protocol, plus per pipeline step a hardware latency by the link it crosses; a network step
-# goes through the proxy thread and the NIC, so it costs far more than the wire's own latency
-# (ring: LL 2.7 us, Simple 14 us; tree: LL 5 us, Simple 14 us, against InfiniBand's ~2 us).
-# Seconds, per (algorithm, protocol). The links' own α is a floor: a slower network (TCP) keeps
-# its larger α.
-NCCL_BASE_LATENCY = {
-    ("ring", "ll"): 6.6e-6,
-    ("ring", "ll128"): 14.0e-6,
-    ("ring", "simple"): 8.4e-6,
-    ("tree", "ll"): 6.8e-6,
-    ("tree", "ll128"): 14.0e-6,
-    ("tree", "simple"): 8.4e-6,
-}
-NCCL_NET_STEP_LATENCY = {
-    ("ring", "ll"): 2.7e-6,
-    ("ring", "simple"): 14.0e-6,
-    ("tree", "ll"): 5.0e-6,
-    ("tree", "simple"): 14.0e-6,
-    ("nvls_tree", "simple"): 14.0e-6,  # Simple only; no base latency of its own
-}
-# The same table's NVLink row (hwLat[NCCL_HW_NVLINK], 2.21-2.22): a ring step over NVLink under
-# LL and LL128. Only the difference matters here: the fabric's α is measured where LL runs.
-NCCL_NVLINK_STEP_LATENCY = {("ring", "ll"): 0.6e-6, ("ring", "ll128"): 1.9e-6}
+# NCCL's latency model (NVIDIA/nccl src/graph/tuning.cc, ``baseLat`` and ``hwLat`` as of 2.22-2.28,
+# here 2.26.2 @ f44ac759; 2.19-2.21 had no base latency for tree Simple and 28 us per tree hop):
+# a collective costs a base latency per algorithm and protocol, plus per pipeline step a
+# hardware latency by the link it crosses (NVLink, PCI inside a node; NET between nodes); a
+# network step goes through the proxy thread and the NIC, so it costs far more than the wire's
+# own latency (ring: LL 2.7 us, Simple 14 us; tree: LL 5 us, Simple 14 us, against
+# InfiniBand's ~2 us). Microseconds, per (algorithm, protocol), as NCCL writes them; NCCL's
+# tuner (:mod:`.nccl_tuner`) reads them whole.
+BASE_LAT_US = {
+    ("tree", "ll"): 6.8, ("tree", "ll128"): 14.0, ("tree", "simple"): 8.4,
+    ("ring", "ll"): 6.6, ("ring", "ll128"): 14.0, ("ring", "simple"): 8.4,
+    ("nvls_tree", "simple"): 0.0,
+}  # fmt: skip
+HW_LAT_US = {
+    "nvlink": {
+        ("tree", "ll"): 0.6, ("tree", "ll128"): 1.25, ("tree", "simple"): 4.0,
+        ("ring", "ll"): 0.6, ("ring", "ll128"): 1.9, ("ring", "simple"): 3.4,
+        ("nvls_tree", "simple"): 25.0,
+    },
+    "pci": {
+        ("tree", "ll"): 1.0, ("tree", "ll128"): 1.9, ("tree", "simple"): 4.0,
+        ("ring", "ll"): 1.0, ("ring", "ll128"): 2.5, ("ring", "simple"): 5.7,
+        ("nvls_tree", "simple"): 0.0,
+    },
+    "net": {
+        ("tree", "ll"): 5.0, ("tree", "ll128"): 8.5, ("tree", "simple"): 14.0,
+        ("ring", "ll"): 2.7, ("ring", "ll128"): 4.0, ("ring", "simple"): 14.0,
+        ("nvls_tree", "simple"): 14.0,
+    },
+}  # fmt: skip
+# The same tuning.cc's bandwidth caps (GB/s): Hopper's per channel, indexed by nodes (1, 2,
+# more), and the LL cap across nodes (llMaxBws[0], an Intel host: 2 nodes, more).
+PER_CH_MAX_TREE = (38.7, 41.4, 36.0)
+PER_CH_MAX_TREE_LL128 = (36.7, 36.7, 29.0)
+PER_CH_MAX_RING_LL128 = (36.7, 36.7, 36.7)
+LL_MAX_BW = (39.0, 20.4)
+
+
+def _seconds(us: float) -> float:
+    """``us`` microseconds in seconds, the double the literal ``<us>e-6`` is (a product or a
+    quotient can be one unit in the last place off it)."""
+    return float(f"{us!r}e-6")
+
+
+# The model's use of them, in seconds. The links' own α is a floor: a slower network (TCP)
+# keeps its larger α.
+NCCL_BASE_LATENCY = {k: _seconds(v) for k, v in BASE_LAT_US.items() if k[0] != "nvls_tree"}
+NCCL_NET_STEP_LATENCY = {k: _seconds(v) for k, v in HW_LAT_US["net"].items()}
+# A step over NVLink (ll128_extra uses the ring's LL and LL128 ones: only their difference
+# matters, the fabric's α being measured where LL runs).
+NCCL_NVLINK_STEP_LATENCY = {k: _seconds(v) for k, v in HW_LAT_US["nvlink"].items()}
 
 
 # NVLS's fixed cost per all-reduce beyond the fabric's two hops (collectives._nvls), fitted to

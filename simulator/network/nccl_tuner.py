@@ -43,7 +43,16 @@ from __future__ import annotations
 
 import functools
 
-from .nccl import TREE_CORRECTION, log2i
+from .nccl import (
+    BASE_LAT_US,
+    HW_LAT_US,
+    LL_MAX_BW,
+    PER_CH_MAX_RING_LL128,
+    PER_CH_MAX_TREE,
+    PER_CH_MAX_TREE_LL128,
+    TREE_CORRECTION,
+    log2i,
+)
 
 # The reference node's graphs (see the module docstring): channels (one per NIC) and their
 # speed (GB/s); NVLS heads' speed inside the node and between nodes.
@@ -52,35 +61,6 @@ SPEED = 48.0
 NVLS_INTRA = 40.0
 NVLS_INTER = 48.0
 
-# src/graph/tuning.cc (2.26.2), microseconds: baseLat[algo][proto] and hwLat[hw][algo][proto].
-BASE_LAT = {
-    ("tree", "ll"): 6.8, ("tree", "ll128"): 14.0, ("tree", "simple"): 8.4,
-    ("ring", "ll"): 6.6, ("ring", "ll128"): 14.0, ("ring", "simple"): 8.4,
-    ("nvls_tree", "simple"): 0.0,
-}  # fmt: skip
-HW_LAT = {
-    "nvlink": {
-        ("tree", "ll"): 0.6, ("tree", "ll128"): 1.25, ("tree", "simple"): 4.0,
-        ("ring", "ll"): 0.6, ("ring", "ll128"): 1.9, ("ring", "simple"): 3.4,
-        ("nvls_tree", "simple"): 25.0,
-    },
-    "pci": {
-        ("tree", "ll"): 1.0, ("tree", "ll128"): 1.9, ("tree", "simple"): 4.0,
-        ("ring", "ll"): 1.0, ("ring", "ll128"): 2.5, ("ring", "simple"): 5.7,
-        ("nvls_tree", "simple"): 0.0,
-    },
-    "net": {
-        ("tree", "ll"): 5.0, ("tree", "ll128"): 8.5, ("tree", "simple"): 14.0,
-        ("ring", "ll"): 2.7, ("ring", "ll128"): 4.0, ("ring", "simple"): 14.0,
-        ("nvls_tree", "simple"): 14.0,
-    },
-}  # fmt: skip
-# Hopper's per-channel caps (GB/s), indexed by nodes: 1, 2, more.
-PER_CH_MAX_TREE = (38.7, 41.4, 36.0)
-PER_CH_MAX_TREE_LL128 = (36.7, 36.7, 29.0)
-PER_CH_MAX_RING_LL128 = (36.7, 36.7, 36.7)
-# llMaxBws[0] (an Intel host, any GPU across nodes): 2 nodes, more.
-LL_MAX_BW = (39.0, 20.4)
 # getNetOverhead(): 1 us on an x86 Intel host; a ring's hop inside a node costs no less.
 NET_OVERHEAD = 1.0
 # comm->nChannels on an HGX H100 (16 execution channels; "Channel xx/16" in issue 1453's log):
@@ -103,9 +83,9 @@ def _estimate(
     n = nodes * per_node
     idx = min(nodes, 3) - 1
     hw = "nvlink" if nvlink else "pci"
-    intra = HW_LAT[hw][(algo, proto)] if per_node > 1 else 0.0
-    inter = HW_LAT["net"][("tree" if per_node == 1 else algo, proto)]
-    lat = BASE_LAT[(algo, proto)]
+    intra = HW_LAT_US[hw][(algo, proto)] if per_node > 1 else 0.0
+    inter = HW_LAT_US["net"][("tree" if per_node == 1 else algo, proto)]
+    lat = BASE_LAT_US[(algo, proto)]
     if algo == "nvls_tree":
         heads = min(per_node, CHANNELS)
         bw_inter = min(2 * NVLS_INTRA, nvls_inter)
