@@ -13,8 +13,8 @@ from conftest import REPO, run_cli
 
 from simulator.errors import UserError
 from simulator.sweep.axis_checks import check_axis_values
-from simulator.sweep.run import run_fingerprint
-from simulator.sweep.spec import load_spec
+from simulator.sweep.fingerprint import point_salts
+from simulator.sweep.spec import load_spec, points
 
 BASE = REPO / "scenarios" / "llama3-8b-8xh100.yaml"
 
@@ -173,16 +173,16 @@ def test_an_edited_profile_changes_every_points_key_and_an_unnamed_one_none(
     prof = tmp_path / "profiles"
     prof.mkdir()
     monkeypatch.setenv("CLUSTERSIM_PROFILE_PATH", str(prof))
-    bundled = run_fingerprint(spec, base)
+    bundled = point_salts(spec, base, points(spec))
     src = (REPO / "hardware_profiles" / "prices" / "lambda-b200.yaml").read_text()
     (prof / "my-price.yaml").write_text(src.replace("name: lambda-b200", "name: my-price"))
-    assert run_fingerprint(spec, base) == bundled
+    assert point_salts(spec, base, points(spec)) == bundled
     mine = (REPO / "hardware_profiles" / "prices" / "aws-p5-h100.yaml").read_text()
     (prof / "aws-p5-h100.yaml").write_text(mine.replace("1 ", "1  ", 1) + "\n")
-    replaced = run_fingerprint(spec, base)
+    replaced = point_salts(spec, base, points(spec))
     assert replaced != bundled
     (prof / "aws-p5-h100.yaml").write_text(mine + "\n\n")
-    assert run_fingerprint(spec, base) != replaced
+    assert point_salts(spec, base, points(spec)) != replaced
 
 
 def test_a_point_without_a_valid_plan_names_the_fields_that_refused_them() -> None:

@@ -97,16 +97,15 @@ def test_a_replacement_interrupted_once_its_copy_is_kept_resumes(tmp_path: Path)
     before = out.read_text()
     b = _spec(tmp_path / "b", [{"cluster.gpus_per_node": [2, 4]}, {"training.global_batch": [64]}])
     spec, base, _ = load_spec(b)
-    import hashlib
-
     from simulator.sweep.fingerprint import point_salts
+    from simulator.sweep.rows import run_id
 
     pts = points(spec)
     keys = [
         p.model_copy(update={"salt": s}).key
         for p, s in zip(pts, point_salts(spec, base, pts), strict=True)
     ]
-    keep_until_finished(out, hashlib.sha1("\n".join(sorted(keys)).encode()).hexdigest())
+    keep_until_finished(out, run_id(set(keys)))
     assert replaced_copy(out).read_text() == before
     _run(b, out, replace=True)
     assert not replaced_copy(out).exists() and not replaced_owner(out).exists()

@@ -79,15 +79,6 @@ def _settings(spec: SweepSpec, base: dict[str, Any]) -> str:
     )
 
 
-def run_fingerprint(spec: SweepSpec, base: dict[str, Any]) -> str:
-    """The base scenario, the sweep's name and plan settings, clustersim's code and every
-    profile the base or any axis names, as one digest."""
-    digests = _profile_digests()
-    names = _strings(base) | _strings(spec.model_dump(mode="json").get("axes"))
-    text = _settings(spec, base) + _code_digest() + _named(names, digests)
-    return hashlib.sha1(text.encode()).hexdigest()
-
-
 def point_salts(spec: SweepSpec, base: dict[str, Any], pts: list[Point]) -> list[str]:
     """Each point's fingerprint: the run's settings and code, and the profiles the base
     scenario and that point's own axis values name."""
@@ -101,4 +92,4 @@ def point_salts(spec: SweepSpec, base: dict[str, Any], pts: list[Point]) -> list
     return out
 
 
-__all__ = ["point_salts", "run_fingerprint"]
+__all__ = ["point_salts"]

@@ -146,7 +146,7 @@ def _row_common(sweep: str, point: Point, rs: ResolvedScenario) -> dict[str, Any
         **{f"axis_{k}": v for k, v in point.labels.items()},
         # what the hardware or model as given cannot do (a fabric above the GPU's own
         # NVLink, say), as simulate says it
-        "notes": json.dumps(rs.model_notes()) if rs.model_notes() else "",
+        "notes": json.dumps(notes) if (notes := rs.model_notes()) else "",
         "gpu": rs.gpu.name,
         "gpus_per_node": rs.gpus_per_node,
         "nodes": rs.nodes,

@@ -252,19 +252,23 @@ def replaced_owner(out: Path) -> Path:
     return out.with_name(out.name + ".replaced.run")
 
 
-def keep_until_finished(out: Path, run_id: str) -> list[Path]:
-    """Copies of the output (and of a Parquet sweep's journal) as they are now, noted as run
+def run_id(keys: set[str]) -> str:
+    """A run as :func:`keep_until_finished` notes it: its points' keys' digest."""
+    import hashlib
+
+    return hashlib.sha1("\n".join(sorted(keys)).encode()).hexdigest()
+
+
+def keep_until_finished(out: Path, run_id: str) -> None:
+    """Copy the output (and a Parquet sweep's journal) as they are now, noted as run
     ``run_id``'s."""
     import shutil
 
-    copies = []
     for f in dict.fromkeys((out, journal(out))):
         # (run_sweep refuses to start where such a copy exists already)
         if f.is_file():
             shutil.copy2(f, replaced_copy(f))
-        copies.append(replaced_copy(f))
     write_atomic(replaced_owner(out), run_id + "\n")
-    return copies
 
 
 def is_owner(out: Path, run_id: str) -> bool:
@@ -303,5 +307,6 @@ __all__ = [
     "release_kept",
     "replaced_copy",
     "replaced_owner",
+    "run_id",
     "text",
 ]

@@ -11,7 +11,6 @@ interrupted-and-resumed sweep gives the same file as an uninterrupted one.
 
 from __future__ import annotations
 
-import hashlib
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -19,7 +18,7 @@ from typing import Any
 
 from ..errors import UserError
 from ..report.files import write_atomic
-from .fingerprint import point_salts, run_fingerprint
+from .fingerprint import point_salts
 from .plans import evaluate_point
 from .rows import (
     Rows,
@@ -35,6 +34,7 @@ from .rows import (
     release_kept,
     replaced_copy,
     replaced_owner,
+    run_id,
     text,
 )
 from .spec import Point, SweepSpec
@@ -177,11 +177,11 @@ def run_sweep(
             path="--out",
             hint="give another --out to keep them, or --replace to drop them",
         )
-    run_id = hashlib.sha1("\n".join(sorted(keys)).encode()).hexdigest()
+    this_run = run_id(keys)
     # This run, interrupted after it kept the file as it was: its copy already holds those
     # rows (the output now may hold some of this run's too), so it is neither refused nor
     # copied again.
-    resumed = is_owner(out, run_id)
+    resumed = is_owner(out, this_run)
     if stale and not resumed:
         for kept in [*(replaced_copy(f) for f in dict.fromkeys((out, journal(out)))),
                      replaced_owner(out)]:  # fmt: skip
@@ -202,7 +202,7 @@ def run_sweep(
     # was stays beside the new one (an interrupted run loses nothing of it), marked as this
     # run's, so that only this run, or this run resumed, removes it.
     if stale and not resumed:
-        keep_until_finished(out, run_id)
+        keep_until_finished(out, this_run)
     rows: Rows = []
     for p in pts:
         for r in have.get(p.key, []):
@@ -239,7 +239,7 @@ def run_sweep(
     final = finish(out, cols, rows)
     # (also the copy this run left when it was interrupted: its replacement is now complete;
     # never a copy another run kept, nor a file of the user's of that name)
-    release_kept(out, run_id)
+    release_kept(out, this_run)
     return final
 
 
@@ -250,6 +250,5 @@ __all__ = [
     "finish",
     "read_rows",
     "replaced_copy",
-    "run_fingerprint",
     "run_sweep",
 ]
