@@ -26,6 +26,9 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))  # its sibling accuracy_layers, as a module too
+
+from accuracy_layers import layer_rows, table4_rows  # noqa: E402
 
 from simulator.config.loading import load_scenario  # noqa: E402
 from simulator.config.reference import MemoryFigure  # noqa: E402
@@ -70,8 +73,6 @@ SETS = (
     "mlperf-gpt3-h100",
     "mlperf-llama31-405b",
 )
-KERNELS = ROOT / "benchmarks" / "results" / "h100-kernels-2026-11-23.json"
-TABLE4 = VALIDATION / "published" / "korthikanti2022_table4.csv"
 
 
 def predict_row(path: Path, overrides: list[str] | None = None) -> dict[str, Any]:
@@ -150,85 +151,6 @@ def nccl_rows(path: Path, overrides: list[str] | None = None) -> list[dict[str, 
                 "outlier": rec.get("outlier") or "",
             }
         )
-    return out
-
-
-def layer_rows() -> list[dict[str, Any]]:
-    """One transformer layer's forward+backward in eager PyTorch on the H100 of the 2026-11-23
-    device run (benchmarks/gpu_kernels.py), against the per-layer programs the engine runs."""
-    from simulator.config.loading import resolve_dict
-    from simulator.engine.sim import Simulation
-
-    out = []
-    for r in json.loads(KERNELS.read_text())["layers"]:
-        sc = {
-            "name": f"h100-layer-h{r['hidden']}-s{r['seq']}-b{r['batch']}-{r['mode']}",
-            "cluster": {"gpu": "h100-sxm-80gb", "gpus_per_node": 1, "fabric": "nvlink4-nvswitch"},
-            "model": {
-                "layers": 1,
-                "hidden": r["hidden"],
-                "heads": r["heads"],
-                "vocab": 4096,
-                "mlp": "gelu",
-                "norm": "layernorm",
-                "position": "learned",
-                "max_positions": r["seq"],
-            },
-            "training": {
-                "seq_len": r["seq"],
-                "global_batch": r["batch"],
-                "micro_batch": r["batch"],
-                "param_gather_dtype": "fp32" if r["mode"] == "autocast" else "bf16",
-            },
-            "software": "pytorch-eager",  # the device run's torch 2.11
-        }
-        sim = Simulation(resolve_dict(sc))
-        pred = sim.p_fwd.duration + sim.p_bwd.duration
-        out.append(
-            {
-                "row": sc["name"],
-                "metric": "layer_fwd_bwd_s",
-                "published": r["fwd_bwd_s"],
-                "predicted": pred,
-                "error": pred / r["fwd_bwd_s"] - 1.0,
-                "breakdown": {},
-            }
-        )
-    return out
-
-
-def table4_rows(overrides: list[str] | None = None) -> list[dict[str, Any]]:
-    """Korthikanti et al. 2022 (arXiv 2205.05198) Table 4: one transformer layer of their 22B
-    model (Table 3: 8 A100, TP 8, micro-batch 4, sequence 2048) forward and backward, per
-    technique, against the per-layer programs the engine runs for the Table 5 22B scenario."""
-    from simulator.engine.sim import Simulation
-
-    base = load_scenario(VALIDATION / "korthikanti-table5" / "k22-22b-full.yaml", overrides)
-    out = []
-    with TABLE4.open() as f:
-        for r in csv.DictReader(f):
-            par = base.parallelism.model_copy(
-                update={
-                    "recompute": r["recompute"],
-                    "sequence_parallel": r["sequence_parallel"] == "true",
-                }
-            )
-            sim = Simulation(base.model_copy(update={"parallelism": par}))
-            fwd, bwd = sim.p_fwd.duration, sim.p_bwd.duration
-            pub = float(r["combined_ms"]) * 1e-3
-            out.append(
-                {
-                    "row": "k22-22b-layer " + r["experiment"],
-                    "metric": "layer_fwd_bwd_s",
-                    "published": pub,
-                    "predicted": fwd + bwd,
-                    "error": (fwd + bwd) / pub - 1.0,
-                    "breakdown": {
-                        "fwd_err": fwd / (float(r["forward_ms"]) * 1e-3) - 1.0,
-                        "bwd_err": bwd / (float(r["backward_ms"]) * 1e-3) - 1.0,
-                    },
-                }
-            )
     return out
 
 
