@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))  # its sibling accuracy_layers, as a module too
 
-from accuracy_layers import layer_rows, table4_rows  # noqa: E402
+from accuracy_layers import layer_rows, table4_rows, v100_layer_rows  # noqa: E402
 
 from simulator.config.loading import load_scenario  # noqa: E402
 from simulator.config.reference import MemoryFigure  # noqa: E402
@@ -72,6 +72,7 @@ SETS = (
     "nccl-tests-heldout",
     "mlperf-gpt3-h100",
     "mlperf-llama31-405b",
+    "v100-eager-layers",
 )
 
 
@@ -182,6 +183,8 @@ def run(sets: list[str], overrides: list[str] | None = None) -> dict[str, Any]:
             rows = layer_rows()
         elif name == "korthikanti-table4":
             rows = table4_rows(overrides)
+        elif name == "v100-eager-layers":
+            rows = v100_layer_rows()
         for path in sorted((VALIDATION / name).glob("*.yaml")):
             if name.startswith("nccl-tests"):
                 rows += nccl_rows(path, overrides)

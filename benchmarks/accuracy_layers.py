@@ -1,7 +1,7 @@
 """Per-layer accuracy sets: one transformer layer's forward and backward time against the
 per-layer programs the engine runs (``Simulation.p_fwd`` and ``p_bwd``), for
-``benchmarks/accuracy.py``: the H100 device run of 2026-11-23 in eager PyTorch and
-Korthikanti et al. 2022's Table 4."""
+``benchmarks/accuracy.py``: the H100 device run of 2026-11-23 in eager PyTorch, Korthikanti et
+al. 2022's Table 4, and a BERT-large layer in eager PyTorch on a V100 (held out)."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ ROOT = Path(__file__).resolve().parents[1]
 VALIDATION = ROOT / "scenarios" / "validation"
 KERNELS = ROOT / "benchmarks" / "results" / "h100-kernels-2026-11-23.json"
 TABLE4 = VALIDATION / "published" / "korthikanti2022_table4.csv"
+SUBSTATION = VALIDATION / "published" / "substation_v100_bert_layer.csv"
 
 
 def layer_rows() -> list[dict[str, Any]]:
@@ -97,4 +98,60 @@ def table4_rows(overrides: list[str] | None = None) -> list[dict[str, Any]]:
     return out
 
 
-__all__ = ["layer_rows", "table4_rows"]
+def v100_layer_rows() -> list[dict[str, Any]]:
+    """One BERT-large encoder layer's forward+backward in eager PyTorch on a V100 SXM2
+    (spcl/substation README, Ivanov et al. 2021; scenarios/validation/published/
+    substation_SOURCE.md), against the per-layer programs the engine runs."""
+    from simulator.config.loading import resolve_dict
+    from simulator.engine.sim import Simulation
+
+    out = []
+    with SUBSTATION.open() as f:
+        for r in csv.DictReader(f):
+            b, s = int(r["batch"]), int(r["seq"])
+            sc = {
+                "name": f"v100-bert-large-layer-b{b}-s{s}",
+                "cluster": {
+                    "gpu": "v100-sxm2-32gb",
+                    "gpus_per_node": 1,
+                    "fabric": "nvlink2-nvswitch",
+                },
+                "model": {
+                    "layers": 1,
+                    "hidden": int(r["hidden"]),
+                    "heads": int(r["heads"]),
+                    "ffn_hidden": int(r["ffn"]),
+                    "vocab": 4096,
+                    "mlp": "gelu",
+                    "norm": "layernorm",
+                    "position": "learned",
+                    "max_positions": s,
+                    "linear_bias": True,
+                    "dropout": True,
+                },
+                "training": {
+                    "seq_len": s,
+                    "global_batch": b,
+                    "micro_batch": b,
+                    "precision": "fp16",
+                    "flash_attention": False,
+                },
+                "software": "pytorch-eager",
+            }
+            sim = Simulation(resolve_dict(sc))
+            pred = sim.p_fwd.duration + sim.p_bwd.duration
+            pub = float(r["fwd_bwd_ms"]) * 1e-3
+            out.append(
+                {
+                    "row": sc["name"],
+                    "metric": "layer_fwd_bwd_s",
+                    "published": pub,
+                    "predicted": pred,
+                    "error": pred / pub - 1.0,
+                    "breakdown": {},
+                }
+            )
+    return out
+
+
+__all__ = ["layer_rows", "table4_rows", "v100_layer_rows"]
