@@ -265,7 +265,7 @@ def test_unknown_model_preset_in_a_reference() -> None:
         ("parallelism.tp", None, "is not PATH=VALUE"),
         ("=4", None, "empty path"),
         ("parallelism.tp=abc", "parallelism.tp", "valid integer"),
-        ("parallelism.tp=[", "parallelism.tp", "valid integer"),
+        ("parallelism.tp=[", "parallelism.tp", "is not valid YAML"),
         ("parallelism.tensor_parallel=4", "parallelism.tensor_parallel", "unknown field"),
         ("training.precision=fp4", "training.precision", "fp4"),
     ],

@@ -28,8 +28,7 @@ def check_layout(
             f"TP={par.tp} does not divide the {model.heads} attention heads of {model.name}",
             file=file,
             path="parallelism.tp",
-            hint=f"use a TP that divides {model.heads}: "
-            + ", ".join(str(d) for d in _divisors(model.heads) if d <= 64),
+            hint=f"use a TP that divides {model.heads}: " + _tp_choices(model),
         )
     if model.n_kv_heads % par.tp and par.tp % model.n_kv_heads:
         raise UserError(
@@ -37,7 +36,8 @@ def check_layout(
             "one another",
             file=file,
             path="parallelism.tp",
-            hint="use a TP that divides the KV heads or is a multiple of them",
+            hint="use a TP that divides the KV heads or is a multiple of them: "
+            + _tp_choices(model),
         )
     if model.ffn % par.tp:
         raise UserError(
@@ -45,8 +45,7 @@ def check_layout(
             "(each TP rank holds an equal column slice of the MLP)",
             file=file,
             path="parallelism.tp",
-            hint="use a TP that divides it: "
-            + ", ".join(str(d) for d in range(1, 65) if model.ffn % d == 0),
+            hint="use a TP that divides it: " + _tp_choices(model),
         )
     sh = par.sharding
     if isinstance(sh, FSDPSharding) and sh.shard_group is not None:
@@ -66,6 +65,13 @@ def check_layout(
                 + ", ".join(str(d) for d in _divisors(dp * par.cp)[:12]),
             )
     v = par.virtual_stages
+    if v > 1 and par.pp == 1:  # before the chunks: no virtual stage count helps PP 1
+        raise UserError(
+            "the interleaved schedule needs PP > 1",
+            file=file,
+            path="parallelism.pp_schedule",
+            hint="use kind: 1f1b, or raise pp",
+        )
     if par.stage_layers is not None:
         sl = par.stage_layers
         # Only the ends may be empty: the first chunk can hold just the embedding and the last
@@ -156,13 +162,6 @@ def check_layout(
             path="training.param_gather_dtype",
             hint="set training.param_gather_dtype: bf16 (or remove it), or train in fp8 with "
             "sharding: {kind: fsdp} (or ZeRO stage 3)",
-        )
-    if v > 1 and par.pp == 1:
-        raise UserError(
-            "the interleaved schedule needs PP > 1",
-            file=file,
-            path="parallelism.pp_schedule",
-            hint="use kind: 1f1b, or raise pp",
         )
     if par.pp > 1 and v > 1 and (tr.global_batch // (dp * tr.micro_batch)) % par.pp:
         raise UserError(
@@ -297,6 +296,21 @@ __all__ = [
     "check_offload",
     "check_stack",
 ]
+
+
+def _tp_choices(model: ModelSpec) -> str:
+    """The TP degrees up to 64 that every per-head and per-column split of ``model`` allows
+    (the attention heads, the KV heads, the feed-forward width), so a hint never names one the
+    next check refuses; the GPUs must hold it too."""
+    ok = [
+        d
+        for d in _divisors(model.heads)
+        if d <= 64
+        and (model.n_kv_heads % d == 0 or d % model.n_kv_heads == 0)
+        and model.ffn % d == 0
+    ]
+    allowed = ", ".join(str(d) for d in ok)
+    return f"{allowed} (what its heads, KV heads and feed-forward width allow)"
 
 
 def _chunks_hint(layers: int, pp: int, v: int, more: bool) -> str:

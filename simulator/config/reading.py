@@ -166,14 +166,34 @@ def replaced_fields(data: dict[str, Any], sets: list[str]) -> list[str]:
         if "kind" in node and new_kind != node["kind"]:
             continue  # another kind of thing: the old kind's fields have no place in it
         lost = [k for k in node if k not in ("profile", "preset") and k not in kept | given]
+        if path == "cluster.pricing" and "tier" in lost and _ownership_price(value):
+            lost.remove("tier")  # an ownership price has no tier: nothing of it is lost
         if lost:
-            shown = ", ".join(f"{k}: {json.dumps(node[k])[:40]}" for k in lost)
+            shown = ", ".join(f"{k}: {_clipped(json.dumps(node[k]))}" for k in lost)
+            # the example is pasted as is: the whole value, of the field shortest to give
+            k = min(lost, key=lambda f: len(json.dumps(node[f])))
             out.append(
-                f"{path}={item.partition('=')[2].strip()[:60]} replaced the whole of {path} as "
-                f"written, and with it {shown}; to keep a field, set it too (e.g. "
-                f"{path}.{lost[0]}={json.dumps(node[lost[0]])[:40]})"
+                f"{path}={_clipped(item.partition('=')[2].strip(), 60)} replaced the whole of "
+                f"{path} as written, and with it {shown}; to keep a field, set it too (e.g. "
+                f"--set '{path}.{k}={json.dumps(node[k])}')"
             )
     return out
+
+
+def _ownership_price(value: Any) -> bool:
+    """Whether a ``cluster.pricing`` value names an ownership price profile."""
+    name = value.get("profile") if isinstance(value, dict) else value
+    if not isinstance(name, str):
+        return False
+    from ..catalog import load_catalog  # the catalogue reads YAML: loaded only when asked
+
+    prof = load_catalog().profiles.get(name)
+    return getattr(prof, "kind", None) == "ownership_price"
+
+
+def _clipped(text: str, width: int = 40) -> str:
+    """``text`` whole, or cut visibly (an ellipsis) where longer than ``width``."""
+    return text if len(text) <= width else text[: width - 1] + "…"
 
 
 def _get(data: Any, keys: list[str]) -> Any:
@@ -221,8 +241,27 @@ def apply_sets(data: dict[str, Any], sets: list[str], file: str | None) -> dict[
             value = load_text(raw)
         except YamlDuplicateKey as exc:
             raise UserError(f"--set '{path}': {exc}", hint="give each key once") from None
-        except (yaml.YAMLError, YamlLimit):
-            value = raw
+        except YamlLimit as exc:
+            raise UserError(
+                f"--set '{path.strip()}': its value is not a value a scenario holds ({exc})",
+                file=file,
+                path=path.strip(),
+                hint="give the value itself, without aliases or deep nesting",
+            ) from None
+        except yaml.YAMLError as exc:
+            if raw.strip()[:1] in ("{", "["):
+                # a mapping or list the user meant to give: kept as text, it would be refused
+                # later as an unknown profile or kind, far from the typo
+                problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+                shape = "{...}" if raw.strip()[0] == "{" else "[...]"
+                raise UserError(
+                    f"--set '{path.strip()}': {raw.strip()[:60]} is not valid YAML ({problem})",
+                    file=file,
+                    path=path.strip(),
+                    hint="close every { and [ it opens, and quote the whole --set for the "
+                    f"shell: --set '{path.strip()}={shape}'",
+                ) from None
+            value = raw  # free text that YAML cannot read as a value (a name with ': ')
         except ValueError:  # e.g. an impossible date
             value = raw
         try:
