@@ -73,6 +73,7 @@ SETS = (
     "mlperf-gpt3-h100",
     "mlperf-llama31-405b",
     "v100-eager-layers",
+    "heldout-2023",
 )
 
 
