@@ -45,7 +45,7 @@ def _key_figures(p: Any) -> str:
     if kind == "network":
         return f"{p.port_gbps.value:g} Gb/s per port, {p.latency_us.value:g} us"
     if kind == "storage":
-        return f"read {p.read_gbps_per_client.value:g} GB/s per node"
+        return f"read {p.read_gbps_per_client.value:g} GB/s per host"
     if kind == "cloud_price":
         return f"${p.on_demand_usd_per_gpu_hour.value:.2f}/GPU-h on demand ({p.as_of})"
     if kind == "ownership_price":

@@ -98,22 +98,28 @@ def checkpoint(rs: ResolvedScenario) -> Checkpoint:
     copies = replicas / shard_group(rs)  # HSDP: the shard groups hold a copy each
     weights = w * (copies if z >= 3 else replicas)
     loaded = params * (weights + opt * (copies if z >= 1 else replicas))
+    hosts = rs.fabric.hosts(rs.gpus_per_node)  # storage clients per node
+    per_host = -(-rs.gpus_per_node // hosts)
     if z >= 1:
-        writers = rs.nodes
-    else:  # the nodes of data-parallel replica 0: its TP x PP x CP ranks
+        writers = rs.nodes * hosts
+    else:  # the hosts of data-parallel replica 0: its TP x PP x CP ranks
         lay = layout_of(rs)
+        gpn = rs.gpus_per_node
         writers = len(
             {
-                lay.node(lay.rank(t, c, 0, p))
-                for t in range(rs.tp)
-                for c in range(rs.cp)
-                for p in range(rs.pp)
+                (r // gpn, r % gpn // per_host)
+                for r in (
+                    lay.rank(t, c, 0, p)
+                    for t in range(rs.tp)
+                    for c in range(rs.cp)
+                    for p in range(rs.pp)
+                )
             }
         )
     write = st.write_gbps_per_client.value * writers
     if st.aggregate_write_gbps is not None:
         write = min(write, st.aggregate_write_gbps.value)
-    read = st.read_gbps_per_client.value * rs.nodes
+    read = st.read_gbps_per_client.value * rs.nodes * hosts
     if st.aggregate_read_gbps is not None:
         read = min(read, st.aggregate_read_gbps.value)
     return Checkpoint(

@@ -270,6 +270,12 @@ class FabricProfile(_Profile):
         description="pcie_host: CPU sockets a node's GPUs are split over, in order; only "
         "traffic between sockets crosses shared_uplink_gbps",
     )
+    gpus_per_host: Num | None = Field(
+        default=None,
+        description="GPUs per host (a server with its own CPUs, NICs and storage client) where "
+        "one node of this fabric spans several, as a rack-scale NVLink domain does; unset: "
+        "the node is one host",
+    )
     ll128: SourcedFlag | None = Field(
         default=None,
         description="whether NCCL runs its LL128 protocol (128-byte lines, 120 of data) on this "
@@ -281,6 +287,13 @@ class FabricProfile(_Profile):
         description="calibrated: collectives follow the probe's α-β fits as measured, with no "
         "NCCL protocol model on top; unset: NCCL's model",
     )
+
+    def hosts(self, gpus_per_node: int) -> int:
+        """Servers in a node of ``gpus_per_node`` GPUs, each with its own storage client:
+        several where the NVLink domain spans compute trays (``gpus_per_host``), else one."""
+        if self.gpus_per_host is None:
+            return 1
+        return -(-gpus_per_node // max(1, round(self.gpus_per_host.value)))
 
 
 class NetworkProfile(_Profile):
@@ -309,8 +322,11 @@ class NetworkProfile(_Profile):
 class StorageProfile(_Profile):
     kind: Literal["storage"] = "storage"
     technology: Literal["local_nvme", "parallel_fs", "nfs", "object_store"]
-    read_gbps_per_client: Num = Field(description="sequential read per node, GB/s")
-    write_gbps_per_client: Num = Field(description="sequential write per node, GB/s")
+    read_gbps_per_client: Num = Field(
+        description="sequential read per host (a node, or each compute tray of a node the "
+        "fabric's gpus_per_host splits), GB/s"
+    )
+    write_gbps_per_client: Num = Field(description="sequential write per host, GB/s")
     aggregate_read_gbps: Num | None = Field(
         default=None, description="whole-system read ceiling, GB/s (none: scales per node)"
     )

@@ -33,8 +33,8 @@ class LinkSharing:
     # -- links ---------------------------------------------------------------------------------
     def _capacity(self, key: tuple) -> float:
         st = self.rs.storage
-        if key[0] == "storage_client":
-            return st.read_gbps_per_client.value * 1e9
+        if key[0] == "storage_client":  # a node's clients: one per host
+            return st.read_gbps_per_client.value * 1e9 * self.rs.fabric.hosts(self.rs.gpus_per_node)
         if key[0] == "storage_agg":
             assert st.aggregate_read_gbps is not None
             return st.aggregate_read_gbps.value * 1e9
