@@ -133,7 +133,9 @@ def why(a: dict[str, Any], b: dict[str, Any], key: str) -> str:
         per_gpu = _gpu_time_why(a, b)
         if per_gpu:
             return per_gpu
-    if key == "mfu" and not same_model([a, b]):
+    if key == "mfu":
+        # a share of the peak, whatever the step's length or tokens: never seconds or tokens
+        # per step (a GB200 rack's lower fp8 MFU was put down to its shorter step)
         return _mfu_why(a, b)
     tps_a, tps_b = a.get("tokens_per_s") or 0.0, b.get("tokens_per_s") or 0.0
     if _differs(a["step_time_s"], b["step_time_s"]) or _differs(tps_a, tps_b):
@@ -147,17 +149,20 @@ def same_model(results: list[dict[str, Any]]) -> bool:
 
 
 def _mfu_why(a: dict[str, Any], b: dict[str, Any]) -> str:
-    """Why ``a`` reaches a higher MFU than ``b`` when they train different models, whose steps
-    do not compare in seconds: MFU is the share of the step spent computing times the model
-    FLOP rate while computing (a share of the peak), and the larger of the two ratios is the
-    reason: the part of the step besides compute that ``b`` spends most on, or the rate, with
-    the recomputation behind a lower one (hardware FLOPs per model FLOP)."""
+    """Why ``a`` reaches a higher MFU than ``b``: MFU is the share of the step spent computing
+    times the model FLOP rate while computing (a share of the peak), whatever the model, the
+    cluster or the step's length, and the larger of the two ratios is the reason: the part of
+    the step besides compute that ``b`` spends most on, or the rate, with the lower peak ``a``
+    divides by or the recomputation behind ``b``'s lower one (hardware FLOPs per model FLOP)."""
     ca, cb = (r["breakdown_s"].get("compute", 0.0) / r["step_time_s"] for r in (a, b))
     ma, mb = float(a.get("mfu") or 0.0), float(b.get("mfu") or 0.0)
     if ca > 0 and cb > 0 and ma > 0 and mb > 0:
         ra, rb = ma / ca, mb / cb
         if ca / cb < ra / rb:
             why = f"model FLOPs at {ra:.0%} vs {rb:.0%} of the peak while computing"
+            ta, tb = a.get("model_tflops_per_gpu"), b.get("model_tflops_per_gpu")
+            if ta and tb and round(ta / ma) < round(tb / mb):
+                why += f" (a lower peak to reach: {ta / ma:,.0f} vs {tb / mb:,.0f} TFLOP/s per GPU)"
             ha, hb = (float(r.get("hfu") or 0.0) / float(r["mfu"]) for r in (a, b))
             if hb > ha * 1.01:
                 why += f" ({ha:.2f} vs {hb:.2f} FLOPs computed per model FLOP: recomputation)"

@@ -104,3 +104,23 @@ def test_an_ownership_price_loses_no_tier() -> None:
     assert replaced_fields(data, ["cluster.pricing=own-dgx-h100"]) == []
     (note,) = replaced_fields(data, ["cluster.pricing=gcp-a3-h100"])
     assert "tier" in note
+
+
+def test_an_mfu_verdict_is_never_put_down_to_tokens_per_step() -> None:
+    """A GB200 rack in fp8 against 64 H100 in bf16, the same model: the H100 plan's higher MFU
+    comes from the share of a far lower peak it reaches, not from its longer step carrying
+    more tokens (MFU does not depend on tokens per step)."""
+    rep = json.loads(
+        run_cli(
+            "compare",
+            str(REPO / "scenarios" / "llama3-70b-1xgb200-nvl72.yaml"),
+            str(BASE),
+            "--format",
+            "json",
+        ).stdout
+    )
+    mfu = {m["metric"]: m for m in rep["metrics"]}["mfu"]
+    assert mfu["best"] == "llama3-70b-64xh100", mfu
+    assert "tokens per step" not in mfu["verdict"], mfu["verdict"]
+    assert "of the peak while computing" in mfu["verdict"], mfu["verdict"]
+    assert "a lower peak to reach" in mfu["verdict"], mfu["verdict"]
