@@ -312,7 +312,14 @@ def fit_speed_cv(block_times: list[list[float]]) -> tuple[float, int]:
     return float((q3 - q1) / 1.349 / med), int(xs.size)
 
 
-FITTED_COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast")
+FITTED_COLLECTIVES = (
+    "all_reduce",
+    "all_gather",
+    "reduce_scatter",
+    "all_to_all",
+    "broadcast",
+    "p2p",  # pipeline sends
+)
 
 
 def fitted_block(fits: list[AlphaBeta], group: str, src: Callable[[str], str]) -> dict[str, Any]:

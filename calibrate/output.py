@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -26,27 +26,51 @@ class Calibration:
     storage: dict[str, Any]
     sidecar: dict[str, Any]
     fits: list[AlphaBeta]
+    # profiles of an earlier calibration under this name that this one removed (see write)
+    removed: list[Path] = field(default_factory=list)
 
 
 def write(cal: Calibration, out_dir: str | Path, probe_file: str = "") -> list[Path]:
     """Write the calibration's profiles and sidecar into ``out_dir``, each atomically, after
     every profile has passed the checks a profile folder's loading applies: a calibration
-    that would not load writes nothing (an earlier one under the same name stays whole)."""
+    that would not load writes nothing (an earlier one under the same name stays whole). An
+    earlier calibration's profile this one does not write is removed (``cal.removed``)."""
     profiles = [p for p in (cal.gpu, cal.fabric, cal.network, cal.storage) if p is not None]
     texts = [yaml.safe_dump(p, sort_keys=False, width=100, allow_unicode=True) for p in profiles]
     for prof in profiles:
         _loads(prof, probe_file)
     d = Path(out_dir)
     d.mkdir(parents=True, exist_ok=True)
+    record = d / f"{cal.name}.calibration.json"
+    earlier = _is_calibration(record)  # re-calibrating: its profiles are this name's to replace
     written = []
     for prof, text in zip(profiles, texts, strict=True):
         p = d / f"{prof['name']}.yaml"
         write_atomic(p, text)
         written.append(p)
-    p = d / f"{cal.name}.calibration.json"
-    write_atomic(p, json.dumps(finite(cal.sidecar), indent=1, allow_nan=False))
-    written.append(p)
+    write_atomic(record, json.dumps(finite(cal.sidecar), indent=1, allow_nan=False))
+    written.append(record)
+    if earlier:
+        # A profile the earlier calibration wrote and this one does not (a network, where the
+        # new probe ran on one node) would outlive it: a scenario or `validate` naming it
+        # would time half the cluster by another probe.
+        kept = {prof["name"] for prof in profiles}
+        for n, kind in own_profiles(cal.name).items():
+            p = d / f"{n}.yaml"
+            if n not in kept and p.is_file() and _kind_of(p) == kind:
+                p.unlink()
+                cal.removed.append(p)
     return written
+
+
+def own_profiles(name: str) -> dict[str, str]:
+    """The profiles a calibration named ``name`` may write, by name: their kinds."""
+    return {
+        name: "gpu",
+        f"{name}-fabric": "fabric",
+        f"{name}-network": "network",
+        f"{name}-storage": "storage",
+    }
 
 
 def _loads(prof: dict[str, Any], probe_file: str) -> None:
@@ -107,9 +131,7 @@ def check_free(name: str, out_dir: str | Path) -> None:
             path="--name",
             hint="pick another name for the calibration, or another --out-dir",
         )
-    kinds = {name: "gpu", f"{name}-fabric": "fabric", f"{name}-network": "network"}
-    kinds[f"{name}-storage"] = "storage"
-    for n, kind in kinds.items():
+    for n, kind in own_profiles(name).items():
         here = target / f"{n}.yaml"
         prof = cat.profiles.get(n)
         if prof is not None:

@@ -89,7 +89,8 @@ def load_probe(path: str | Path) -> dict[str, Any]:
             path="format",
             hint="give the JSON file `clustersim probe --out` wrote",
         )
-    if data.get("version") != VERSION:
+    version = data.get("version")
+    if isinstance(version, bool) or version != VERSION:  # JSON true is no version (True == 1)
         raise UserError(
             f"probe file version {data.get('version')!r} is not supported "
             f"(this clustersim reads version {VERSION!r}, a whole number)",

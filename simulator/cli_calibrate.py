@@ -247,6 +247,7 @@ def calibrate(
         _json(
             {
                 "profiles": [str(f) for f in files],
+                "removed": [str(f) for f in cal.removed],
                 "fits": [f.as_dict() for f in cal.fits],
                 "compute_fit": cal.sidecar["compute_fit"],
                 "in_sample": check,

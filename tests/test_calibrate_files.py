@@ -153,3 +153,52 @@ def test_a_gpu_probes_memory_is_the_devices_never_the_hosts() -> None:
     probe["devices"] = ["NVIDIA L40S"]
     with pytest.raises(UserError, match="no device memory"):
         calibrate(probe, "p.json", "zz")
+
+
+def test_recalibrating_removes_the_earlier_network_profile(tmp_path: Path) -> None:
+    """Re-calibrating under a name from a one-node probe, after a two-node probe wrote
+    NAME-network, removes that network profile (it was kept, and a scenario or `validate`
+    naming it timed the network by the earlier probe); the run says so."""
+    from conftest import h100_probe_two_ranks, run_cli
+
+    two = h100_probe_two_ranks()
+    two.update(world_size=4, procs_per_node=2)
+    two["collectives"] += [
+        {
+            "op": "all_reduce",
+            "group": "inter",
+            "group_size": 2,
+            "bytes": b,
+            "time_s": 2e-4 + b / 5e8,
+        }
+        for b in (2**k for k in range(10, 25, 2))
+    ]
+    one = h100_probe_two_ranks()
+    for name, data in (("two.json", two), ("one.json", one)):
+        (tmp_path / name).write_text(json.dumps(data))
+    out = tmp_path / "cal"
+    res = run_cli("calibrate", str(tmp_path / "two.json"), "--name", "st2", "--out-dir", str(out))
+    assert res.returncode == 0, res.stderr
+    assert (out / "st2-network.yaml").is_file()
+    res = run_cli("calibrate", str(tmp_path / "one.json"), "--name", "st2", "--out-dir", str(out))
+    assert res.returncode == 0, res.stderr
+    assert not (out / "st2-network.yaml").exists()
+    assert "removed" in res.stdout and "st2-network.yaml" in res.stdout
+    assert {p.name for p in out.iterdir()} == {
+        "st2.yaml",
+        "st2-fabric.yaml",
+        "st2-storage.yaml",
+        "st2.calibration.json",
+    }
+
+
+@pytest.mark.parametrize("version", [True, "1", 2, 1.5])
+def test_a_probe_version_is_the_whole_number_one(tmp_path: Path, version: object) -> None:
+    """JSON true equals 1 in Python: it is refused as a version all the same."""
+    data = json.loads(json.dumps(PROBE))
+    data["version"] = version
+    f = tmp_path / "p.json"
+    f.write_text(json.dumps(data))
+    with pytest.raises(UserError) as exc:
+        load_probe(f)
+    assert exc.value.path == "version"

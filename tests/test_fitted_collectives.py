@@ -100,3 +100,45 @@ def test_a_fit_no_link_could_have_is_left_out_of_the_fitted_block() -> None:
     flat = AlphaBeta("reduce_scatter", "fabric", 2, 1e-3, 1 / 0.79e6, 0.2, 0.5, 8)
     block = fitted_block([good, flat], "fabric", lambda s: s)
     assert set(block["collectives"]) == {"all_gather"}
+
+
+P2P_ALPHA, P2P_BW = 150e-6, 1.6e9  # a send slower to start than the all-reduce's 100 µs
+
+
+def test_a_pipeline_send_takes_the_probes_p2p_fit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The probe's point-to-point fit reaches the fabric's fitted block, and a send is timed
+    by it: one α and its bytes at the fitted bandwidth (it was left out, and a send on a
+    calibrated fabric lost its α altogether: 1 us for a 1 KiB send measured at 119)."""
+    probe = h100_probe_two_ranks()
+    probe["collectives"] += [
+        {
+            "op": "p2p",
+            "group": "intra",
+            "group_size": 2,
+            "bytes": b,
+            "time_s": P2P_ALPHA + b / P2P_BW,
+        }
+        for b in (2**k for k in range(10, 25, 2))
+    ]
+    (tmp_path / "p.json").write_text(json.dumps(probe))
+    out = tmp_path / "cal"
+    out.mkdir()
+    monkeypatch.setenv("CLUSTERSIM_PROFILE_PATH", str(out))
+    res = run_cli("calibrate", str(tmp_path / "p.json"), "--name", "fc", "--out-dir", str(out))
+    assert res.returncode == 0, res.stderr
+    fitted = yaml.safe_load((out / "fc-fabric.yaml").read_text())["fitted"]["collectives"]
+    assert "p2p" in fitted
+    tier = _tier()
+    for size in (1 << 10, 1 << 22):
+        _, _, t = choose("p2p", GroupShape(2, 1), float(size), tier, None)
+        assert t == pytest.approx(P2P_ALPHA + size / P2P_BW, rel=0.02)
+
+
+def test_a_send_on_a_fitted_fabric_without_a_p2p_fit_keeps_its_alpha(calibrated: Path) -> None:
+    """Without a p2p fit a send takes the tier's own α (the all-reduce fit's) and bandwidth."""
+    tier = _tier()
+    _, _, t = choose("p2p", GroupShape(2, 1), 1024.0, tier, None)
+    assert t == pytest.approx(tier.alpha + 1024.0 / tier.bandwidth, rel=1e-6)
+    assert t >= tier.alpha > 0  # one α, not none

@@ -216,7 +216,7 @@ class GPUProfile(_Profile):
         raise KeyError(dtype)
 
 
-FittedColl = Literal["all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast"]
+FittedColl = Literal["all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "p2p"]
 
 
 class CollectiveFit(BaseModel):

@@ -245,9 +245,15 @@ def as_fitted(ph: Phase, coll: Coll, link: TierLink) -> Phase:
         if name == coll:
             alpha, bandwidth = a, b
     wire = ph.wire_bytes * (link.bandwidth / bandwidth) if bandwidth > 0 else ph.wire_bytes
+    # a phase that counts no steps (a point-to-point send: one hop) keeps its own α terms,
+    # each at the fit's α (it lost them all: a 1 KiB send took 1 us against 119 measured)
+    if ph.steps > 0:
+        latency = ph.steps * alpha
+    else:
+        latency = ph.latency * (alpha / link.alpha) if link.alpha > 0 else ph.latency
     return replace(
         ph,
-        latency=ph.steps * alpha,
+        latency=latency,
         wire_bytes=wire,
         port=0.0,  # the fit timed the collective whole, fabric hops included
         extra_ll=0.0,

@@ -113,6 +113,8 @@ def print_calibration(
         )
     for path in files:
         out.print(f"{'replaced' if replaced else 'wrote'} {safe(str(path))}")
+    for path in getattr(cal, "removed", []):
+        out.print(f"removed {safe(str(path))} (the earlier calibration's; this probe has none)")
     if hint:
         out.print(safe(hint))
 
