@@ -125,3 +125,19 @@ def test_pp_levers_split_the_layers_per_chunk_and_skip_listed_stages() -> None:
         ["parallelism.pp_schedule={kind: 1f1b}", "parallelism.stage_layers=[19, 21, 21, 19]"],
     )
     assert not [c for c in _candidate_changes(listed) if c.startswith("parallelism.pp=")]
+
+
+def test_a_plan_near_the_gpus_memory_is_called_tight() -> None:
+    """A plan that fits above 85% of the GPU's memory is tight (PyTorch's caching allocator
+    reserves more than the live tensors the model counts): said in the table and the JSON;
+    one with room is not."""
+    from simulator.check import TIGHT_SHARE
+
+    near = REPO / "scenarios/validation/llmfoundry-a100-80gb/mpt-30b-a100-80gb-s8192-g8-mb1.yaml"
+    d = _check(str(near))
+    mem = d["memory_gb_per_gpu"]
+    assert d["fits"] and mem["total"] > TIGHT_SHARE * mem["capacity"] and d["tight"]
+    res = run_cli("check", str(near))
+    assert res.returncode == 0 and "tight" in res.stdout
+    roomy = _check(str(REPO / "scenarios/llama3-8b-8xh100.yaml"))
+    assert roomy["fits"] and not roomy["tight"]

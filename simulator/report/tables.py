@@ -8,7 +8,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from ..check import CheckReport
+from ..check import TIGHT_SHARE, CheckReport
 from ..config.hardware import Sourced, _Profile
 from .text import duration, safe, usd
 
@@ -116,6 +116,13 @@ def print_check(rep: CheckReport, console: Console) -> None:
             f"[green]fits[/green]: peak {peak.total_gb:.1f} GB of {rep.memory.capacity_gb:.2f} GB"
             f" (stage {peak.stage})"
         )
+        if rep.tight:
+            console.print(
+                f"[yellow]tight[/yellow]: above {TIGHT_SHARE:.0%} of the GPU's memory; PyTorch's "
+                "caching allocator reserves more than the live tensors counted here (torchtitan's "
+                "logged peaks run 10-30% above this model's), so leave headroom: a smaller "
+                "micro-batch, more recomputation or more sharding"
+            )
     else:
         peak = rep.memory.peak
         console.print(
