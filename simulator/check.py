@@ -10,7 +10,7 @@ from .config.loading import resolve_dict
 from .config.scenario import ResolvedScenario
 from .errors import UserError
 from .workload.comm import comm_summary
-from .workload.memory import MemoryReport, memory_report
+from .workload.memory import TIGHT_SHARE, MemoryReport, memory_report
 from .workload.model import (
     hardware_flops_per_token,
     model_flops_per_token,
@@ -72,14 +72,6 @@ class CheckReport:
             "comm_bytes_per_step_per_gpu": self.comm_bytes,
             "levers": [{"set": lv.change, "peak_gb": lv.peak_gb} for lv in self.levers],
         }
-
-
-# A plan whose modelled peak is above this share of the GPU's memory is called tight: PyTorch's
-# caching allocator holds more than the live tensors (freed blocks it keeps, fragmentation),
-# and the peaks torchtitan logs (max_memory_reserved, README "Accuracy") run 10-30% above this
-# model's peak on 18 of its 20 runs (mean 17.5%): at 85% of capacity such a plan may not fit,
-# or may run slowed by the allocator flushing its cache.
-TIGHT_SHARE = 0.85
 
 
 def _candidate_changes(rs: ResolvedScenario) -> list[str]:

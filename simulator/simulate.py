@@ -20,7 +20,7 @@ from .errors import UserError
 from .interruptions import RunReport, run_report
 from .limits import check_dp_collectives, check_full_size, check_trace_size
 from .metrics import Metrics, compute_metrics
-from .workload.memory import memory_report
+from .workload.memory import TIGHT_SHARE, memory_report
 from .workload.model import attention_core_flops_per_token, model_flops_per_token
 
 
@@ -144,6 +144,13 @@ def simulate(
             f"{rs.gpu.capacity_gb:,.1f} GB there is: it cannot run as given, and every "
             "figure here is for a plan that does not fit (`clustersim check` suggests changes "
             "that make it fit)",
+        )
+    elif met.memory_gb_per_gpu > TIGHT_SHARE * rs.gpu.capacity_gb:
+        notes.append(
+            f"memory is tight: {met.memory_gb_per_gpu:,.1f} GB per GPU of "
+            f"{rs.gpu.capacity_gb:,.1f} GB, above {TIGHT_SHARE:.0%}; PyTorch's caching "
+            "allocator reserves more than the live tensors counted here, so leave headroom "
+            "(`clustersim check`)"
         )
     m, seq = rs.model, rs.training.seq_len
     attention = m.layers * 3.0 * attention_core_flops_per_token(m, seq)

@@ -131,7 +131,7 @@ def test_a_plan_near_the_gpus_memory_is_called_tight() -> None:
     """A plan that fits above 85% of the GPU's memory is tight (PyTorch's caching allocator
     reserves more than the live tensors the model counts): said in the table and the JSON;
     one with room is not."""
-    from simulator.check import TIGHT_SHARE
+    from simulator.workload.memory import TIGHT_SHARE
 
     near = REPO / "scenarios/validation/llmfoundry-a100-80gb/mpt-30b-a100-80gb-s8192-g8-mb1.yaml"
     d = _check(str(near))
@@ -141,3 +141,6 @@ def test_a_plan_near_the_gpus_memory_is_called_tight() -> None:
     assert res.returncode == 0 and "tight" in res.stdout
     roomy = _check(str(REPO / "scenarios/llama3-8b-8xh100.yaml"))
     assert roomy["fits"] and not roomy["tight"]
+    # simulate says it among its notes
+    sim = json.loads(run_cli("simulate", str(near), "--no-scaling", "--format", "json").stdout)
+    assert any(n.startswith("memory is tight") for n in sim["notes"])

@@ -8,8 +8,9 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from ..check import TIGHT_SHARE, CheckReport
+from ..check import CheckReport
 from ..config.hardware import Sourced, _Profile
+from ..workload.memory import TIGHT_SHARE
 from .text import duration, safe, usd
 
 
