@@ -146,9 +146,9 @@ def simulate(
             "that make it fit)",
         )
     elif met.memory_gb_per_gpu > TIGHT_SHARE * rs.gpu.capacity_gb:
+        # (no figures of its own: a sweep prints a note once for all the points it concerns)
         notes.append(
-            f"memory is tight: {met.memory_gb_per_gpu:,.1f} GB per GPU of "
-            f"{rs.gpu.capacity_gb:,.1f} GB, above {TIGHT_SHARE:.0%}; PyTorch's caching "
+            f"memory is tight: above {TIGHT_SHARE:.0%} of the GPU's; PyTorch's caching "
             "allocator reserves more than the live tensors counted here, so leave headroom "
             "(`clustersim check`)"
         )
