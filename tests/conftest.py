@@ -218,17 +218,17 @@ def h100_probe_two_ranks() -> dict[str, Any]:
 
     probe = json.loads((REPO / "benchmarks/results/probe-h100-2026-11-23.json").read_text())
     probe.update(world_size=2, procs_per_node=2)
-    probe["collectives"] = [
-        {
-            "op": "all_reduce",
-            "group": "intra",
-            "group_size": 2,
-            "bytes": b,
-            "time_s": 1e-4 + b / 1e9,
-        }
+    probe["collectives"] = collective_rows("all_reduce", "intra", lambda b: 1e-4 + b / 1e9)
+    return probe
+
+
+def collective_rows(op: str, group: str, time_s: Any) -> list[dict[str, Any]]:
+    """A probe's timings of ``op`` over a two-rank ``group`` at 1 KiB to 16 MiB (every fourth
+    power of two), each taking ``time_s(bytes)`` seconds."""
+    return [
+        {"op": op, "group": group, "group_size": 2, "bytes": b, "time_s": time_s(b)}
         for b in (2**k for k in range(10, 25, 2))
     ]
-    return probe
 
 
 def load_benchmark(name: str) -> Any:

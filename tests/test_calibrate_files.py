@@ -159,20 +159,11 @@ def test_recalibrating_removes_the_earlier_network_profile(tmp_path: Path) -> No
     """Re-calibrating under a name from a one-node probe, after a two-node probe wrote
     NAME-network, removes that network profile (it was kept, and a scenario or `validate`
     naming it timed the network by the earlier probe); the run says so."""
-    from conftest import h100_probe_two_ranks, run_cli
+    from conftest import collective_rows, h100_probe_two_ranks, run_cli
 
     two = h100_probe_two_ranks()
     two.update(world_size=4, procs_per_node=2)
-    two["collectives"] += [
-        {
-            "op": "all_reduce",
-            "group": "inter",
-            "group_size": 2,
-            "bytes": b,
-            "time_s": 2e-4 + b / 5e8,
-        }
-        for b in (2**k for k in range(10, 25, 2))
-    ]
+    two["collectives"] += collective_rows("all_reduce", "inter", lambda b: 2e-4 + b / 5e8)
     one = h100_probe_two_ranks()
     for name, data in (("two.json", two), ("one.json", one)):
         (tmp_path / name).write_text(json.dumps(data))

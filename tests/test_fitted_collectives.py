@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import h100_probe_two_ranks, run_cli
+from conftest import collective_rows, h100_probe_two_ranks, run_cli
 
 from simulator.config.loading import resolve_dict
 from simulator.network.collectives import GroupShape, choose
@@ -20,16 +20,9 @@ RS_ALPHA, RS_BW = 300e-6, 0.5e9  # a reduce-scatter slower than the all-reduce's
 
 def _probe_with_rs(tmp_path: Path) -> Path:
     probe = h100_probe_two_ranks()
-    probe["collectives"] += [
-        {
-            "op": "reduce_scatter",
-            "group": "intra",
-            "group_size": 2,
-            "bytes": b,
-            "time_s": RS_ALPHA + 0.5 * b / RS_BW,
-        }
-        for b in (2**k for k in range(10, 25, 2))
-    ]
+    probe["collectives"] += collective_rows(
+        "reduce_scatter", "intra", lambda b: RS_ALPHA + 0.5 * b / RS_BW
+    )
     f = tmp_path / "p.json"
     f.write_text(json.dumps(probe))
     return f
@@ -112,16 +105,7 @@ def test_a_pipeline_send_takes_the_probes_p2p_fit(
     by it: one α and its bytes at the fitted bandwidth (it was left out, and a send on a
     calibrated fabric lost its α altogether: 1 us for a 1 KiB send measured at 119)."""
     probe = h100_probe_two_ranks()
-    probe["collectives"] += [
-        {
-            "op": "p2p",
-            "group": "intra",
-            "group_size": 2,
-            "bytes": b,
-            "time_s": P2P_ALPHA + b / P2P_BW,
-        }
-        for b in (2**k for k in range(10, 25, 2))
-    ]
+    probe["collectives"] += collective_rows("p2p", "intra", lambda b: P2P_ALPHA + b / P2P_BW)
     (tmp_path / "p.json").write_text(json.dumps(probe))
     out = tmp_path / "cal"
     out.mkdir()
