@@ -34,7 +34,7 @@ from .other_files import refuse_other_files
 from .parallelism import Overlap
 from .price_checks import check_pricing
 from .prices import CloudPrice, OwnershipPrice
-from .reading import apply_sets, parse_yaml, read_yaml, replaced_fields
+from .reading import apply_sets, names_ownership_price, parse_yaml, read_yaml, replaced_fields
 from .scenario import ModelPresetRef, ResolvedScenario, Scenario, gathers_once
 from .software import SoftwareProfile, on
 from .validation import validation_error
@@ -237,13 +237,8 @@ def resolve(
         if isinstance(ref, ProfileRef) and ref.profile is None:
             ref_kind = (ref.model_extra or {}).get("kind")
         cls: type[BaseModel] = OwnershipPrice if ref_kind == "ownership_price" else CloudPrice
-        if ref_kind is None:
-            from ..catalog import load_catalog
-
-            name = ref if isinstance(ref, str) else ref.profile
-            prof = load_catalog().profiles.get(str(name))
-            if isinstance(prof, OwnershipPrice):
-                cls = OwnershipPrice
+        if ref_kind is None and names_ownership_price(ref if isinstance(ref, str) else ref.profile):
+            cls = OwnershipPrice
         price = _resolve_profile(
             ref, cls, ("cloud_price", "ownership_price"), file, "cluster.pricing.profile"
         )

@@ -166,7 +166,8 @@ def replaced_fields(data: dict[str, Any], sets: list[str]) -> list[str]:
         if "kind" in node and new_kind != node["kind"]:
             continue  # another kind of thing: the old kind's fields have no place in it
         lost = [k for k in node if k not in ("profile", "preset") and k not in kept | given]
-        if path == "cluster.pricing" and "tier" in lost and _ownership_price(value):
+        named = value.get("profile") if isinstance(value, dict) else value
+        if path == "cluster.pricing" and "tier" in lost and names_ownership_price(named):
             lost.remove("tier")  # an ownership price has no tier: nothing of it is lost
         if lost:
             shown = ", ".join(f"{k}: {_clipped(json.dumps(node[k]))}" for k in lost)
@@ -180,9 +181,8 @@ def replaced_fields(data: dict[str, Any], sets: list[str]) -> list[str]:
     return out
 
 
-def _ownership_price(value: Any) -> bool:
-    """Whether a ``cluster.pricing`` value names an ownership price profile."""
-    name = value.get("profile") if isinstance(value, dict) else value
+def names_ownership_price(name: Any) -> bool:
+    """Whether ``name`` is the name of an ownership price profile in the catalogue."""
     if not isinstance(name, str):
         return False
     from ..catalog import load_catalog  # the catalogue reads YAML: loaded only when asked
