@@ -22,8 +22,6 @@ SUBSTATION = VALIDATION / "published" / "substation_v100_bert_layer.csv"
 def layer_rows() -> list[dict[str, Any]]:
     """One transformer layer's forward+backward in eager PyTorch on the H100 of the 2026-11-23
     device run (benchmarks/gpu_kernels.py), against the per-layer programs the engine runs."""
-    from simulator.config.loading import resolve_dict
-    from simulator.engine.sim import Simulation
 
     out = []
     for r in json.loads(KERNELS.read_text())["layers"]:
@@ -48,19 +46,26 @@ def layer_rows() -> list[dict[str, Any]]:
             },
             "software": "pytorch-eager",  # the device run's torch 2.11
         }
-        sim = Simulation(resolve_dict(sc))
-        pred = sim.p_fwd.duration + sim.p_bwd.duration
-        out.append(
-            {
-                "row": sc["name"],
-                "metric": "layer_fwd_bwd_s",
-                "published": r["fwd_bwd_s"],
-                "predicted": pred,
-                "error": pred / r["fwd_bwd_s"] - 1.0,
-                "breakdown": {},
-            }
-        )
+        out.append(_layer_row(sc, r["fwd_bwd_s"]))
     return out
+
+
+def _layer_row(sc: dict[str, Any], published_s: float) -> dict[str, Any]:
+    """A one-layer scenario's forward+backward, as the engine's per-layer programs time it,
+    against a published time."""
+    from simulator.config.loading import resolve_dict
+    from simulator.engine.sim import Simulation
+
+    sim = Simulation(resolve_dict(sc))
+    pred = sim.p_fwd.duration + sim.p_bwd.duration
+    return {
+        "row": sc["name"],
+        "metric": "layer_fwd_bwd_s",
+        "published": published_s,
+        "predicted": pred,
+        "error": pred / published_s - 1.0,
+        "breakdown": {},
+    }
 
 
 def table4_rows(overrides: list[str] | None = None) -> list[dict[str, Any]]:
@@ -102,8 +107,6 @@ def v100_layer_rows() -> list[dict[str, Any]]:
     """One BERT-large encoder layer's forward+backward in eager PyTorch on a V100 SXM2
     (spcl/substation README, Ivanov et al. 2021; scenarios/validation/published/
     substation_SOURCE.md), against the per-layer programs the engine runs."""
-    from simulator.config.loading import resolve_dict
-    from simulator.engine.sim import Simulation
 
     out = []
     with SUBSTATION.open() as f:
@@ -138,19 +141,7 @@ def v100_layer_rows() -> list[dict[str, Any]]:
                 },
                 "software": "pytorch-eager",
             }
-            sim = Simulation(resolve_dict(sc))
-            pred = sim.p_fwd.duration + sim.p_bwd.duration
-            pub = float(r["fwd_bwd_ms"]) * 1e-3
-            out.append(
-                {
-                    "row": sc["name"],
-                    "metric": "layer_fwd_bwd_s",
-                    "published": pub,
-                    "predicted": pred,
-                    "error": pred / pub - 1.0,
-                    "breakdown": {},
-                }
-            )
+            out.append(_layer_row(sc, float(r["fwd_bwd_ms"]) * 1e-3))
     return out
 
 
