@@ -132,7 +132,10 @@ def calibrate(probe: dict[str, Any], file: str, name: str) -> Calibration:
         "bandwidth_gbps": S(ar.bandwidth_gbps, "1/β of the " + what_ar),
         "latency_us": S(max(ar.alpha_s * 1e6, 1e-3), "α of the " + what_ar),
         "achievable_fraction": S(1.0, "1: the fitted bandwidth is already achieved"),
-        "max_gpus": max(cores, ppn) if is_cpu else ppn,
+        "max_gpus": {
+            "value": max(cores, ppn) if is_cpu else ppn,
+            "source": _src(probe, file, "host's " + ("CPU cores" if is_cpu else "GPU count")),
+        },
         "fitted": fitted_block(fits, "intra", lambda what: _src(probe, file, what)),
     }
     network = None

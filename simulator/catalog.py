@@ -8,6 +8,7 @@ writes), then each folder in ``$CLUSTERSIM_PROFILE_PATH``.
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -184,11 +185,21 @@ def load_profile_file(path: Path) -> _Profile:
     return validate_profile(data, str(path))
 
 
+_NAME = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
+
+
 def validate_profile(data: Any, file: str) -> _Profile:
     """A profile mapping checked as a profile file's loading checks it (exit-2 error naming
     ``file`` and the field otherwise)."""
     # Validate against the kind's own class where the kind is known, so that error paths and
     # 'did you mean' hints are the profile's fields (not prefixed by the union's tag).
+    if data is None:
+        raise UserError(
+            "the profile file is empty",
+            file=file,
+            hint="give its kind:, name:, display_name: and figures (`clustersim profiles show "
+            "h100-sxm-80gb` shows a complete one), or remove the file",
+        )
     kind = data.get("kind") if isinstance(data, dict) else None
     cls = PROFILE_KINDS.get(kind) if isinstance(kind, str) else None
     from .config.sourced import PROFILE_FILE
@@ -208,6 +219,7 @@ def validate_profile(data: Any, file: str) -> _Profile:
 def _load(dirs: tuple[Path, ...]) -> Catalog:
     cat = Catalog()
     for d in dirs:
+        here: dict[str, Path] = {}  # this folder's file for each name
         # (.yml too: a profile a user names that way is not silently left out)
         for path in profile_files(d):
             try:
@@ -217,7 +229,8 @@ def _load(dirs: tuple[Path, ...]) -> Catalog:
                         f"profile name '{prof.name}' differs from the file name",
                         file=str(path),
                         path="name",
-                        hint=f"rename the file to {prof.name}.yaml or set name: {path.stem}",
+                        hint=f"rename the file to {prof.name}.yaml"
+                        + (f" or set name: {path.stem}" if _NAME.match(path.stem) else ""),
                     )
             except UserError as err:
                 cat.broken[path.stem] = err
@@ -236,6 +249,21 @@ def _load(dirs: tuple[Path, ...]) -> Catalog:
                     hint="give it another name (the file's and its name: field)",
                 )
                 continue
+            twin = here.get(prof.name)
+            if twin is not None and (prof.name in cat.broken or cat.profiles[prof.name] != prof):
+                # Two different files in one profile folder (a stale copy in a subfolder, a
+                # .yml beside the .yaml): which is meant cannot be told, and sorting order
+                # would pick one silently. Neither is used until one goes.
+                cat.broken[prof.name] = UserError(
+                    f"two files in one profile folder name the profile '{prof.name}': "
+                    f"{twin} and {path}",
+                    file=str(path),
+                    path="name",
+                    hint="delete or rename one of them (the file's and its name: field)",
+                )
+                cat.profiles.pop(prof.name, None)
+                continue
+            here[prof.name] = path
             cat.broken.pop(prof.name, None)
             if prof.name in cat.profiles and cat.profiles[prof.name] != prof:
                 # (an identical copy, as a checkout's own folder beside an installed package,

@@ -51,7 +51,7 @@ def _key_figures(p: Any) -> str:
     if kind == "ownership_price":
         return f"${p.capex_per_node_usd.value:,.0f} per node, {p.amortisation_years.value:g} y"
     if kind == "software":
-        return f"{p.framework}; flash kernel {p.flash_kernel}"
+        return f"{p.framework}; flash kernel {p.flash_kernel.value}"
     return ""
 
 
@@ -72,6 +72,12 @@ def profiles_list(
     if what and kind and what != kind:
         raise UserError(f"two kinds given: '{what}' and --kind '{kind}'", hint="give the kind once")
     kind = kind or what
+    if kind:
+        # the profile folders' names (gpus/, prices/, ...) and any case name the same kinds
+        kind = kind.lower()
+        kind = {"gpus": "gpu", "fabrics": "fabric", "networks": "network", "prices": "price"}.get(
+            kind, kind
+        )
     cat = load_catalog()
     items = sorted(cat.profiles.values(), key=lambda p: (order.index(p.kind), p.name))  # type: ignore[attr-defined]
     if kind:
@@ -121,8 +127,10 @@ def _bad_profiles(cat: Any) -> None:
     bad = [*cat.broken.values(), *cat.clashes.values()]
     if bad:
         if len(bad) > 1:
-            print(f"{len(bad)} profile files were left out; the first:", file=sys.stderr)
-        raise bad[0]
+            print(f"{len(bad)} profile files were left out:", file=sys.stderr)
+            for err in bad[:-1]:
+                print(f"error: {err.render()}", file=sys.stderr)
+        raise bad[-1]
 
 
 @profiles_app.command("show")

@@ -396,3 +396,6 @@ def sweep(
         ]
         for p in made:
             out.print(f"wrote {safe(p)}")
+    if best and chosen is None:
+        # as `check` exits 1 for a plan that does not fit: a script can gate on the answer
+        raise typer.Exit(code=1)

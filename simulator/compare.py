@@ -10,6 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 from .compare_why import same_model, why
+from .interruptions import UNMODELLED_FAILURES as UNMODELLED
 from .report.text import duration, safe, usd
 
 # (key, label, better: "low" or "high", format: a format string or a function)
@@ -70,6 +71,15 @@ def _no_verdict(results: list[dict[str, Any]]) -> dict[str, str]:
     if not same_model(results):
         for key in PER_MODEL:
             out[key] = "the scenarios train different models (MFU and memory compare across them)"
+    gaps = {
+        tuple(n for n in r.get("notes") or [] if n.startswith("GPU profile ") and UNMODELLED in n)
+        for r in results
+    }
+    if len(gaps) > 1:
+        out["goodput"] = (
+            "their GPU profiles do not all give failure rates (see the notes), so their "
+            "interruptions are not modelled alike"
+        )
     tokens = {r.get("tokens_per_step") for r in results}
     if len(tokens) > 1 and None not in tokens:
         out.setdefault(

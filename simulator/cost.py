@@ -208,9 +208,10 @@ def _commitment(rs: ResolvedScenario) -> float | None:
     if isinstance(price, OwnershipPrice):
         return _capex(rs, price)[0]
     if isinstance(price, CloudPrice) and rs.price_tier == "reserved":
-        term = price.reserved_term_years
-        if term is None:
+        years = price.reserved_term_years
+        if years is None:
             return None
+        term = years.value
         instances, size = price.instances(rs.nodes, rs.gpus_per_node)
         return _tier_rate(price, "reserved") * instances * size * term * HOURS_PER_YEAR
     return None
@@ -251,7 +252,8 @@ def _outlasts(rs: ResolvedScenario, days: float | None) -> list[str]:
                 f"cluster.pricing.utilisation ({util:g}) says the cluster is busy only "
                 f"{util:.0%} of its life, less than this run alone takes"
             ]
-    term = price.reserved_term_years if isinstance(price, CloudPrice) else None
+    held = price.reserved_term_years if isinstance(price, CloudPrice) else None
+    term = held.value if held is not None else None
     if rs.price_tier == "reserved" and term is not None:
         if years > term:
             return [
@@ -316,7 +318,7 @@ def _cloud(rs: ResolvedScenario, price: CloudPrice) -> _Parts:
     kept = rs.price_utilisation  # share of the reserved term in use
     if tier == "reserved":
         term = (
-            f"a {price.reserved_term_years:g}-year commitment"
+            f"a {price.reserved_term_years.value:g}-year commitment"
             if price.reserved_term_years is not None
             else "a commitment"
         )

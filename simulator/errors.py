@@ -49,7 +49,18 @@ class UserError(Exception):
 def closest(name: str, candidates: Iterable[str], n: int = 3) -> list[str]:
     """The candidates closest to ``name`` (for 'did you mean' hints)."""
     pool = sorted(set(candidates))
-    found = difflib.get_close_matches(name, pool, n=n, cutoff=0.4)
+    key = name.strip().lower()
+    # a path or file name written for a name (gpus/h20.yaml): its stem
+    key = key.rsplit("/", 1)[-1].removesuffix(".yaml").removesuffix(".yml")
+    by_key: dict[str, str] = {}
+    for c in pool:
+        by_key.setdefault(c.lower(), c)
+    if key in by_key:
+        return [by_key[key]]  # only the case differs
+    # what the name begins ('H20' for h20-96gb), else spelling, else a part of it (case ignored)
+    found = [by_key[k] for k in sorted(by_key) if k.startswith(key)]
     if not found:
-        found = [c for c in pool if name.lower() in c.lower() or c.lower() in name.lower()][:n]
-    return found
+        found = [by_key[k] for k in difflib.get_close_matches(key, list(by_key), n, 0.4)]
+    if not found:
+        found = [by_key[k] for k in sorted(by_key) if key in k or k in key]
+    return found[:n]

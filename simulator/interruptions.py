@@ -216,6 +216,24 @@ def run_report(rs: ResolvedScenario, step_s: float) -> RunReport:
     return RunReport(g, days, notes, figures or None)
 
 
+UNMODELLED_FAILURES = "are not modelled"
+
+
+def unmodelled_failures(rs: ResolvedScenario) -> list[str]:
+    """A note for each failure rate the GPU profile does not give: those interruptions are
+    left out, so the run looks more reliable than it is."""
+    g = rs.gpu
+    missing = [f for f in ("mtbf_hours", "mtbf_other_hours") if getattr(g, f) is None]
+    if not missing:
+        return []
+    what = {"mtbf_hours": "GPU failures", "mtbf_other_hours": "host, network and software failures"}
+    return [
+        f"GPU profile '{g.name}' gives no {' or '.join(missing)}: "
+        f"{' and '.join(what[f] for f in missing)} {UNMODELLED_FAILURES}, so wall time, "
+        "time to train and cost leave those interruptions out"
+    ]
+
+
 def run_goodput(
     rs: ResolvedScenario,
     step_s: float,
@@ -227,8 +245,6 @@ def run_goodput(
     numbers those lines give: see :attr:`RunReport.reliability`)."""
     rates: list[str] = []
     per_hour = 0.0
-    if rs.gpu.mtbf_hours is None:
-        notes.append(f"GPU '{rs.gpu.name}' gives no mtbf_hours: hardware failures not modelled")
     for what, mtbf in (
         (f"GPU failures: {rs.gpus} GPUs at", rs.gpu.mtbf_hours),
         ("other failures (host, network, software):", rs.gpu.mtbf_other_hours),

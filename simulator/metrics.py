@@ -93,7 +93,9 @@ def compute_metrics(rs: ResolvedScenario, res: EngineResult) -> Metrics:
     )
     peak = rs.gpu.peak_flops(rs.training.precision)
     per_class: dict[str, dict[str, float]] = {
-        f"stage{stage}": dict(rr.acc) for stage, rr in res.classes.items()
+        # (plain floats: the direct walk books some from numpy)
+        f"stage{stage}": {k: float(v) for k, v in rr.acc.items()}
+        for stage, rr in res.classes.items()
     }
     _split_stage_waits(rs, per_class)
     mean = dict.fromkeys(CATEGORIES, 0.0)

@@ -13,11 +13,12 @@ from .config.hardware import DEFAULT_CLOCK_EXP
 from .config.loading import resolve_dict
 from .config.scenario import ResolvedScenario
 from .cost import CostReport, compute_cost
+from .engine.compute import efficiency_fallbacks
 from .engine.periodic import run_periodic
 from .engine.sim import EngineResult, run_engine
 from .engine.stragglers import pace as straggler_pace
 from .errors import UserError
-from .interruptions import RunReport, run_report
+from .interruptions import RunReport, run_report, unmodelled_failures
 from .limits import check_dp_collectives, check_full_size, check_trace_size
 from .metrics import Metrics, compute_metrics
 from .workload.memory import TIGHT_SHARE, memory_report
@@ -128,6 +129,8 @@ def simulate(
             f"of the rated clock (board power ~ clock^{a:g}); memory-bound ones are unchanged"
         )
     notes.extend(rs.model_notes())
+    notes.extend(unmodelled_failures(rs))
+    notes.extend(efficiency_fallbacks(rs))
     if full:
         check_full_size(rs)
     if trace:

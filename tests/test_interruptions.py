@@ -188,9 +188,13 @@ def test_gpu_failures_interrupt_every_tier() -> None:
 
 
 def test_no_failure_figure_is_said_and_costs_nothing() -> None:
-    r = cost(priced(CLOUD))
+    from simulator.interruptions import unmodelled_failures
+
+    rs = priced(CLOUD)
+    r = cost(rs)
     assert r.goodput == 1.0
-    assert any("hardware failures not modelled" in a for a in r.assumptions)
+    (note,) = unmodelled_failures(rs)  # among simulate's notes, priced or not
+    assert "no mtbf_hours or mtbf_other_hours" in note and "are not modelled" in note
 
 
 def test_failures_too_frequent_to_progress_are_a_user_error() -> None:

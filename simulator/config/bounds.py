@@ -47,6 +47,8 @@ FIGURE_RANGES: dict[str, Range] = {
     "attention_flash3_max": _FRACTION,
     "attention_forward_share": (0.1, 0.5, False, "fraction of forward+backward time"),
     "memory_bandwidth": _FRACTION,
+    "reserved_term_years": (0.01, 100.0, False, "years"),
+    "host_link": _FRACTION,
     "optimizer_bandwidth": _FRACTION,
     "gemm_weight_bandwidth": _FRACTION,
     "matmul_half_flops": (0.0, 1e16, False, "FLOPs"),

@@ -81,6 +81,11 @@ class GPUEfficiency(BaseModel):
         ),
     )
     memory_bandwidth: Num = Field(description="fraction of HBM bandwidth reached by copies")
+    host_link: Num | None = Field(
+        default=None,
+        description="fraction of host_link_gbps that copies between host and GPU memory reach "
+        "(activation offloading); unset: the datasheet figure, with a note",
+    )
     kernel_launch_us: Num = Field(description="fixed overhead per kernel, microseconds")
     optimizer_bandwidth: Num | None = Field(
         default=None,

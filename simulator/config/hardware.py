@@ -8,13 +8,22 @@ so no peak is ever used raw.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
 from .bounds import document_ranges
 from .gpu_efficiency import GPUEfficiency
-from .sourced import INLINE_SOURCE, Flag, Num, Sourced, SourcedFlag, _Profile
+from .sourced import (
+    INLINE_SOURCE,
+    Cited,
+    Flag,
+    Num,
+    Sourced,
+    SourcedFlag,
+    _Profile,
+    bare_inline,
+)
 
 __all__ = [
     "INLINE_SOURCE",
@@ -27,11 +36,17 @@ __all__ = [
 ]
 
 
-class TailLatency(BaseModel):
-    """Shape of the per-message latency tail, for straggler modelling.
+# How many GPUs a fabric joins, and a switch's radix, each with where that is documented.
+GpuCount = Cited[Annotated[int, Field(strict=True, ge=1, le=100_000)]]
+PortCount = Cited[Annotated[int, Field(strict=True, ge=2, le=100_000)]]
 
-    A log-normal multiplier on the nominal time: median 1, ``sigma`` its log-space spread.
-    """
+
+class TailLatency(BaseModel):
+    """Spread of transfer times around their nominal figure, as a record: a log-normal
+    multiplier, median 1, ``sigma`` its log-space spread (``calibrate`` writes the spread of
+    its measured over fitted times). The engine does not read it: the latency and bandwidth
+    figures it times collectives with are fitted to measured (median) runs, which already hold
+    the spread at the scale they were measured."""
 
     model_config = ConfigDict(
         extra="forbid", frozen=True, allow_inf_nan=False, json_schema_extra=document_ranges
@@ -248,8 +263,8 @@ class FabricProfile(_Profile):
     bandwidth_gbps: Num = Field(description="per-GPU unidirectional bandwidth, GB/s")
     latency_us: Num = Field(description="one-hop latency, microseconds")
     achievable_fraction: Num = Field(description="fraction of bandwidth collectives reach")
-    max_gpus: int = Field(
-        strict=True, ge=1, le=100_000, description="largest GPU count the fabric joins"
+    max_gpus: Annotated[GpuCount, BeforeValidator(bare_inline(int, "a GPU count"))] = Field(
+        description="largest GPU count the fabric joins"
     )
     switch_reduce_fraction: Num | None = Field(
         default=None,
@@ -258,9 +273,10 @@ class FabricProfile(_Profile):
     )
     shared_uplink_gbps: Num | None = Field(
         default=None,
-        description="PCIe: bandwidth of the shared root-complex / switch uplink that "
-        "traffic between GPUs crosses, GB/s; through the host (pcie_host), the link between "
-        "CPU sockets, each way",
+        description="PCIe, GB/s each way: through the host (pcie_host), the link between "
+        "CPU sockets that traffic between GPUs on different sockets crosses; behind a switch "
+        "(pcie_switch), the switch's uplink to the CPU, which the host traffic of all the "
+        "node's GPUs shares (activation offloading; peer and NIC traffic stay in the switch)",
     )
     sockets: int = Field(
         default=2,
@@ -304,10 +320,15 @@ class NetworkProfile(_Profile):
     port_gbps: Num = Field(description="per-port line rate, Gb/s (bits)")
     latency_us: Num = Field(description="end-to-end small-message latency, microseconds")
     achievable_fraction: Num = Field(description="fraction of line rate collectives reach")
-    switch_ports: int = Field(
-        default=64, strict=True, ge=2, le=100_000, description="radix of one switch"
+    switch_ports: Annotated[PortCount, BeforeValidator(bare_inline(int, "a port count"))] = Field(
+        default=PortCount(value=64, source="default where a profile gives none: a 64-port switch"),
+        description="radix of one switch",
     )
-    tail_latency: TailLatency
+    tail_latency: TailLatency | None = Field(
+        default=None,
+        description="recorded, not modelled: the spread of transfer times (calibrate writes "
+        "its fit's); the engine times collectives by latency_us and the bandwidth figures",
+    )
     fitted: Fitted | None = Field(
         default=None,
         description="calibrated: collectives across nodes follow the probe's α-β fits as "

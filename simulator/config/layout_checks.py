@@ -356,10 +356,10 @@ def check_fabric(
                 hint="pick a PCIe fabric for this GPU (clustersim profiles list fabric), or "
                 "give the GPU profile its nvlink_gbps",
             )
-    if gpus_per_node > fabric.max_gpus:
+    if gpus_per_node > fabric.max_gpus.value:
         raise UserError(
             f"{gpus_per_node} GPUs per node but fabric '{fabric.name}' joins at most "
-            f"{fabric.max_gpus}",
+            f"{fabric.max_gpus.value}",
             file=file,
             path="cluster.gpus_per_node",
             hint="lower gpus_per_node or pick another fabric",

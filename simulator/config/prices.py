@@ -19,7 +19,9 @@ class CloudPrice(_Profile):
     as_of: dt.date
     on_demand_usd_per_gpu_hour: Num
     reserved_usd_per_gpu_hour: Num | None = None
-    reserved_term_years: float | None = Field(default=None, strict=True, gt=0, le=100)
+    reserved_term_years: Num | None = Field(
+        default=None, description="years the reserved rate commits to"
+    )
     spot_usd_per_gpu_hour: Num | None = None
     spot_preemptions_per_day: Num | None = Field(
         default=None,

@@ -253,22 +253,22 @@ class ResolvedScenario(BaseModel):
         net = self.network
         if net is not None and self.topology.kind == "single_switch" and self.nodes > 1:
             ports = self.nodes * self.nics_per_node
-            if ports > net.switch_ports:
+            if ports > net.switch_ports.value:
                 out.append(
                     f"one switch joins the {ports} NIC ports of this cluster, and a "
-                    f"'{net.name}' switch has {net.switch_ports}: simulated as one non-blocking "
-                    "switch all the same (cluster.network.topology: {kind: fat_tree} models "
-                    "the leaves and spines it needs)"
+                    f"'{net.name}' switch has {net.switch_ports.value}: simulated as one "
+                    "non-blocking switch all the same (cluster.network.topology: "
+                    "{kind: fat_tree} models the leaves and spines it needs)"
                 )
         link, f = self.gpu.nvlink_gbps, self.fabric
         topo = self.topology
         if net is not None and isinstance(topo, FatTree) and topo.nodes_per_leaf is None:
-            npl = default_nodes_per_leaf(net.switch_ports, self.nics_per_node)
+            npl = default_nodes_per_leaf(net.switch_ports.value, self.nics_per_node)
             if topo.oversubscription > 1.0 and self.nodes > npl:
                 out.append(
                     f"the fat tree's leaf switches take {npl} nodes each (half of a "
-                    f"{net.switch_ports}-port '{net.name}' switch down to {self.nics_per_node} "
-                    f"NICs per node), and traffic between leaves shares their "
+                    f"{net.switch_ports.value}-port '{net.name}' switch down to "
+                    f"{self.nics_per_node} NICs per node), and traffic between leaves shares their "
                     f"{topo.oversubscription:g}:1 up-links: more NICs per node mean fewer "
                     "nodes per leaf (cluster.network.topology.nodes_per_leaf sets another "
                     "wiring)"

@@ -11,9 +11,16 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    field_validator,
+    model_validator,
+)
 
-from .sourced import Flag, Num, SourcedFlag, _Profile, bare_inline
+from .sourced import Cited, Flag, Num, SourcedFlag, _Profile, _real_source, bare_inline
 
 
 def on(flag: Flag | None) -> bool:
@@ -131,6 +138,8 @@ class Schedules(BaseModel):
     value: list[Literal["gpipe", "1f1b", "interleaved"]] = Field(min_length=1, max_length=3)
     source: str = Field(min_length=3, max_length=4000)
 
+    _source = field_validator("source")(_real_source)
+
 
 class SelectivePolicy(BaseModel):
     """What the stack's selective activation recomputation runs again, with its source."""
@@ -139,6 +148,8 @@ class SelectivePolicy(BaseModel):
 
     value: Literal["attention_core", "alternate_matmuls"]
     source: str = Field(min_length=3, max_length=4000)
+
+    _source = field_validator("source")(_real_source)
 
 
 class ZeroCap(BaseModel):
@@ -149,13 +160,19 @@ class ZeroCap(BaseModel):
     value: int = Field(strict=True, ge=0, le=3)
     source: str = Field(min_length=3, max_length=4000)
 
+    _source = field_validator("source")(_real_source)
+
+
+# The fused attention kernel a stack runs, with where that is documented.
+FlashKernel = Cited[Literal["flash2", "flash3"]]
+
 
 class SoftwareProfile(_Profile):
     kind: Literal["software"] = "software"
     framework: str = Field(description="framework and version range the figures describe")
     fusion: Fusion
-    flash_kernel: Literal["flash2", "flash3"] = Field(
-        default="flash2",
+    flash_kernel: Annotated[FlashKernel, BeforeValidator(bare_inline(str, "the kernel"))] = Field(
+        default=FlashKernel(value="flash2", source="default: the portable FlashAttention-2 kernel"),
         description="fused attention kernel when training.flash_attention is on (flash3 needs a "
         "GPU profile with attention_flash3_max; elsewhere the flash2-class figure is used)",
     )

@@ -6,15 +6,44 @@ recorded as an inline override."""
 
 from __future__ import annotations
 
+import re
 import sys
 from collections.abc import Callable
-from typing import Annotated, Any
+from typing import Annotated, Any, Generic, TypeVar
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationInfo, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from .bounds import check_figures, document_ranges
 
 INLINE_SOURCE = "inline override in scenario"
+
+
+# A profile file's source that says nothing of where the figure comes from.
+_PLACEHOLDER = re.compile(
+    r"\b(todo|tbd|tbc|fixme|xxx)\b|^\W*(n/?a|unknown|none|\?+|estimate|source)\W*$"
+)
+MIN_SOURCE_CHARS = 10
+
+
+def _real_source(v: str, info: ValidationInfo) -> str:
+    """In a profile file, a source names a datasheet, a paper table, a probe run or the
+    reasoning behind an estimate: at least MIN_SOURCE_CHARS characters, no placeholder."""
+    if info.context and info.context.get(PROFILE_FILE):
+        text = v.strip()
+        if len(text) < MIN_SOURCE_CHARS or _PLACEHOLDER.search(text.lower()):
+            raise ValueError(
+                "the source does not say where the figure comes from: name the datasheet, "
+                "paper table or probe run (or, for an estimate, 'estimate: ' and the reasoning)"
+            )
+    return v
 
 
 class Sourced(BaseModel):
@@ -28,8 +57,25 @@ class Sourced(BaseModel):
     )
     note: str | None = Field(default=None, max_length=4000)
 
+    _source = field_validator("source")(_real_source)
+
     def __float__(self) -> float:
         return float(self.value)
+
+
+T = TypeVar("T")
+
+
+class Cited(BaseModel, Generic[T]):
+    """A value other than a figure (a count, a choice of kernel), with where it is
+    documented: ``Cited[int]``, or a constrained type as its parameter."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    value: T
+    source: str = Field(min_length=3, max_length=4000)
+
+    _source = field_validator("source")(_real_source)
 
 
 PROFILE_FILE = "profile_file"
@@ -67,6 +113,8 @@ class Flag(BaseModel):
 
     value: bool
     source: str = Field(min_length=3)
+
+    _source = field_validator("source")(_real_source)
 
 
 def bare_inline(accepts: type, what: str) -> Callable[[Any, ValidationInfo], Any]:

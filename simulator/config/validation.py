@@ -192,6 +192,17 @@ def validation_error(
         hint = "give values that divide: hidden a multiple of heads, heads of kv_heads"
     elif err["type"] in ("greater_than_equal", "greater_than", "less_than_equal", "less_than"):
         hint = "give a value in the allowed range"
+    if "needs its source" in msg:
+        hint = (
+            f"write it as {{value: {err.get('input')!r}, source: '...'}}, saying where it is from"
+        )
+    elif "does not say where the figure comes from" in msg:
+        hint = "write the datasheet, paper table or probe run the figure comes from"
+    elif err["type"] == "string_pattern_mismatch" and path.endswith("name"):
+        given = str(err.get("input", ""))
+        msg = f"a profile name is lower-case letters, digits, '.', '_' and '-' (got {given!r})"
+        fixed = re.sub(r"[^a-z0-9._-]+", "-", given.lower()).strip("-._")
+        hint = f"use {fixed} (in the file's name and its name: field)" if fixed else hint
     if isinstance(err.get("input"), bool) and err["type"] in ("literal_error", "string_type"):
         # YAML 1.1 reads no/yes/on/off (unquoted) as false/true
         hint = (

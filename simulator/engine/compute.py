@@ -16,8 +16,13 @@ than timed alone.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ..config.hardware import GPUProfile
 from ..workload.ops import Op
+
+if TYPE_CHECKING:
+    from ..config.scenario import ResolvedScenario
 
 # Thread-block tiles cuBLAS/CUTLASS pick among for large 16-bit GEMMs on A100 and H100
 # (CUTLASS default GemmShape<128, 256, 64> and its transposes, and 128×128).
@@ -226,3 +231,40 @@ class OpTimer:
         """The optimizer step over ``nbytes`` of traffic, counted with each tensor touched once,
         visiting ``tensors`` parameter tensors."""
         return self._scaled(nbytes / self.opt_bw + tensors * self.opt_tensor_s + self.launch)
+
+
+def efficiency_fallbacks(rs: ResolvedScenario) -> list[str]:
+    """A note for each optional efficiency figure the GPU profile leaves out where this
+    scenario would use it, naming the figure that times those kernels instead (so a new
+    profile's gap never goes unannounced)."""
+    g, tr = rs.gpu, rs.training
+    e = g.efficiency
+    out = []
+    if tr.precision == "fp8" and e.matmul_fp8_max is None:
+        out.append(
+            f"GPU profile '{g.name}' gives no efficiency.matmul_fp8_max: fp8 GEMMs are timed "
+            "at the fp8 peak with the 16-bit GEMM efficiency curve (matmul_max)"
+        )
+    if rs.parallelism.offload_activation_layers and e.host_link is None:
+        out.append(
+            f"GPU profile '{g.name}' gives no efficiency.host_link: activation offloading "
+            "copies at the datasheet host_link_gbps, as no copy reaches (optimistic)"
+        )
+    fast = e.attention_flash3_max
+    if rs.flash_attention and rs.software.flash_kernel.value == "flash2" and fast is not None:
+        if fast.value >= 2.0 * e.attention_max.value:
+            out.append(
+                f"the '{rs.software.name}' stack runs the portable FlashAttention-2 kernel, "
+                f"which reaches {e.attention_max.value:.2f} of the '{g.name}' peak; the GPU's "
+                f"own fused attention (cuDNN, FlashAttention-3 class) reaches about "
+                f"{fast.value:.2f}: a stack version that runs it is --set "
+                "software.flash_kernel=flash3"
+            )
+    if rs.flash_attention and rs.software.flash_kernel.value == "flash3":
+        if e.attention_flash3_max is None:
+            out.append(
+                f"GPU profile '{g.name}' gives no efficiency.attention_flash3_max: the "
+                f"'{rs.software.name}' stack's architecture-specific attention kernel is "
+                "timed at attention_max, the portable (FlashAttention-2 class) figure"
+            )
+    return out

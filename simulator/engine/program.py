@@ -130,7 +130,14 @@ def offload_wait(rs: ResolvedScenario, layer_s: float) -> Program:
         return Program()
     from ..workload.activations import activation_bytes_per_layer
 
-    copy = activation_bytes_per_layer(rs) / (link.value * 1e9)
+    eff = rs.gpu.efficiency.host_link
+    bw = link.value * 1e9 * (eff.value if eff else 1.0)
+    f = rs.fabric
+    if f.technology == "pcie_switch" and f.shared_uplink_gbps is not None:
+        # every GPU behind the switch copies its layers at the same time, up one uplink
+        up = f.shared_uplink_gbps.value * 1e9 * f.achievable_fraction.value
+        bw = min(bw, up / rs.gpus_per_node)
+    copy = activation_bytes_per_layer(rs) / bw
     stall = max(0.0, copy - layer_s) * n / rs.model.layers
     return Program([Item("span", "activation offload", stall, "offload")] if stall > 0 else [])
 

@@ -92,7 +92,7 @@ class SimulationBase(LoaderProcess, LinkSharing):  # LoaderProcess brings Tracin
             rs.gpu,
             rs.training.precision,
             rs.software.host_us_per_kernel.value,
-            rs.software.flash_kernel,
+            rs.software.flash_kernel.value,
             rs.model.head_dim,
             on(rs.software.fp8_backward_fast_accum),
         )

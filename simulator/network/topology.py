@@ -54,7 +54,7 @@ class Topology:
         if net is not None:
             self.nic_bw = net.port_bytes_per_s * net.achievable_fraction.value
             self.net_alpha = net.latency_us.value * 1e-6
-            radix = net.switch_ports
+            radix = net.switch_ports.value
         else:
             self.nic_bw = 0.0
             self.net_alpha = 0.0

@@ -39,7 +39,7 @@ def output_path(path: str | Path, option: str, folder: bool = False) -> Path:
         if p.is_dir() or raw.endswith(("/", os.sep)):
             raise UserError(f"{raw} is a folder", path=option, hint="give a file name inside it")
         _refuse_special(p, option)
-        if p.is_file() and not os.access(p, os.W_OK):
+        if p.is_file() and (not os.access(p, os.W_OK) or not p.stat().st_mode & 0o222):
             # (a rename could still replace it, but a read-only file is one its owner meant
             # to keep)
             raise UserError(f"{raw} is read-only", path=option, hint="give another path")
@@ -105,7 +105,8 @@ def write_atomic(path: str | Path, text: str | bytes) -> Path:
         p = Path(os.path.realpath(p))
     try:
         p.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", dir=p.parent)
+        # (a bounded prefix: a long file name still leaves room for the random part)
+        fd, tmp = tempfile.mkstemp(prefix=f".{p.name[:200]}.", dir=p.parent)
     except OSError as exc:
         raise UserError(
             f"cannot write: {exc.strerror}", file=str(p), hint="pick a writable path"

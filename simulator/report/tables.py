@@ -30,6 +30,12 @@ def fmt_num(x: float) -> str:
 def _rows(prefix: str, value: Any) -> list[tuple[str, str, str]]:
     if isinstance(value, Sourced):
         return [(prefix, fmt_num(value.value), value.source)]
+    fields = getattr(type(value), "model_fields", {})
+    if "value" in fields and "source" in fields:
+        # a sourced yes/no, count or choice: one row, as a figure
+        v = value.value
+        shown = ", ".join(map(str, v)) if isinstance(v, list) else str(v).lower()
+        return [(prefix, shown, value.source)]
     if isinstance(value, dict):
         out: list[tuple[str, str, str]] = []
         for k, v in value.items():

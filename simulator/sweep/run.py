@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -158,9 +159,56 @@ def run_sweep(
     A finished point is reused only if it came from the same base scenario, sweep settings and
     profiles (its key covers them), renumbered and relabelled as the spec now has it;
     ``on_stale`` is told how many rows of ``out`` match no point of this run (they are
-    dropped; without ``replace`` the run refuses instead, writing nothing)."""
-    cols = columns(spec)
+    dropped; without ``replace`` the run refuses instead, writing nothing). One sweep at a
+    time writes ``out``: a second is refused while the first runs."""
     out.parent.mkdir(parents=True, exist_ok=True)
+    with _only_writer(out):
+        return _run_sweep(
+            spec, base, pts, out, executor, workers, address, on_point, on_stale, replace
+        )
+
+
+@contextmanager
+def _only_writer(out: Path) -> Iterator[None]:
+    """Hold an exclusive lock on a file beside ``out`` while this run writes it (the kernel
+    drops it when the process ends, however it ends); another run's lock is a refusal."""
+    try:
+        import fcntl
+    except ImportError:  # (no flock: not a POSIX system) nothing to hold
+        yield
+        return
+    lock = out.with_name(f".{out.name[:200]}.lock")
+    fd = os.open(lock, os.O_CREAT | os.O_RDWR, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        raise UserError(
+            f"another clustersim sweep is writing '{out}' now",
+            path="--out",
+            hint="let it finish (a sweep run again afterwards reuses its points), or give "
+            "another --out",
+        ) from None
+    try:
+        yield
+    finally:
+        lock.unlink(missing_ok=True)  # (still held: no other run can have taken it)
+        os.close(fd)
+
+
+def _run_sweep(
+    spec: SweepSpec,
+    base: dict[str, Any],
+    pts: list[Point],
+    out: Path,
+    executor: str = "local",
+    workers: int | None = None,
+    address: str | None = None,
+    on_point: Callable[[int, int], None] | None = None,
+    on_stale: Callable[[int], None] | None = None,
+    replace: bool = True,
+) -> Rows:
+    cols = columns(spec)
     pts = [
         p.model_copy(update={"salt": salt})
         for p, salt in zip(pts, point_salts(spec, base, pts), strict=True)

@@ -1,0 +1,112 @@
+"""What an outputs review (2026-12-07: traces, machine-readable outputs, durability) and a
+physics review found: a second sweep on the same --out is refused while the first runs;
+`sweep --best` exits 1 when no layout meets the constraints, so a script can gate on it; a long
+output file name is written (its temporary name is bounded); a read-only output is kept even
+for root; the Python API's breakdown holds plain floats; a stack that runs the portable
+attention kernel where the GPU has a much faster one says so, with the lever."""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+from pathlib import Path
+
+from conftest import REPO, run_cli
+from test_errors import assert_user_error
+from test_sweep import _spec
+
+from simulator.config.loading import load_scenario
+from simulator.simulate import simulate
+
+
+def test_a_second_sweep_on_the_same_output_is_refused(tmp_path: Path) -> None:
+    out = tmp_path / "o.csv"
+    fd = os.open(tmp_path / ".o.csv.lock", os.O_CREAT | os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # as the first sweep holds it
+        res = run_cli("sweep", str(_spec(tmp_path)), "--out", str(out), "--executor", "serial")
+        assert_user_error(
+            res, file=None, path="--out", says=("another clustersim sweep",), hint=("another",)
+        )
+        assert not out.exists()
+    finally:
+        os.close(fd)
+    res = run_cli("sweep", str(_spec(tmp_path)), "--out", str(out), "--executor", "serial")
+    assert res.returncode == 0, res.stderr
+    assert not (tmp_path / ".o.csv.lock").exists()  # a finished run leaves no lock behind
+
+
+def test_best_with_nothing_meeting_the_constraints_exits_1(tmp_path: Path) -> None:
+    spec = _spec(tmp_path)
+    res = run_cli(
+        "sweep",
+        str(spec),
+        "--out",
+        str(tmp_path / "o.csv"),
+        "--executor",
+        "serial",
+        "--best",
+        "cost",
+        "--deadline-days",
+        "1e-9",
+    )
+    assert res.returncode == 1, res.stderr
+    assert "no layout meets the constraints" in res.stdout
+    res = run_cli(
+        "sweep",
+        str(spec),
+        "--out",
+        str(tmp_path / "o.csv"),
+        "--executor",
+        "serial",
+        "--best",
+        "cost",
+    )
+    assert res.returncode == 0, res.stderr
+
+
+def test_a_long_trace_file_name_is_written(tmp_path: Path) -> None:
+    name = "a" * 245 + ".json"
+    res = run_cli("simulate", "llama3-8b-8xh100", "--no-scaling", "--trace", str(tmp_path / name))
+    assert res.returncode == 0, res.stderr
+    assert json.loads((tmp_path / name).read_text())["traceEvents"]
+
+
+def test_a_read_only_output_is_kept(tmp_path: Path) -> None:
+    t = tmp_path / "t.json"
+    assert (
+        run_cli("simulate", "llama3-8b-8xh100", "--no-scaling", "--trace", str(t)).returncode == 0
+    )
+    before = t.read_bytes()
+    t.chmod(0o444)
+    res = run_cli("simulate", "llama3-8b-8xh100", "--no-scaling", "--trace", str(t))
+    assert_user_error(res, file=None, path="--trace", says=("read-only",))
+    assert t.read_bytes() == before
+
+
+def test_the_breakdown_holds_plain_floats() -> None:
+    rs = load_scenario(REPO / "scenarios" / "llama3-70b-64xh100.yaml")
+    m = simulate(rs, scaling=False).metrics
+    json.dumps(m.breakdown_s)
+    json.dumps(m.per_class)
+    assert all(type(v) is float for v in m.breakdown_s.values())
+
+
+def test_the_portable_attention_kernel_is_named_where_the_gpu_has_a_faster_one() -> None:
+    base = REPO / "scenarios" / "llama3-8b-8xh100.yaml"
+    rs = load_scenario(base, ["software=torchtitan", "cluster.pricing=null"])
+    notes = simulate(rs, scaling=False).notes
+    assert any("software.flash_kernel=flash3" in n for n in notes), notes
+    # the lever does what the note says, and on a GPU with no faster kernel nothing is said
+    fast = load_scenario(
+        base, ["software=torchtitan", "software.flash_kernel=flash3", "cluster.pricing=null"]
+    )
+    assert (
+        simulate(fast, scaling=False).metrics.step_time_s
+        < simulate(rs, scaling=False).metrics.step_time_s
+    )
+    a100 = load_scenario(
+        base, ["software=torchtitan", "cluster.gpu=a100-sxm4-80gb", "cluster.pricing=null"]
+    )
+    assert not any("flash_kernel" in n for n in simulate(a100, scaling=False).notes)
