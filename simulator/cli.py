@@ -251,7 +251,8 @@ def simulate(
         size = os.path.getsize(trace)
         err.print(
             f"trace written to {safe(trace)} ({len(res.engine.trace or []):,} events, "
-            f"{size / 1e6:,.0f} MB; open in ui.perfetto.dev)"
+            + (f"{size / 1e6:,.0f} MB" if size >= 1e6 else f"{size / 1e3:,.0f} kB")
+            + "; open in ui.perfetto.dev)"
         )
         if size > 500e6:
             err.print(

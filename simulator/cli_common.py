@@ -133,7 +133,10 @@ def _csv_rows(keys: list[str], rows: list[dict[str, Any]]) -> None:
     w = csv.writer(text)
     w.writerow(keys)
     for r in rows:
-        w.writerow([r.get(k, "") for k in keys])
+        # booleans as JSON writes them (Python's True/False is no CSV convention)
+        w.writerow(
+            [str(v).lower() if isinstance(v, bool) else v for v in (r.get(k, "") for k in keys)]
+        )
     data = text.getvalue()
     buffer = getattr(sys.stdout, "buffer", None)
     if buffer is None or (getattr(sys.stdout, "encoding", "") or "").lower().replace("-", "") in (
