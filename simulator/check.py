@@ -73,6 +73,29 @@ class CheckReport:
             "levers": [{"set": lv.change, "peak_gb": lv.peak_gb} for lv in self.levers],
         }
 
+    def as_row(self) -> dict[str, Any]:
+        """The report as one flat CSV row: every figure the table shows, the layout's fields
+        and the peak stage's memory by kind, and the changes that make a plan fit as --set
+        flags (';' between the alternatives)."""
+        d = self.as_dict()
+        mem = d["memory_gb_per_gpu"]
+        return {
+            "scenario": d["scenario"],
+            "gpus": d["gpus"],
+            **{f"layout.{k}": v for k, v in d["layout"].items()},
+            "params": d["params"],
+            "tokens_per_step": d["tokens_per_step"],
+            "flops_per_step": d["flops_per_step"],
+            "hardware_flops_per_step": d["hardware_flops_per_step"],
+            "memory_gb_per_gpu": mem["total"],
+            "capacity_gb": mem["capacity"],
+            "peak_stage": mem["peak_stage"],
+            "fits": d["fits"],
+            "tight": d["tight"],
+            **{f"memory_{k}": v for k, v in mem["breakdown"].items()},
+            "levers": "; ".join(" ".join(f"--set {x}" for x in lv["set"]) for lv in d["levers"]),
+        }
+
 
 def _candidate_changes(rs: ResolvedScenario) -> list[str]:
     par = rs.parallelism

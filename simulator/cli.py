@@ -184,17 +184,7 @@ def check(
     if fmt == Fmt.json:
         _json(rep.as_dict())
     elif fmt == Fmt.csv:
-        d = rep.as_dict()
-        flat = {
-            "scenario": d["scenario"],
-            "gpus": d["gpus"],
-            "params": d["params"],
-            "flops_per_step": d["flops_per_step"],
-            "memory_gb_per_gpu": d["memory_gb_per_gpu"]["total"],
-            "capacity_gb": d["memory_gb_per_gpu"]["capacity"],
-            "fits": d["fits"],
-            **{f"memory_{k}": v for k, v in d["memory_gb_per_gpu"]["breakdown"].items()},
-        }
+        flat = rep.as_row()
         _csv(flat)
     else:
         print_check(rep, out)

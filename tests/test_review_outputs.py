@@ -12,11 +12,13 @@ import json
 import os
 from pathlib import Path
 
+import pytest
 from conftest import REPO, run_cli
 from test_errors import assert_user_error
 from test_sweep import _spec
 
 from simulator.config.loading import load_scenario
+from simulator.engine.results import CATEGORIES, STREAMS
 from simulator.simulate import simulate
 
 
@@ -110,3 +112,62 @@ def test_the_portable_attention_kernel_is_named_where_the_gpu_has_a_faster_one()
         base, ["software=torchtitan", "cluster.gpu=a100-sxm4-80gb", "cluster.pricing=null"]
     )
     assert not any("flash_kernel" in n for n in simulate(a100, scaling=False).notes)
+
+
+@pytest.mark.parametrize(
+    ("sets", "full"),
+    [
+        (["parallelism.pp=4", "parallelism.tp=2", "training.global_batch=32"], False),
+        (
+            [
+                "parallelism.pp=2",
+                "parallelism.pp_schedule={kind: interleaved, virtual_stages: 2}",
+                "parallelism.cp=2",
+                "parallelism.tp=2",
+                "training.global_batch=16",
+            ],
+            False,
+        ),
+        (["parallelism.pp=2", "parallelism.tp=4", "training.global_batch=16"], True),
+        (["parallelism.sharding={kind: zero, stage: 3}", "training.global_batch=16"], True),
+    ],
+)
+def test_the_trace_waits_and_outermost_compute_spans_tile_the_step(
+    sets: list[str], full: bool
+) -> None:
+    """Every GPU thread group of a trace accounts for the whole step: the compute thread's
+    outermost spans (passes, optimizer, anything run between passes) and the waits thread's
+    labelled idle spans (bubble, exposed communication between passes, data stall) tile it."""
+    rs = load_scenario(REPO / "scenarios" / "llama3-8b-8xh100.yaml", sets)
+    res = simulate(rs, full=full, trace=True, scaling=False)
+    step = res.metrics.step_time_s
+    by: dict[tuple[int, int, str], list[dict]] = {}
+    for e in res.engine.trace or []:
+        if e.get("ph") == "X":
+            group, stream = divmod(e["tid"] - 1, 10)
+            by.setdefault((e["pid"], group, STREAMS[stream]), []).append(e)
+    groups = {(pid, g) for pid, g, _ in by}
+    assert groups
+    labels = set()
+    for pid, g in groups:
+        end, busy = -1.0, 0.0
+        for e in sorted(by.get((pid, g, "compute"), []), key=lambda e: (e["ts"], -e["dur"])):
+            if e["ts"] >= end - 1e-3:  # an outermost span (µs; nested ones lie inside)
+                busy += e["dur"]
+                end = e["ts"] + e["dur"]
+        waits = by.get((pid, g, "waits"), [])
+        labels |= {e["args"]["category"] for e in waits}
+        assert (busy + sum(e["dur"] for e in waits)) / 1e6 == pytest.approx(step, rel=1e-6)
+    assert labels and labels <= set(CATEGORIES) - {"compute", "optimizer", "straggler"}
+
+
+def test_check_csv_carries_what_the_table_shows() -> None:
+    import csv
+    import io
+
+    res = run_cli("check", "llama3-70b-64xh100", "--set", "parallelism.tp=2", "--format", "csv")
+    assert res.returncode == 1  # does not fit
+    (row,) = list(csv.DictReader(io.StringIO(res.stdout)))
+    assert row["fits"] == "false" and row["tight"] == "false"
+    assert row["layout.tp"] == "2" and float(row["hardware_flops_per_step"]) > 0
+    assert "--set parallelism.tp=8" in row["levers"]

@@ -141,13 +141,10 @@ class PassRunner(SimulationBase):
                     else:
                         yield Timeout(env, it.dur)
                     it.book(acc)
-                    self._emit(
-                        rank,
-                        span_stream(it.cat),
-                        it.name,
-                        t0,
-                        it.dur,
-                    )
+                    stream = span_stream(it.cat)
+                    self._emit(rank, stream, it.name, t0, it.dur)
+                    if stream != "compute" and self.tracing:
+                        self._waited(rank, it.cat, t0, t0 + it.dur)
                     extra = self._slowdown(rank, busy0) if it.cat == "compute" else 0.0
                     if extra:
                         yield from self._pay(rank, extra)
@@ -212,6 +209,8 @@ class PassRunner(SimulationBase):
                     t0 = env.now
                     yield ev
                     acc["comm_dp"] += env.now - t0
+                    if self.tracing:
+                        self._waited(rank, "comm_dp", t0, env.now)
             if analytic:
                 t0 = env.now
                 busy0 = self._dp_busy(rank)

@@ -21,7 +21,19 @@ CATEGORIES = (
 )
 BUSY = ("compute", "optimizer")
 
-STREAMS = ("compute", "tp", "cp", "dp", "pp-fwd", "pp-bwd", "io")
+STREAMS = ("compute", "tp", "cp", "dp", "pp-fwd", "pp-bwd", "io", "waits")
+
+# How the trace's "waits" thread names each idle category (a span per wait of the compute
+# stream; the pipeline's waits are split into bubble and slower stage only in the metrics).
+WAIT_LABELS = {
+    "comm_tp": "exposed TP comm",
+    "comm_cp": "exposed CP comm",
+    "comm_dp": "exposed DP comm",
+    "comm_pp": "exposed PP comm",
+    "pp_bubble": "pipeline bubble or a slower stage",
+    "imbalance": "waiting on other ranks",
+    "data_stall": "data-loader stall",
+}
 
 
 def span_stream(cat: str) -> str:

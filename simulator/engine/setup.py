@@ -104,6 +104,7 @@ class SimulationBase(LoaderProcess, LinkSharing):  # LoaderProcess brings Tracin
         self.ov = rs.parallelism.overlap
         self.tracing = trace
         self.trace: list[dict[str, Any]] = []
+        self.in_pass: set[int] = set()
         self.fabric_tier = self.topo.fabric_tier()
         self.network_tier = self.topo.network_tier()
         if full:
@@ -342,6 +343,9 @@ class SimulationBase(LoaderProcess, LinkSharing):  # LoaderProcess brings Tracin
         acc = self.results[rank].acc
         acc["imbalance"] += peers
         acc[cat] += now - t0 - peers
+        if self.tracing:
+            self._waited(rank, "imbalance", t0, t0 + peers)
+            self._waited(rank, cat, t0 + peers, now)
 
     def _wait(self, job: Job) -> Generator:
         """Wait (in a rank's process) until ``job`` is done."""

@@ -72,6 +72,8 @@ class Simulation(PassRunner):
 
         def mark(cat: str, t0: float) -> None:
             acc[cat] += env.now - t0
+            if self.tracing:
+                self._waited(rank, cat, t0, env.now)
 
         dp_ep = self.comm.endpoint(rank, self.gather_kind)
         collective = self.comm.collective
@@ -135,10 +137,15 @@ class Simulation(PassRunner):
                     split = min(max(sent, t0), env.now)
                     acc["pp_bubble"] += split - t0
                     acc["comm_pp"] += env.now - split
+                    if self.tracing:
+                        self._waited(rank, "pp_bubble", t0, split)
+                        self._waited(rank, "comm_pp", split, env.now)
                 if self.p_recv.items:  # the receiver re-assembles a scattered input
                     yield from run_items(self.p_recv, 1, "recv_gather")
             layers = self._chunk_layers[stage][ch]
             t_compute = env.now
+            if self.tracing:
+                self.in_pass.add(rank)
             # 2. the pass itself
             sync = kind == "B" and mb == last_b[ch]  # this chunk's gradients are complete
             if kind == "F":
@@ -222,6 +229,7 @@ class Simulation(PassRunner):
                     launch_dp(pending_grads)
                     pending_grads = 0.0
             if self.tracing:
+                self.in_pass.discard(rank)
                 self._emit(
                     rank,
                     "compute",
@@ -282,6 +290,9 @@ class Simulation(PassRunner):
             begun = tied.began if tied.began is not None else t0
             acc["pp_bubble"] += max(0.0, begun - t0)
             acc["comm_dp"] += env.now - max(begun, t0)
+            if self.tracing:
+                self._waited(rank, "pp_bubble", t0, max(begun, t0))
+                self._waited(rank, "comm_dp", max(begun, t0), env.now)
 
         def paced(name: str, t: float, cat: str) -> Generator:
             """A compute-stream span of ``t``, stretched to the expected slowest GPU's pace."""
@@ -351,6 +362,9 @@ class Simulation(PassRunner):
         for r in self.results.values():
             r.acc[tail] += finish - r.finish
             r.acc["data_stall"] += step - finish
+            if self.tracing:
+                self._waited(r.rank, tail, r.finish, finish)
+                self._waited(r.rank, "data_stall", finish, step)
         classes = {s: self._stage_class(s) for s in range(self.p)}
         if self.tracing:
             self._trace_meta()

@@ -1,5 +1,7 @@
 """The Chrome trace (Perfetto) of a simulated step: one span per piece of work on its rank's
-stream, and the process and thread names. A mixin of
+stream, a "waits" thread labelling the compute stream's idle time between passes with its
+category (with the compute thread's outermost spans it tiles the step), and the process and
+thread names. A mixin of
 :class:`simulator.engine.setup.SimulationBase`, which holds the state it reads."""
 
 from __future__ import annotations
@@ -9,7 +11,7 @@ from typing import Any
 from ..config.scenario import ResolvedScenario
 from ..network.layout import Layout
 from .program import Program
-from .results import STREAMS, span_stream
+from .results import STREAMS, WAIT_LABELS, span_stream
 
 
 class Tracing:
@@ -18,6 +20,7 @@ class Tracing:
     lay: Layout
     tracing: bool
     trace: list[dict[str, Any]]
+    in_pass: set[int]  # ranks whose compute stream is inside a pass now (traced runs)
 
     def _emit(
         self,
@@ -56,12 +59,22 @@ class Tracing:
             ev.setdefault("args", {}).update(args)
         self.trace.append(ev)
 
+    def _waited(self, rank: int, cat: str, start: float, end: float) -> None:
+        """A span on the rank's "waits" thread: its compute stream idle from ``start`` to
+        ``end`` between passes, booked to ``cat``. A wait inside a pass is left to the pass's
+        own span (and its collective's thread): the waits thread and the compute thread's
+        outermost spans tile the step."""
+        if rank not in self.in_pass:
+            self._emit(rank, "waits", WAIT_LABELS[cat], start, end - start, {"category": cat})
+
     def _trace_program(self, rank: int, prog: Program, reps: int, t0: float) -> None:
         t = t0
         for _ in range(reps):
             for it in prog.items:
                 stream = span_stream(it.cat)
                 self._emit(rank, stream, it.name, t, it.dur)
+                if stream != "compute":  # communication the compute stream waited for
+                    self._waited(rank, it.cat, t, t + it.dur)
                 t += it.dur
 
     def _trace_meta(self) -> None:
