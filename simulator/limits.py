@@ -122,8 +122,9 @@ TRACE_EVENT_LIMIT = 2_000_000
 
 
 def check_trace_size(rs: ResolvedScenario, full: bool) -> None:
-    """Refuse a trace past TRACE_EVENT_LIMIT events. A traced layer pass draws its compute
-    spans around each collective on the compute stream, each collective, and its memory-bound
+    """Refuse, before the run, a trace estimated at more than twice TRACE_EVENT_LIMIT events.
+    A traced layer pass draws its compute spans around each collective on the compute stream,
+    each collective, and its memory-bound
     and gradient-bucket work: about 4 + 2 x (collectives per layer) events, and 2 more where
     ZeRO-3/FSDP gathers the layer's weights; within about 15% of the traces of the bundled and
     tested layouts (11 a layer for TP 8 with sequence parallelism, 4 for plain DP). A pass adds
@@ -137,7 +138,10 @@ def check_trace_size(rs: ResolvedScenario, full: bool) -> None:
         per_layer += 2
     per_pass = max(1, rs.model.layers // (rs.pp * rs.parallelism.virtual_stages)) * per_layer + 4
     events = ranks * passes * per_pass
-    if events > TRACE_EVENT_LIMIT:
+    # The estimate is within about 2x of the count (0.5-1.2x on the layouts a review traced),
+    # so only a trace that is surely too large is refused before the run; the tracer itself
+    # stops a run whose trace reaches the limit (engine.tracing).
+    if events > 2 * TRACE_EVENT_LIMIT:
         raise UserError(
             f"the trace would hold about {events:,} events (traced ranks x passes x layers x "
             "spans a layer), "

@@ -171,3 +171,32 @@ def test_check_csv_carries_what_the_table_shows() -> None:
     assert row["fits"] == "false" and row["tight"] == "false"
     assert row["layout.tp"] == "2" and float(row["hardware_flops_per_step"]) > 0
     assert "--set parallelism.tp=8" in row["levers"]
+
+
+def test_a_trace_stops_at_the_event_limit(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The limit is the count itself, not only the estimate made before the run."""
+    import simulator.engine.tracing as tracing
+    from simulator.errors import UserError
+
+    monkeypatch.setattr(tracing, "TRACE_EVENT_LIMIT", 500)
+    rs = load_scenario(REPO / "scenarios" / "llama3-8b-8xh100.yaml")
+    with pytest.raises(UserError) as exc:
+        simulate(rs, trace=True, scaling=False)
+    assert "--trace" in str(exc.value) and "limit of 500 events" in str(exc.value)
+
+
+def test_a_killed_writes_temporary_file_is_tidied_by_the_next_write(tmp_path: Path) -> None:
+    import time
+
+    from simulator.report.files import STALE_TEMPORARY_S, write_atomic
+
+    target = tmp_path / "out.json"
+    stale = tmp_path / ".out.json.abcd1234"  # as mkstemp names it; its writer was killed
+    fresh = tmp_path / ".out.json.efgh5678"  # another writer's, still at work
+    for f in (stale, fresh):
+        f.write_text("partial")
+    old = time.time() - 2 * STALE_TEMPORARY_S
+    os.utime(stale, (old, old))
+    write_atomic(target, "{}")
+    assert target.read_text() == "{}"
+    assert not stale.exists() and fresh.exists()

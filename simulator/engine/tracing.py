@@ -9,6 +9,8 @@ from __future__ import annotations
 from typing import Any
 
 from ..config.scenario import ResolvedScenario
+from ..errors import UserError
+from ..limits import TRACE_EVENT_LIMIT
 from ..network.layout import Layout
 from .program import Program
 from .results import STREAMS, WAIT_LABELS, span_stream
@@ -57,6 +59,14 @@ class Tracing:
             ev["args"] = {"rank": rank}
         if args:
             ev.setdefault("args", {}).update(args)
+        if len(self.trace) >= TRACE_EVENT_LIMIT:
+            raise UserError(
+                f"the trace reached the limit of {TRACE_EVENT_LIMIT:,} events at "
+                f"{start:,.3g} s into the step",
+                path="--trace",
+                hint="trace a step with fewer micro-batches (training.global_batch), or drop "
+                "--trace",
+            )
         self.trace.append(ev)
 
     def _waited(self, rank: int, cat: str, start: float, end: float) -> None:

@@ -127,7 +127,27 @@ def write_atomic(path: str | Path, text: str | bytes) -> Path:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+    _drop_stale_temporaries(p)
     return p
+
+
+# A temporary file of an earlier write of the same file that was killed outright (SIGKILL, a
+# power cut) is left behind; one this old is no other writer's, which would have finished.
+STALE_TEMPORARY_S = 3600.0
+
+
+def _drop_stale_temporaries(p: Path) -> None:
+    import re
+    import time
+
+    pattern = re.compile(re.escape(f".{p.name[:200]}.") + r"[a-z0-9_]{8}")
+    cutoff = time.time() - STALE_TEMPORARY_S
+    try:
+        for q in p.parent.iterdir():
+            if pattern.fullmatch(q.name) and q.is_file() and q.stat().st_mtime < cutoff:
+                q.unlink(missing_ok=True)
+    except OSError:
+        pass  # tidying only: the write itself succeeded
 
 
 def _mode_for(p: Path) -> int:
