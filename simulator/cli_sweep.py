@@ -31,6 +31,13 @@ def sweep(
         bool | None, typer.Option("--own/--rent", help="only owned, or only rented, clusters")
     ] = None,
     all_plans: Annotated[bool, typer.Option("--all", help="keep every valid plan")] = False,
+    answer_file: Annotated[
+        str | None,
+        typer.Option(
+            "--answer",
+            help="also write the Pareto front and the --best pick as JSON here (.json)",
+        ),
+    ] = None,
     replace: Annotated[
         bool,
         typer.Option(
@@ -130,6 +137,14 @@ def sweep(
             hint="end the file name in .csv, .jsonl or .parquet",
         )
     output_path(out_file, "--out")
+    if answer_file is not None:
+        if Path(answer_file).suffix.lower() != ".json":
+            raise UserError(
+                f"--answer writes JSON; '{answer_file}' does not end in .json",
+                path="--answer",
+                hint="give a file name ending in .json",
+            )
+        output_path(answer_file, "--answer")
     if plot is not None:
         if (
             Path(plot).suffix.lower() in (".png", ".pdf", ".svg", ".jpg")
@@ -254,6 +269,28 @@ def sweep(
     front, chosen, removed = answer(
         rows, len(pts), out_file, spec_file, best, deadline_days, budget_usd, max_gpus, own
     )
+    if answer_file is not None:
+        import json
+
+        from .report.files import write_atomic
+
+        doc = {
+            "sweep": spec_file,
+            "out": out_file,
+            "objective": best,
+            "constraints": {
+                "deadline_days": deadline_days,
+                "budget_usd": budget_usd,
+                "max_gpus": max_gpus,
+                "ownership": None if own is None else ("own" if own else "rent"),
+            },
+            "best": chosen,
+            "met": chosen is not None if best else None,
+            "removed_by": removed,
+            "pareto_front": front,
+        }
+        write_atomic(answer_file, json.dumps(doc, indent=1, default=str) + "\n")
+        out.print(f"wrote {safe(answer_file)}")
     if plot is not None:
         from .report import plots
 

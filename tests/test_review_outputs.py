@@ -200,3 +200,21 @@ def test_a_killed_writes_temporary_file_is_tidied_by_the_next_write(tmp_path: Pa
     write_atomic(target, "{}")
     assert target.read_text() == "{}"
     assert not stale.exists() and fresh.exists()
+
+
+def test_sweep_answer_file_holds_the_front_and_the_pick(tmp_path: Path) -> None:
+    spec = _spec(tmp_path)
+    out = str(tmp_path / "o.csv")
+    ans = tmp_path / "answer.json"
+    common = ["sweep", str(spec), "--out", out, "--executor", "serial", "--answer", str(ans)]
+    res = run_cli(*common, "--best", "cost")
+    assert res.returncode == 0, res.stderr
+    doc = json.loads(ans.read_text())
+    assert doc["objective"] == "cost" and doc["met"] is True
+    assert doc["best"]["point"] in {r["point"] for r in doc["pareto_front"]}
+    res = run_cli(*common, "--best", "cost", "--deadline-days", "1e-9")
+    assert res.returncode == 1
+    doc = json.loads(ans.read_text())
+    assert doc["best"] is None and doc["met"] is False and doc["removed_by"]
+    res = run_cli(*common[:-1], str(tmp_path / "answer.txt"))
+    assert_user_error(res, file=None, path="--answer", says=(".json",))
