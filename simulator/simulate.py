@@ -13,7 +13,7 @@ from .config.hardware import DEFAULT_CLOCK_EXP
 from .config.loading import resolve_dict
 from .config.scenario import ResolvedScenario
 from .cost import CostReport, compute_cost
-from .engine.compute import efficiency_fallbacks
+from .engine.compute import efficiency_fallbacks, unit_slips
 from .engine.periodic import run_periodic
 from .engine.sim import EngineResult, run_engine
 from .engine.stragglers import pace as straggler_pace
@@ -131,6 +131,7 @@ def simulate(
     notes.extend(rs.model_notes())
     notes.extend(unmodelled_failures(rs))
     notes.extend(efficiency_fallbacks(rs))
+    notes.extend(unit_slips(rs))
     if full:
         check_full_size(rs)
     if trace:

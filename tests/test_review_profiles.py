@@ -212,3 +212,21 @@ def test_profile_file_messages_say_what_to_write(
     res = run_cli("profiles", "list")
     assert res.returncode == 2
     assert "use h100-mine" in res.stderr and "lower-case" in res.stderr
+
+
+def test_a_likely_unit_slip_is_a_note_and_real_parts_give_none() -> None:
+    base = REPO / "scenarios" / "llama3-8b-8xh100.yaml"
+    slipped = load_scenario(base, ["cluster.gpu.memory_bandwidth_gbps=4"])  # 4 TB/s meant
+    assert any("check the units" in n for n in simulate(slipped, scaling=False).notes)
+    from simulator.engine.compute import unit_slips
+
+    for gpu, dtype in (
+        ("h100-sxm-80gb", "bf16"),
+        ("a100-sxm4-40gb", "bf16"),
+        ("v100-sxm2-32gb", "fp16"),
+        ("mi300x", "bf16"),
+    ):
+        sets = [f"cluster.gpu={gpu}", "cluster.pricing=null", f"training.precision={dtype}"]
+        if gpu == "mi300x":
+            sets.append("cluster.fabric=infinity-fabric-mi300x")
+        assert unit_slips(load_scenario(base, sets)) == [], gpu

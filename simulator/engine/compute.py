@@ -268,3 +268,37 @@ def efficiency_fallbacks(rs: ResolvedScenario) -> list[str]:
                 "timed at attention_max, the portable (FlashAttention-2 class) figure"
             )
     return out
+
+
+# GB/s of memory bandwidth per TFLOP/s of dense 16-bit peak: 2.4-7.2 across the bundled GPUs
+# (V100 to GB200), 50-200 on a probed CPU; a figure outside this span is most likely a unit
+# slip (4.0 written for 4 TB/s, or MB/s for GB/s).
+PLAUSIBLE_BYTES_PER_FLOP = (0.2, 1000.0)
+
+
+def unit_slips(rs: ResolvedScenario) -> list[str]:
+    """A note for a profile figure so far from any real part that a unit was likely mistaken
+    (the figure is used as given: the note only asks to check it)."""
+    out = []
+    g = rs.gpu
+    try:
+        peak = g.peak_flops(rs.training.precision if rs.training.precision != "fp8" else "bf16")
+    except KeyError:
+        peak = 0.0
+    if peak > 0:
+        ratio = g.memory_bandwidth_gbps.value / (peak / 1e12)
+        lo, hi = PLAUSIBLE_BYTES_PER_FLOP
+        if not lo <= ratio <= hi:
+            out.append(
+                f"GPU profile '{g.name}' gives {g.memory_bandwidth_gbps.value:g} GB/s of memory "
+                f"bandwidth for {peak / 1e12:g} TFLOP/s ({ratio:.3g} GB/s per TFLOP/s; real "
+                f"parts lie between {lo:g} and {hi:g}): check the units of "
+                "memory_bandwidth_gbps (GB/s) and peak_tflops (TFLOP/s)"
+            )
+    net = rs.network
+    if net is not None and net.port_gbps.value < 1.0:
+        out.append(
+            f"network profile '{net.name}' gives {net.port_gbps.value:g} Gb/s per port: "
+            "check that port_gbps is in gigabits per second (a 400G NIC is 400)"
+        )
+    return out
