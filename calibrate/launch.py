@@ -22,6 +22,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from .probe import FORMAT, HEAP_KEEPING_ENV, VERSION, atomic_write_json, heartbeat_dir
 
@@ -75,13 +76,32 @@ def _beats(hb: Path) -> dict[int, dict]:
     return out
 
 
-def _failure(beats: dict[int, dict], rank: int, what: str) -> ProbeFailed:
-    """A ProbeFailed naming the phase (and detail) rank last reported in its heartbeat."""
+def _failure(beats: dict[int, dict], rank: int, what: str, err: Path | None = None) -> ProbeFailed:
+    """A ProbeFailed naming the phase (and detail) rank last reported in its heartbeat, and
+    the last line the rank wrote to its error output (the exception that stopped it)."""
     phase = beats.get(rank, {}).get("phase", "start-up")
     detail = beats.get(rank, {}).get("detail", "")
+    last = _last_error_line(err) if err is not None else ""
     return ProbeFailed(
-        f"{what} in phase '{phase}'" + (f" ({detail})" if detail else ""), rank, phase
+        f"{what} in phase '{phase}'"
+        + (f" ({detail})" if detail else "")
+        + (f"; its last error: {last}" if last else ""),
+        rank,
+        phase,
     )
+
+
+def _last_error_line(path: Path) -> str:
+    """The last non-blank line of a rank's error output (at most 300 characters)."""
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            fh.seek(max(0, fh.tell() - 8192))
+            lines = fh.read().decode("utf-8", "replace").splitlines()
+    except OSError:
+        return ""
+    lines = [ln.strip() for ln in lines if ln.strip()]
+    return lines[-1][:300] if lines else ""
 
 
 def launch(
@@ -112,6 +132,7 @@ def launch(
         *(args or []),
     ]
     procs: dict[int, subprocess.Popen] = {}
+    errs: dict[int, Any] = {}
     t_start = time.monotonic()
     root = str(Path(__file__).resolve().parent.parent)
     last_progress = time.monotonic()
@@ -133,11 +154,15 @@ def launch(
                 OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"),
                 PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""),
             )
+            # each rank's error output to a file (a pipe nobody reads blocks a rank that
+            # writes much), read back for the cause where the rank fails
+            if log is None:
+                errs[rank] = open(hb / f"rank{rank}.err", "wb")  # noqa: SIM115
             procs[rank] = subprocess.Popen(
                 cmd,
                 env=env,
                 stdout=subprocess.DEVNULL,
-                stderr=subprocess.PIPE if log is None else log,
+                stderr=errs[rank] if log is None else log,
                 start_new_session=True,
                 preexec_fn=_die_with_parent(os.getpid()),
             )
@@ -149,7 +174,9 @@ def launch(
             bad = {r: c for r, c in codes.items() if c not in (None, 0)}
             if bad:
                 r = min(bad)
-                failure = _failure(beats, r, f"rank {r} died (exit code {bad[r]})")
+                failure = _failure(
+                    beats, r, f"rank {r} died (exit code {bad[r]})", hb / f"rank{r}.err"
+                )
                 break
             if all(c == 0 for c in codes.values()):
                 break
@@ -167,7 +194,9 @@ def launch(
                         beats.get(q, {}).get("progress", 0),
                     ),
                 )
-                failure = _failure(beats, r, f"no progress for {timeout:g} s: rank {r} hung")
+                failure = _failure(
+                    beats, r, f"no progress for {timeout:g} s: rank {r} hung", hb / f"rank{r}.err"
+                )
                 break
             time.sleep(0.1)
     finally:
@@ -185,6 +214,8 @@ def launch(
                 p.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 pass
+        for fh in errs.values():
+            fh.close()
         shutil.rmtree(hb, ignore_errors=True)
         signal.pthread_sigmask(signal.SIG_UNBLOCK, held)
     if failure is not None:

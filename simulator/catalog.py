@@ -291,13 +291,15 @@ def replacement_notes(names: list[str]) -> list[str]:
     ]
 
 
-def _may_be_bundled(p: Path, folder: tuple[str, ...]) -> bool:
+def _may_be_bundled(name: str, folder: tuple[str, ...]) -> bool:
     """Whether a path that is not there may name a bundled file: a bare name, or a path in the
     bundled layout (``scenarios/NAME.yaml``, ``scenarios/sweeps/NAME.yaml``: the README's
     commands, run from another folder). A path into any other folder names the user's own file,
     so a typo in it must not silently run a bundled file of the same name."""
-    parts = p.parent.parts
-    return not parts or parts == (".",) or parts[-len(folder) :] == folder
+    if name.startswith(("./", ".\\")):
+        return False  # the current folder named outright (a Path drops the leading ./)
+    parts = Path(name).parent.parts
+    return not parts or parts[-len(folder) :] == folder
 
 
 def _not_empty(name: str, what: str, example: str) -> None:
@@ -315,7 +317,7 @@ def find_sweep(name: str) -> Path:
     or stem."""
     _not_empty(name, "sweep spec", "scale-up-vs-scale-out")
     p = Path(name)
-    if p.exists() or not _may_be_bundled(p, ("scenarios", "sweeps")):
+    if p.exists() or not _may_be_bundled(name, ("scenarios", "sweeps")):
         return p
     bundled = bundled_scenarios_dir() / "sweeps"
     for cand in (bundled / p.name, bundled / f"{p.name}.yaml", bundled / f"{p.stem}.yaml"):
@@ -365,7 +367,7 @@ def find_scenario(name: str) -> Path:
             hint="point the link at the scenario file, or give the file itself",
         )
     bundled = bundled_scenarios_dir()
-    if not _may_be_bundled(p, ("scenarios",)):
+    if not _may_be_bundled(name, ("scenarios",)):
         same = bundled / f"{p.stem}.yaml"
         raise UserError(
             "no such scenario file",

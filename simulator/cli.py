@@ -350,6 +350,9 @@ def main() -> None:
         signal.signal(signal.SIGTERM, old)
 
 
+INTERNAL_ERROR_EXIT = 70  # EX_SOFTWARE (sysexits.h)
+
+
 def _main() -> None:
     try:
         from .catalog import check_profile_path
@@ -390,7 +393,17 @@ def _main() -> None:
         if any(c.__name__ == "ClickException" for c in type(exc).__mro__):
             exc.show()  # type: ignore[attr-defined]
             sys.exit(exc.exit_code)  # type: ignore[attr-defined]
-        raise
+        # A bug, not an answer: its own exit code, so that a script gating on `check` (1: does
+        # not fit) or `sweep --best` (1: nothing meets the constraints) cannot take it for one.
+        import traceback
+
+        traceback.print_exc()
+        err.print(
+            f"internal error: {safe(type(exc).__name__)} (a bug in clustersim; please report it "
+            "with the command and the trace above)",
+            highlight=False,
+        )
+        sys.exit(INTERNAL_ERROR_EXIT)
 
 
 if __name__ == "__main__":

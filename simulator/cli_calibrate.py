@@ -13,12 +13,12 @@ from typing import Annotated
 import typer
 
 from .cli_common import Fmt, _csv_rows, _json, _kept, app, err, out
+from .cli_probe_options import _check_procs, probe_args
 from .errors import UserError
 from .report.text import safe
 
 # A probe that overruns its --time-budget by more than this says so.
 BUDGET_SLACK = 1.1
-MAX_PROBE_BYTES = 1 << 34
 
 
 def _need_torch(command: str) -> None:
@@ -56,56 +56,10 @@ def probe(
     from calibrate.launch import ProbeFailed, launch
 
     _need_torch("probe")
-    if nproc < 1:
-        raise UserError("--nproc must be at least 1", path="--nproc", hint="e.g. --nproc 2")
-    _check_procs(nproc, "--nproc")
-    if not (math.isfinite(timeout) and timeout > 0):
-        raise UserError(
-            f"--timeout must be a positive number of seconds (got {timeout:g})",
-            path="--timeout",
-            hint="seconds without progress before a rank counts as hung, e.g. --timeout 60",
-        )
-    cores = os.cpu_count() or 1
-    if not 0 <= threads <= cores:
-        raise UserError(
-            f"--threads must be 0 (cores // nproc) up to this machine's {cores} cores "
-            f"(got {threads}): more threads than cores only slow each process down",
-            path="--threads",
-            hint="e.g. --threads 1, or leave it out",
-        )
-    if not 4096 <= max_bytes <= MAX_PROBE_BYTES:
-        raise UserError(
-            f"--max-bytes must be from 4096 bytes (two message sizes) to {MAX_PROBE_BYTES:,} "
-            f"(16 GiB, nccl-tests' largest) (got {max_bytes})",
-            path="--max-bytes",
-            hint="the largest collective message timed, e.g. --max-bytes 67108864",
-        )
-    if not (math.isfinite(time_budget) and time_budget > 0):
-        raise UserError(
-            f"the time budget must be a positive number of seconds (got {time_budget:g})",
-            path="--time-budget",
-            hint="the whole probe's budget, e.g. --time-budget 60",
-        )
-    import time
-
-    # the budget counts from now: the processes' start-up (importing torch) is part of it
-    args = ["--max-bytes", str(max_bytes), "--time-budget", str(time_budget)]
-    args += ["--started-at", repr(time.time())]
-    if storage_path:
-        args += ["--storage-path", storage_path]
-    if threads:
-        args += ["--threads", str(threads)]
-    if fsdp:
-        args.append("--fsdp")
-    if fail_rank is not None and fail_phase:
-        args += [
-            "--fail-rank",
-            str(fail_rank),
-            "--fail-phase",
-            fail_phase,
-            "--fail-mode",
-            fail_mode,
-        ]
+    args = probe_args(
+        nproc, max_bytes, time_budget, timeout, storage_path, threads, fsdp,
+        fail_rank, fail_phase, fail_mode,
+    )  # fmt: skip
     from calibrate.probe_base import is_complete_probe, is_probe_file, partial_path
 
     from .report.files import output_path, refuse_foreign
@@ -269,7 +223,6 @@ def _searchable(out_dir: str) -> str | None:
     """Profiles written outside the folders clustersim searches (the bundled profiles,
     ./hardware_profiles, $CLUSTERSIM_PROFILE_PATH) are found for the rest of this command (its
     in-sample check) by adding the folder to the search path; returns how to use them later."""
-    import os
 
     from .catalog import profile_dirs
 
@@ -379,19 +332,3 @@ def validate(
     from .report.validation import print_validation
 
     print_validation(out, rep)
-
-
-def _check_procs(n: int, opt: str) -> None:
-    """Refuse more local processes than the machine can time: every one runs measurements of
-    its own, and beyond a few per core they would time only their contention."""
-    import os
-
-    cores = os.cpu_count() or 1
-    cap = max(8, 2 * cores)
-    if n > cap:
-        raise UserError(
-            f"{n} processes on this machine of {cores} cores: beyond {cap} the probe would "
-            "time only their contention",
-            path=opt,
-            hint=f"at most {cap}: one process per GPU (on a CPU machine, per core or two)",
-        )

@@ -1,7 +1,8 @@
 """User-facing errors: what went wrong, where (file and field path), and what to do.
 
 The CLI turns a :class:`UserError` into one message on stderr and exit code 2; anything else is an
-internal error (exit 1).
+internal error (its traceback, and exit code 70: exit 1 is a negative answer, such as `check`'s
+plan that does not fit).
 """
 
 from __future__ import annotations

@@ -197,6 +197,8 @@ def test_killed_rank_stops_probe_with_partial_file(tmp_path: Path) -> None:
     )
     assert r.returncode != 0
     assert "rank 1" in r.stderr and "compute" in r.stderr
+    # the cause as the rank wrote it (its error output goes to a file, not an unread pipe)
+    assert "its last error: probe: rank 1 failing on purpose" in r.stderr
     d = json.loads(out.read_text())  # valid JSON
     assert d["complete"] is False
     assert d["error"]["rank"] == 1 and d["error"]["phase"] == "compute"

@@ -218,3 +218,26 @@ def test_sweep_answer_file_holds_the_front_and_the_pick(tmp_path: Path) -> None:
     assert doc["best"] is None and doc["met"] is False and doc["removed_by"]
     res = run_cli(*common[:-1], str(tmp_path / "answer.txt"))
     assert_user_error(res, file=None, path="--answer", says=(".json",))
+
+
+def test_probe_fsdp_without_a_gpu_is_refused_before_launch(tmp_path: Path) -> None:
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is here: FSDP runs")
+    res = run_cli("probe", "--out", str(tmp_path / "p.json"), "--fsdp")
+    assert_user_error(res, file=None, path="--fsdp", says=("needs GPUs",))
+    assert not (tmp_path / "p.json").exists()
+
+
+def test_a_bug_exits_70_not_1(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A crash is not a negative answer: `check` exits 1 for a plan that does not fit, so an
+    internal error has a code of its own, with its traceback and one line saying what it is."""
+    import simulator.check as check
+
+    def broken(*_a: object, **_k: object) -> None:
+        raise ZeroDivisionError("a bug")
+
+    monkeypatch.setattr(check, "check", broken)
+    res = run_cli("check", "llama3-8b-8xh100")
+    assert res.returncode == 70
+    assert "Traceback" in res.stderr and "internal error: ZeroDivisionError" in res.stderr
