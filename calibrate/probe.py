@@ -26,6 +26,7 @@ import argparse
 import datetime as dt
 import os
 import platform
+import shutil
 import socket
 import sys
 import time
@@ -148,6 +149,10 @@ class Probe(CollectivePhase, DevicePhases, JobOpsPhase, TrainPhase):
         if self.pg:
             dist.barrier()
             dist.destroy_process_group()
+        if self.local_rank == 0:
+            # every rank is past its last heartbeat (the barrier): under torchrun nobody else
+            # removes the folder (clustersim's own launcher does, too)
+            shutil.rmtree(self.hb, ignore_errors=True)
         return 0
 
     # collectives -------------------------------------------------------------------------------

@@ -70,7 +70,10 @@ def _no_verdict(results: list[dict[str, Any]]) -> dict[str, str]:
     out: dict[str, str] = {}
     if not same_model(results):
         for key in PER_MODEL:
-            out[key] = "the scenarios train different models (MFU and memory compare across them)"
+            out[key] = (
+                "the scenarios train different models (MFU, memory, goodput and the money "
+                "committed compare across them)"
+            )
     gaps = {
         tuple(n for n in r.get("notes") or [] if n.startswith("GPU profile ") and UNMODELLED in n)
         for r in results

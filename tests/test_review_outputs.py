@@ -241,3 +241,31 @@ def test_a_bug_exits_70_not_1(monkeypatch: pytest.MonkeyPatch) -> None:
     res = run_cli("check", "llama3-8b-8xh100")
     assert res.returncode == 70
     assert "Traceback" in res.stderr and "internal error: ZeroDivisionError" in res.stderr
+
+
+def test_an_override_quoted_in_the_message_is_the_one_blamed() -> None:
+    res = run_cli(
+        "check",
+        "llama3-70b-64xh100",
+        "--set",
+        "cluster.gpu=h100-pcie-80gb",
+        "--set",
+        "cluster.pricing=null",
+    )
+    assert res.returncode == 2
+    assert "(with --set cluster.gpu=h100-pcie-80gb)" in res.stderr
+
+
+def test_a_probe_run_without_the_launcher_leaves_no_heartbeat_folder(tmp_path: Path) -> None:
+    """As under torchrun: nobody but the probe itself is there to remove it."""
+    import subprocess
+    import sys
+
+    pytest.importorskip("torch")
+    out = tmp_path / "p.json"
+    cmd = [sys.executable, "-m", "calibrate.probe", "--out", str(out), "--max-bytes", "4096"]
+    cmd += ["--time-budget", "3", "--phases", "memory"]
+    r = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(out.read_text())["complete"] is True
+    assert not (tmp_path / "p.json.hb").exists()

@@ -42,7 +42,11 @@ def blame_set(exc: UserError, sets: list[str]) -> UserError:
     beside = [s for s in sets if section and _key(s).startswith(section + ".")]
     # the one whose field the message names ("4 nodes need a network": cluster.nodes), else
     # the last
-    named = [s for s in beside if re.search(rf"\b{re.escape(_field(s))}\b", exc.message, re.I)]
+    named = [
+        s
+        for s in beside
+        if re.search(rf"\b{re.escape(_field(s))}\b", exc.message, re.I) or _quoted_value(s, exc)
+    ]
     if beside:
         return _with_set(exc, (named or beside)[-1])
     # A field judged against one of another section (PP against the model's layers after
@@ -53,6 +57,13 @@ def blame_set(exc: UserError, sets: list[str]) -> UserError:
         judged = ()  # that field's own range or type: no other --set made it fail
     other = [s for s in sets if _key(s) and any(_within(f, _key(s)) for f in judged)]
     return _with_set(exc, other[-1]) if other else exc
+
+
+def _quoted_value(item: str, exc: UserError) -> bool:
+    """Whether the message quotes the value ``item`` sets (a profile's name: 'h100-pcie-80gb'
+    has no NVLink), which names that override as the one at fault."""
+    value = item.split("=", 1)[1].strip().strip("'\"") if "=" in item else ""
+    return len(value) >= 3 and f"'{value}'" in exc.message
 
 
 def _with_set(exc: UserError, item: str) -> UserError:

@@ -111,9 +111,8 @@ def reachable(address: str | None) -> None:
         ) from None
 
 
-def _ray(
-    args: list[tuple[str, dict[str, Any], Point, list[str], str]], address: str | None
-) -> Iterator[Rows]:
+def _ray_connect(address: str | None) -> Any:
+    """Ray, connected to ``address`` (or a local Ray); a UserError where it cannot be."""
     try:
         import ray
     except ImportError:
@@ -136,6 +135,13 @@ def _ray(
             ) from None
         if term is not None and signal.getsignal(signal.SIGTERM) is not term:
             signal.signal(signal.SIGTERM, term)  # Ray installs its own; ours says what was kept
+    return ray
+
+
+def _ray(
+    args: list[tuple[str, dict[str, Any], Point, list[str], str]], address: str | None
+) -> Iterator[Rows]:
+    ray = _ray_connect(address)
     remote = ray.remote(evaluate_point)
     pending = [remote.remote(*a) for a in args]
     while pending:
@@ -262,7 +268,10 @@ def _run_sweep(
     todo = [p for p in pts if p.key not in have]
     # The journal holds exactly the complete points kept, before new ones are appended.
     if executor == "ray":
-        reachable(address)  # before the output is touched: Ray retries for minutes
+        # before the output is touched: Ray retries an unreachable HOST:PORT for minutes, and
+        # a run that cannot connect leaves no file behind
+        reachable(address)
+        _ray_connect(address)
     j = journal(out)
     write_atomic(j, text(j, cols, rows))
     auto = spec.auto()
