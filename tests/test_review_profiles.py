@@ -230,3 +230,23 @@ def test_a_likely_unit_slip_is_a_note_and_real_parts_give_none() -> None:
         if gpu == "mi300x":
             sets.append("cluster.fabric=infinity-fabric-mi300x")
         assert unit_slips(load_scenario(base, sets)) == [], gpu
+
+
+def test_the_gpus_compute_capability_sets_ncclss_ll128_channel_rate() -> None:
+    """Across nodes NCCL rates an LL128 channel by the GPU generation (perChMax*LL128Bws:
+    Hopper 29-36.7 GB/s, Ampere 20): a Hopper GPU on an NVLink fabric without NVLink SHARP gets
+    Hopper's rate from its compute_capability, where it was inferred as Ampere's."""
+    from simulator.network.collectives import GroupShape, choose
+    from simulator.network.nccl import TierLink
+
+    net = TierLink(bandwidth=46e9, alpha=2e-6)
+    shape = GroupShape(8 * 4, 4)
+    times = {}
+    for sm90 in (None, False, True):
+        fab = TierLink(bandwidth=369e9, alpha=2e-6, ll128=True, sm90=sm90)
+        times[sm90] = [choose("all_reduce", shape, s, fab, net)[2] for s in (2.0**18, 2.0**20)]
+    assert times[None] == times[False]  # no switch reduction: inferred as Ampere
+    assert all(h <= a for h, a in zip(times[True], times[False], strict=True))
+    assert any(h < a for h, a in zip(times[True], times[False], strict=True))
+    rs = load_scenario(REPO / "scenarios" / "llama3-70b-64xh100.yaml")
+    assert rs.gpu.compute_capability is not None and rs.gpu.compute_capability.value == 9.0

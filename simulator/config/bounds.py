@@ -36,6 +36,7 @@ FIGURE_RANGES: dict[str, Range] = {
     "power_clock_exponent": (0.5, 10.0, False, "exponent a in board power ~ clock^a"),
     "peak_tflops": (1e-3, 1e6, False, "TFLOP/s"),
     "sm_count": (1.0, 1e5, False, "streaming multiprocessors"),
+    "compute_capability": (1.0, 20.0, False, "major.minor"),
     "gpus_per_host": (1.0, 1024.0, False, "GPUs"),
     "mtbf_hours": (1.0, 1e9, False, "hours"),
     "mtbf_other_hours": (1.0, 1e9, False, "GPU-hours"),

@@ -128,6 +128,12 @@ class GPUProfile(_Profile):
         description="dense (no sparsity) peak TFLOP/s per dtype"
     )
     efficiency: GPUEfficiency
+    compute_capability: Num | None = Field(
+        default=None,
+        description="CUDA compute capability (8.0 Ampere, 9.0 Hopper, 10.0 Blackwell): NCCL "
+        "sizes its per-channel LL128 rate across nodes by it; unset: a fabric with NVLink "
+        "SHARP is taken as Hopper's, one without as Ampere's (with a note)",
+    )
     sm_count: Num | None = Field(
         default=None,
         description="streaming multiprocessors (compute units): GEMM tiles run in waves of "

@@ -260,6 +260,14 @@ def efficiency_fallbacks(rs: ResolvedScenario) -> list[str]:
                 f"{fast.value:.2f}: a stack version that runs it is --set "
                 "software.flash_kernel=flash3"
             )
+    f = rs.fabric
+    if g.compute_capability is None and f.ll128 is not None and f.ll128.value and rs.nodes > 1:
+        hopper = f.switch_reduce_fraction is not None
+        out.append(
+            f"GPU profile '{g.name}' gives no compute_capability: NCCL's LL128 channels across "
+            f"nodes are rated as {'Hopper' if hopper else 'Ampere'}'s, as the fabric "
+            f"{'has' if hopper else 'has no'} NVLink SHARP"
+        )
     if rs.flash_attention and rs.software.flash_kernel.value == "flash3":
         if e.attention_flash3_max is None:
             out.append(

@@ -28,9 +28,9 @@ from .nccl import (
 # writes every 128-byte line with its flag, so it moves no more than NCCL's per-channel
 # LL128 cap (perChMaxTreeLL128Bws, Hopper: 36.7 GB/s at 2 nodes, 29.0 beyond;
 # perChMaxRingLL128Bws 36.7; Volta and Ampere: 20.0 throughout), with one channel per NIC the
-# members use; a fabric that reduces in the switch (NVLink SHARP) is Hopper's or later, one
-# that does not is taken as Ampere's. Offered only where NCCL's tuner chooses the protocol
-# (an all-reduce across nodes).
+# members use; by the GPU profile's compute_capability, else a fabric that reduces in the
+# switch (NVLink SHARP) is taken as Hopper's or later, one that does not as Ampere's. Offered
+# only where NCCL's tuner chooses the protocol (an all-reduce across nodes).
 LL128_FRACTION = {"tree": 120.0 / 128.0, "ring": 0.92}
 LL128_CHANNEL_CAP = {
     "tree": tuple(c * 1e9 for c in PER_CH_MAX_TREE_LL128[1:]),  # 2 nodes, more
@@ -65,9 +65,8 @@ def options_across(
         channels = max(1.0, g / network.nic_ranks)
         # the node's rate across (its members' NIC shares), against its channels' cap
         node = bw * g
-        per_channel = (
-            LL128_CHANNEL_CAP[algo][k > 2] if fabric.switch_reduce > 0 else LL128_CHANNEL_CAP_AMPERE
-        )
+        hopper = fabric.sm90 if fabric.sm90 is not None else fabric.switch_reduce > 0
+        per_channel = LL128_CHANNEL_CAP[algo][k > 2] if hopper else LL128_CHANNEL_CAP_AMPERE
         frac = min(frac, per_channel * channels / node) if node > 0 else frac
         hops = 2 * log2i(k) if algo == "tree" else 2 * (k - 1)
         inside = 2 * (g - 1) if algo == "tree" else ph.steps - hops

@@ -25,6 +25,9 @@ class TierLink:
     switch_reduce: float = 0.0
     # NCCL may run its LL128 protocol inside a node of this fabric (NVLink).
     ll128: bool = False
+    # The GPUs are Hopper's or later (compute capability 9.0+), whose LL128 channels NCCL rates
+    # faster across nodes; None: not known (inferred from the fabric, engine.across).
+    sm90: bool | None = None
     # A calibrated tier: collectives take the probe's α-β fits as measured (per collective,
     # (name, α s, bandwidth B/s); others the tier's own α and bandwidth), no protocol model.
     fitted: bool = False

@@ -40,6 +40,8 @@ class Topology:
         self.fabric_port_bw = port * 1e9
         self.fabric_bw = self.fabric_port_bw * f.achievable_fraction.value
         self.fabric_alpha = f.latency_us.value * 1e-6
+        cc = rs.gpu.compute_capability
+        self.sm90: bool | None = cc.value >= 9.0 if cc is not None else None
         self.pcie_root_bw: float | None = None
         self.sockets = 1
         if f.technology == "pcie_host" and f.shared_uplink_gbps is not None and f.sockets > 1:
@@ -190,6 +192,7 @@ class Topology:
             self.fabric_alpha,
             nvls,
             ll128=f.ll128 is not None and f.ll128.value,
+            sm90=self.sm90,
             fitted=f.fitted is not None,
             fits=_fits(f.fitted, f.achievable_fraction.value),
             carries_nic=self.carries_nic,
