@@ -250,3 +250,25 @@ def test_the_gpus_compute_capability_sets_ncclss_ll128_channel_rate() -> None:
     assert any(h < a for h, a in zip(times[True], times[False], strict=True))
     rs = load_scenario(REPO / "scenarios" / "llama3-70b-64xh100.yaml")
     assert rs.gpu.compute_capability is not None and rs.gpu.compute_capability.value == 9.0
+
+
+def test_torchtitan_runs_cudnn_attention_on_blackwell_and_fa2_on_hopper() -> None:
+    """torchtitan puts cuDNN attention first from compute capability 10.0 (its PR #1196),
+    FlashAttention-2 first on Hopper: so on B200 flash attention is faster than the unfused
+    path again (the physics review found it 10% slower with the portable kernel there)."""
+    from simulator.config.software import attention_kernel
+
+    base = REPO / "scenarios" / "llama3-8b-8xh100.yaml"
+    b200 = ["cluster.gpu=b200", "cluster.fabric=nvlink5-nvswitch", "cluster.pricing=null"]
+    rs = load_scenario(base, [*b200, "software=torchtitan"])
+    assert attention_kernel(rs.software, rs.gpu.compute_capability.value) == "flash3"  # type: ignore[union-attr]
+    h100 = load_scenario(base, ["software=torchtitan", "cluster.pricing=null"])
+    assert attention_kernel(h100.software, 9.0) == "flash2"
+    steps = {
+        fa: simulate(
+            load_scenario(base, [*b200, "software=torchtitan", f"training.flash_attention={fa}"]),
+            scaling=False,
+        ).metrics.step_time_s
+        for fa in ("true", "false")
+    }
+    assert steps["true"] < steps["false"]

@@ -176,6 +176,13 @@ class SoftwareProfile(_Profile):
         description="fused attention kernel when training.flash_attention is on (flash3 needs a "
         "GPU profile with attention_flash3_max; elsewhere the flash2-class figure is used)",
     )
+    flash_kernel_blackwell: (
+        Annotated[FlashKernel, BeforeValidator(bare_inline(str, "the kernel"))] | None
+    ) = Field(
+        default=None,
+        description="the kernel the stack runs instead on compute capability 10.0 and later "
+        "(Blackwell), where it picks another there; unset: flash_kernel everywhere",
+    )
     overlap: StackOverlap
     attention_repack: SourcedFlag | None = Field(
         default=None,
@@ -372,3 +379,11 @@ class SoftwareProfile(_Profile):
 
 
 __all__ = ["Flag", "Fusion", "OptimizerPasses", "SoftwareProfile", "StackOverlap", "off", "on"]
+
+
+def attention_kernel(software: SoftwareProfile, compute_capability: float | None) -> str:
+    """The fused attention kernel ``software`` runs on a GPU of this compute capability."""
+    late = software.flash_kernel_blackwell
+    if late is not None and compute_capability is not None and compute_capability >= 10.0:
+        return late.value
+    return software.flash_kernel.value

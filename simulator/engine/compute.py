@@ -250,8 +250,12 @@ def efficiency_fallbacks(rs: ResolvedScenario) -> list[str]:
             f"GPU profile '{g.name}' gives no efficiency.host_link: activation offloading "
             "copies at the datasheet host_link_gbps, as no copy reaches (optimistic)"
         )
+    from ..config.software import attention_kernel
+
+    cc = g.compute_capability
+    kernel = attention_kernel(rs.software, cc.value if cc is not None else None)
     fast = e.attention_flash3_max
-    if rs.flash_attention and rs.software.flash_kernel.value == "flash2" and fast is not None:
+    if rs.flash_attention and kernel == "flash2" and fast is not None:
         if fast.value >= 2.0 * e.attention_max.value:
             out.append(
                 f"the '{rs.software.name}' stack runs the portable FlashAttention-2 kernel, "
@@ -268,7 +272,7 @@ def efficiency_fallbacks(rs: ResolvedScenario) -> list[str]:
             f"nodes are rated as {'Hopper' if hopper else 'Ampere'}'s, as the fabric "
             f"{'has' if hopper else 'has no'} NVLink SHARP"
         )
-    if rs.flash_attention and rs.software.flash_kernel.value == "flash3":
+    if rs.flash_attention and kernel == "flash3":
         if e.attention_flash3_max is None:
             out.append(
                 f"GPU profile '{g.name}' gives no efficiency.attention_flash3_max: the "

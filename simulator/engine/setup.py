@@ -13,7 +13,7 @@ import simpy
 
 from ..config.parallelism import ZeroSharding
 from ..config.scenario import ResolvedScenario
-from ..config.software import on
+from ..config.software import attention_kernel, on
 from ..network.collectives import choose
 from ..network.flows import FlowNetwork
 from ..network.nccl import Phase
@@ -92,7 +92,7 @@ class SimulationBase(LoaderProcess, LinkSharing):  # LoaderProcess brings Tracin
             rs.gpu,
             rs.training.precision,
             rs.software.host_us_per_kernel.value,
-            rs.software.flash_kernel.value,
+            attention_kernel(rs.software, cc.value if (cc := rs.gpu.compute_capability) else None),
             rs.model.head_dim,
             on(rs.software.fp8_backward_fast_accum),
         )
