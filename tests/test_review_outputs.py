@@ -269,3 +269,15 @@ def test_a_probe_run_without_the_launcher_leaves_no_heartbeat_folder(tmp_path: P
     assert r.returncode == 0, r.stderr
     assert json.loads(out.read_text())["complete"] is True
     assert not (tmp_path / "p.json.hb").exists()
+
+
+def test_a_refused_run_leaves_no_output_folder_behind(tmp_path: Path) -> None:
+    trace = tmp_path / "new" / "deeper" / "t.json"
+    res = run_cli(
+        "simulate", "llama3-8b-8xh100", "--set", "parallelism.tp=3", "--trace", str(trace)
+    )
+    assert res.returncode == 2
+    assert not (tmp_path / "new").exists()
+    res = run_cli("simulate", "llama3-8b-8xh100", "--no-scaling", "--trace", str(trace))
+    assert res.returncode == 0, res.stderr
+    assert trace.is_file()

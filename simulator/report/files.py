@@ -44,25 +44,35 @@ def output_path(path: str | Path, option: str, folder: bool = False) -> Path:
             # to keep)
             raise UserError(f"{raw} is read-only", path=option, hint="give another path")
         target = Path(os.path.realpath(p)).parent
-    try:
-        target.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
+    # Nothing is created here: a run refused after this check (a bad scenario) leaves no
+    # folder behind; the writer makes the folders when it writes. What must hold is that the
+    # nearest folder there now is one this user can create them in.
+    base = target
+    while not os.path.lexists(base) and base.parent != base:
+        base = base.parent
+    if not base.is_dir():
         raise UserError(
-            f"cannot create the folder {target}: {exc.strerror}",
+            f"cannot create the folder {target}: {base} is not a folder",
             path=option,
             hint="pick a writable path",
-        ) from None
-    if not os.access(target, os.W_OK | os.X_OK):
-        raise UserError(f"the folder {target} is not writable", path=option, hint="pick another")
+        )
+    where = "the folder" if base == target else f"the folder {target}: its parent"
+    if not os.access(base, os.W_OK | os.X_OK):
+        raise UserError(
+            f"{where} {base} is not writable" if base == target else
+            f"cannot create {where} {base} is not writable",
+            path=option,
+            hint="pick another",
+        )  # fmt: skip
     try:  # permissions can say yes where the file system says no (/proc, a read-only mount)
         import tempfile
 
-        fd, trial = tempfile.mkstemp(dir=target, prefix=".clustersim-write-check-")
+        fd, trial = tempfile.mkstemp(dir=base, prefix=".clustersim-write-check-")
         os.close(fd)
         os.unlink(trial)
     except OSError as exc:
         raise UserError(
-            f"cannot write in the folder {target}: {exc.strerror}", path=option, hint="pick another"
+            f"cannot write in the folder {base}: {exc.strerror}", path=option, hint="pick another"
         ) from None
     return p
 
