@@ -14,12 +14,10 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import TypeAdapter, ValidationError
 
 from .config.hardware import _Profile
 from .config.profiles import PROFILE_KINDS, AnyProfile
-from .config.yamlio import MAX_BYTES, YamlLimit, load_text, read_file_text
 from .errors import UserError, closest
 
 PACKAGE_ROOT = Path(__file__).resolve().parent.parent
@@ -165,23 +163,25 @@ class Catalog:
 
 
 def load_profile_file(path: Path) -> _Profile:
-    try:
-        # (not calibrated/: `calibrate` writes there by default, and in a source checkout
-        # ./hardware_profiles is the bundled folder)
-        bundled = bundled_profiles_dir()
-        shipped = path.is_relative_to(bundled) and not path.is_relative_to(bundled / "calibrated")
-        data = load_text(read_file_text(path, 4 * MAX_BYTES), shipped)
-    except YamlLimit as exc:
-        raise UserError(
-            f"refused: the file {exc}", file=str(path), hint="fix or remove the profile file"
-        ) from None
-    except (yaml.YAMLError, ValueError, OSError) as exc:  # ValueError: bad date, not UTF-8
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        raise UserError(
-            f"not valid YAML{where}: {problem}", file=str(path), hint="fix the profile file"
-        ) from None
+    from .profile_inherit import read_profile_data, with_base
+
+    # (not calibrated/: `calibrate` writes there by default, and in a source checkout
+    # ./hardware_profiles is the bundled folder)
+    bundled = bundled_profiles_dir()
+    shipped = path.is_relative_to(bundled) and not path.is_relative_to(bundled / "calibrated")
+    data = read_profile_data(path, shipped)
+
+    def find(name: str) -> Path | None:  # the file that wins for that name (later folders)
+        for d in reversed(profile_dirs()):
+            for p in profile_files(d):
+                if p.stem == name:
+                    return p
+        return None
+
+    def names() -> list[str]:
+        return [p.stem for d in profile_dirs() for p in profile_files(d)]
+
+    data = with_base(data, path, find, lambda p: read_profile_data(p, shipped), names)
     return validate_profile(data, str(path))
 
 

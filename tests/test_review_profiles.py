@@ -272,3 +272,46 @@ def test_torchtitan_runs_cudnn_attention_on_blackwell_and_fa2_on_hopper() -> Non
         for fa in ("true", "false")
     }
     assert steps["true"] < steps["false"]
+
+
+def _software(folder: Path, name: str, body: dict) -> None:
+    (folder / "software").mkdir(parents=True, exist_ok=True)
+    data = {"kind": "software", "name": name, "display_name": name, **body}
+    (folder / "software" / f"{name}.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
+
+
+def test_a_stack_written_as_a_variant_of_another_takes_its_fields(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``base: megatron-core`` and one switch: every other field is megatron-core's, so the
+    variant times a step as megatron-core with that switch set does."""
+    tp = {"tp_comm": {"value": True, "source": "NeMo launcher configs: ub_tp_comm_overlap"}}
+    _software(tmp_path, "nemo-tp-overlap", {"base": "megatron-core", "overlap": tp})
+    _use(monkeypatch, tmp_path)
+    base = REPO / "scenarios" / "llama3-70b-64xh100.yaml"
+    variant = load_scenario(base, ["software=nemo-tp-overlap"])
+    same = load_scenario(base, ["software.overlap.tp_comm=true"])
+    assert variant.software.flash_kernel == same.software.flash_kernel
+    assert variant.software.overlap.tp_comm.value is True
+    assert variant.software.overlap.dp_grad == same.software.overlap.dp_grad  # merged, kept
+    a = simulate(variant, scaling=False).metrics.step_time_s
+    b = simulate(same, scaling=False).metrics.step_time_s
+    assert a == pytest.approx(b, rel=1e-12)
+
+
+@pytest.mark.parametrize(
+    ("profiles", "says"),
+    [
+        ({"v1": {"base": "megatron-cor"}}, "no profile 'megatron-cor'"),
+        ({"v1": {"base": "v2"}, "v2": {"base": "v1"}}, "leads back"),
+        ({"v1": {"base": "h100-sxm-80gb"}}, "is a gpu profile"),
+    ],
+)
+def test_a_bad_base_is_one_clear_message(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, profiles: dict, says: str
+) -> None:
+    for name, body in profiles.items():
+        _software(tmp_path, name, body)
+    _use(monkeypatch, tmp_path)
+    res = run_cli("profiles", "show", "v1")
+    assert_user_error(res, file=None, path=None, says=(says,))

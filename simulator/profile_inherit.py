@@ -1,0 +1,104 @@
+"""A profile file that starts from another: ``base: NAME`` takes every field of the profile
+NAME (of the same kind, from the same profile folders) and the file's own fields over them, so
+that a variant (a stack with one switch changed, a GPU at another memory size) is a few lines
+that later corrections of its base reach. A figure given in the file replaces the base's whole
+(its value and its source together); a section (``overlap``, ``efficiency``) is merged field by
+field."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from .errors import UserError, closest
+
+# bases of bases, at most this deep (a chain longer than this is a loop or a mistake)
+MAX_DEPTH = 8
+
+
+def _merge(base: dict[str, Any], own: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in own.items():
+        old = out.get(key)
+        if isinstance(value, dict) and isinstance(old, dict) and "value" not in value:
+            out[key] = _merge(old, value)
+        else:
+            out[key] = value  # a figure (value and source together), a name, a list
+    return out
+
+
+def with_base(
+    data: Any,
+    path: Path,
+    find: Callable[[str], Path | None],
+    read: Callable[[Path], Any],
+    names: Callable[[], list[str]],
+    seen: tuple[str, ...] = (),
+) -> Any:
+    """``data`` (a profile file's mapping) with its ``base`` merged under it; ``find`` gives a
+    profile's file by name, ``read`` a file's mapping, ``names`` the profiles there are (for a
+    suggestion)."""
+    if not isinstance(data, dict) or "base" not in data:
+        return data
+    name = data.get("base")
+    if not isinstance(name, str) or not name.strip():
+        raise UserError(
+            "expected a profile name",
+            file=str(path),
+            path="base",
+            hint="give the name of the profile this one starts from, e.g. base: megatron-core",
+        )
+    own = {k: v for k, v in data.items() if k != "base"}
+    chain = (*seen, str(data.get("name", path.stem)))
+    if name in chain or len(chain) > MAX_DEPTH:
+        raise UserError(
+            f"'{name}' leads back to this profile ({' -> '.join((*chain, name))})",
+            file=str(path),
+            path="base",
+            hint="start the profiles from one that names no base",
+        )
+    found = find(name)
+    if found is None:
+        near = closest(name, names())
+        raise UserError(
+            f"no profile '{name}' to start from",
+            file=str(path),
+            path="base",
+            hint=f"did you mean {', '.join(near)}?" if near else "see `clustersim profiles list`",
+        )
+    base = with_base(read(found), found, find, read, names, chain)
+    if not isinstance(base, dict):
+        raise UserError(f"'{name}' ({found}) is not a profile", file=str(path), path="base")
+    if base.get("kind") != own.get("kind", base.get("kind")):
+        raise UserError(
+            f"'{name}' is a {base.get('kind')} profile, this one a {own.get('kind')}",
+            file=str(path),
+            path="base",
+            hint="start from a profile of the same kind",
+        )
+    kept = {k: v for k, v in base.items() if k not in ("name", "display_name", "description")}
+    merged = _merge(kept, own)
+    merged.setdefault("description", f"a variant of {name}")
+    return merged
+
+
+def read_profile_data(path: Path, shipped: bool) -> Any:
+    """A profile file's mapping as YAML reads it; an exit-2 error naming the file otherwise."""
+    import yaml
+
+    from .config.yamlio import MAX_BYTES, YamlLimit, load_text, read_file_text
+
+    try:
+        return load_text(read_file_text(path, 4 * MAX_BYTES), shipped)
+    except YamlLimit as exc:
+        raise UserError(
+            f"refused: the file {exc}", file=str(path), hint="fix or remove the profile file"
+        ) from None
+    except (yaml.YAMLError, ValueError, OSError) as exc:  # ValueError: bad date, not UTF-8
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise UserError(
+            f"not valid YAML{where}: {problem}", file=str(path), hint="fix the profile file"
+        ) from None
