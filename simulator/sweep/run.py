@@ -149,31 +149,6 @@ def _ray(
         yield ray.get(done[0])
 
 
-def run_sweep(
-    spec: SweepSpec,
-    base: dict[str, Any],
-    pts: list[Point],
-    out: Path,
-    executor: str = "local",
-    workers: int | None = None,
-    address: str | None = None,
-    on_point: Callable[[int, int], None] | None = None,
-    on_stale: Callable[[int], None] | None = None,
-    replace: bool = True,
-) -> Rows:
-    """Evaluate every point not already in ``out``; return all rows (sorted) and write them.
-    A finished point is reused only if it came from the same base scenario, sweep settings and
-    profiles (its key covers them), renumbered and relabelled as the spec now has it;
-    ``on_stale`` is told how many rows of ``out`` match no point of this run (they are
-    dropped; without ``replace`` the run refuses instead, writing nothing). One sweep at a
-    time writes ``out``: a second is refused while the first runs."""
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with _only_writer(out):
-        return _run_sweep(
-            spec, base, pts, out, executor, workers, address, on_point, on_stale, replace
-        )
-
-
 @contextmanager
 def _only_writer(out: Path) -> Iterator[None]:
     """Hold an exclusive lock on a file beside ``out`` while this run writes it (the kernel
@@ -202,7 +177,7 @@ def _only_writer(out: Path) -> Iterator[None]:
         os.close(fd)
 
 
-def _run_sweep(
+def run_sweep(
     spec: SweepSpec,
     base: dict[str, Any],
     pts: list[Point],
@@ -214,90 +189,99 @@ def _run_sweep(
     on_stale: Callable[[int], None] | None = None,
     replace: bool = True,
 ) -> Rows:
-    cols = columns(spec)
-    pts = [
-        p.model_copy(update={"salt": salt})
-        for p, salt in zip(pts, point_salts(spec, base, pts), strict=True)
-    ]
-    old = read_rows(out)
-    have = complete_points(old)
-    keys = {p.key for p in pts}
-    stale = sum(1 for r in old if str(r.get("point_key")) not in keys)
-    if stale and not replace:
-        raise UserError(
-            f"{stale} of the {len(old)} row(s) in '{out}' match no point of this run (another "
-            "spec or base scenario, other sweep settings, a profile it names changed, or "
-            "clustersim's code changed): the run would drop them",
-            path="--out",
-            hint="give another --out to keep them, or --replace to drop them",
-        )
-    this_run = run_id(keys)
-    # This run, interrupted after it kept the file as it was: its copy already holds those
-    # rows (the output now may hold some of this run's too), so it is neither refused nor
-    # copied again.
-    resumed = is_owner(out, this_run)
-    if stale and not resumed:
-        for kept in [*(replaced_copy(f) for f in dict.fromkeys((out, journal(out)))),
-                     replaced_owner(out)]:  # fmt: skip
-            if kept.exists() or kept.is_symlink():
-                # An earlier --replace run that did not finish (or a file of the user's)
-                # already holds that name: copying over it, or dropping these rows beside
-                # it, would lose one of the two.
-                raise UserError(
-                    f"'{kept}' already exists (the file an earlier --replace run kept and did "
-                    f"not finish with, or another file), and this run would drop {stale} "
-                    f"row(s) of '{out}' too",
-                    path="--out",
-                    hint=f"move '{kept}' away (or delete it) and run again, or give another --out",
-                )
-    if stale and on_stale:
-        on_stale(stale)
-    # --replace drops those rows only once this run has finished: until then the file as it
-    # was stays beside the new one (an interrupted run loses nothing of it), marked as this
-    # run's, so that only this run, or this run resumed, removes it.
-    if stale and not resumed:
-        keep_until_finished(out, this_run)
-    rows: Rows = []
-    for p in pts:
-        for r in have.get(p.key, []):
-            # The same point under the spec as it is now: its number and axis labels (an axis
-            # added, dropped or renamed since the rows were written).
-            r = {k: v for k, v in r.items() if not k.startswith("axis_")}
-            r.update(point=p.index, **{f"axis_{k}": v for k, v in p.labels.items()})
-            rows.append(r)
-    todo = [p for p in pts if p.key not in have]
-    # The journal holds exactly the complete points kept, before new ones are appended.
-    if executor == "ray":
-        # before the output is touched: Ray retries an unreachable HOST:PORT for minutes, and
-        # a run that cannot connect leaves no file behind
-        reachable(address)
-        _ray_connect(address)
-    j = journal(out)
-    write_atomic(j, text(j, cols, rows))
-    auto = spec.auto()
-    args: list[tuple[str, dict[str, Any], Point, list[str], str]] = [
-        (spec.name, base, p, auto, str(spec.keep)) for p in todo
-    ]
-    if executor == "serial" or (executor == "local" and (workers == 1 or len(args) <= 1)):
-        results: Iterator[Rows] = (evaluate_point(*a) for a in args)
-    elif executor == "ray":
-        results = _ray(args, address)
-    else:
-        results = _pool(args, workers or os.cpu_count() or 1)
-    done = len(pts) - len(todo)
-    if on_point:
-        on_point(done, len(pts))
-    for point_rows in results:
-        append(out, cols, point_rows)
-        rows += point_rows
-        done += 1
+    """Evaluate every point not already in ``out``; return all rows (sorted) and write them.
+    A finished point is reused only if it came from the same base scenario, sweep settings and
+    profiles (its key covers them), renumbered and relabelled as the spec now has it;
+    ``on_stale`` is told how many rows of ``out`` match no point of this run (they are
+    dropped; without ``replace`` the run refuses instead, writing nothing). One sweep at a
+    time writes ``out``: a second is refused while the first runs."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with _only_writer(out):
+        cols = columns(spec)
+        pts = [
+            p.model_copy(update={"salt": salt})
+            for p, salt in zip(pts, point_salts(spec, base, pts), strict=True)
+        ]
+        old = read_rows(out)
+        have = complete_points(old)
+        keys = {p.key for p in pts}
+        stale = sum(1 for r in old if str(r.get("point_key")) not in keys)
+        if stale and not replace:
+            raise UserError(
+                f"{stale} of the {len(old)} row(s) in '{out}' match no point of this run (another "
+                "spec or base scenario, other sweep settings, a profile it names changed, or "
+                "clustersim's code changed): the run would drop them",
+                path="--out",
+                hint="give another --out to keep them, or --replace to drop them",
+            )
+        this_run = run_id(keys)
+        # This run, interrupted after it kept the file as it was: its copy already holds those
+        # rows (the output now may hold some of this run's too), so it is neither refused nor
+        # copied again.
+        resumed = is_owner(out, this_run)
+        if stale and not resumed:
+            for kept in [*(replaced_copy(f) for f in dict.fromkeys((out, journal(out)))),
+                         replaced_owner(out)]:  # fmt: skip
+                if kept.exists() or kept.is_symlink():
+                    # An earlier --replace run that did not finish (or a file of the user's)
+                    # already holds that name: copying over it, or dropping these rows beside
+                    # it, would lose one of the two.
+                    raise UserError(
+                        f"'{kept}' already exists (the file an earlier --replace run kept and did "
+                        f"not finish with, or another file), and this run would drop {stale} "
+                        f"row(s) of '{out}' too",
+                        path="--out",
+                        hint=f"move '{kept}' away (or delete it) and run again, or give "
+                        "another --out",
+                    )
+        if stale and on_stale:
+            on_stale(stale)
+        # --replace drops those rows only once this run has finished: until then the file as it
+        # was stays beside the new one (an interrupted run loses nothing of it), marked as this
+        # run's, so that only this run, or this run resumed, removes it.
+        if stale and not resumed:
+            keep_until_finished(out, this_run)
+        rows: Rows = []
+        for p in pts:
+            for r in have.get(p.key, []):
+                # The same point under the spec as it is now: its number and axis labels (an axis
+                # added, dropped or renamed since the rows were written).
+                r = {k: v for k, v in r.items() if not k.startswith("axis_")}
+                r.update(point=p.index, **{f"axis_{k}": v for k, v in p.labels.items()})
+                rows.append(r)
+        todo = [p for p in pts if p.key not in have]
+        # The journal holds exactly the complete points kept, before new ones are appended.
+        if executor == "ray":
+            # before the output is touched: Ray retries an unreachable HOST:PORT for minutes, and
+            # a run that cannot connect leaves no file behind
+            reachable(address)
+            _ray_connect(address)
+        j = journal(out)
+        write_atomic(j, text(j, cols, rows))
+        auto = spec.auto()
+        args: list[tuple[str, dict[str, Any], Point, list[str], str]] = [
+            (spec.name, base, p, auto, str(spec.keep)) for p in todo
+        ]
+        if executor == "serial" or (executor == "local" and (workers == 1 or len(args) <= 1)):
+            results: Iterator[Rows] = (evaluate_point(*a) for a in args)
+        elif executor == "ray":
+            results = _ray(args, address)
+        else:
+            results = _pool(args, workers or os.cpu_count() or 1)
+        done = len(pts) - len(todo)
         if on_point:
             on_point(done, len(pts))
-    final = finish(out, cols, rows)
-    # (also the copy this run left when it was interrupted: its replacement is now complete;
-    # never a copy another run kept, nor a file of the user's of that name)
-    release_kept(out, this_run)
-    return final
+        for point_rows in results:
+            append(out, cols, point_rows)
+            rows += point_rows
+            done += 1
+            if on_point:
+                on_point(done, len(pts))
+        final = finish(out, cols, rows)
+        # (also the copy this run left when it was interrupted: its replacement is now complete;
+        # never a copy another run kept, nor a file of the user's of that name)
+        release_kept(out, this_run)
+        return final
 
 
 __all__ = [
