@@ -50,6 +50,14 @@ class RankResult:
     acc: dict[str, float] = field(default_factory=lambda: dict.fromkeys(CATEGORIES, 0.0))
 
 
+def mean_result(members: list[RankResult]) -> RankResult:
+    """A stage's ranks as one class: each category's mean, the latest finish."""
+    n = len(members)
+    out = RankResult(members[0].rank, members[0].stage, max(r.finish for r in members))
+    out.acc = {k: sum(r.acc[k] for r in members) / n for k in members[0].acc}
+    return out
+
+
 @dataclass
 class EngineResult:
     step_time: float

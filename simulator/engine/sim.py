@@ -36,7 +36,7 @@ from ..workload.memory import (
 )
 from .comm import Job
 from .passes import PassRunner
-from .results import BUSY, CATEGORIES, STREAMS, EngineResult, RankResult
+from .results import BUSY, CATEGORIES, STREAMS, EngineResult, RankResult, mean_result
 from .schedule import schedule
 
 
@@ -334,7 +334,7 @@ class Simulation(PassRunner):
         members = self.lay.stage_members(stage)
         if not self.full:
             return self.results[members[0]]
-        return _mean_result([self.results[r] for r in members])
+        return mean_result([self.results[r] for r in members])
 
     # -- run ------------------------------------------------------------------------------------
     def run(self) -> EngineResult:
@@ -377,14 +377,6 @@ class Simulation(PassRunner):
             self.trace if self.tracing else None,
             self.loader_done,
         )
-
-
-def _mean_result(members: list[RankResult]) -> RankResult:
-    """A stage's ranks as one class: each category's mean, the latest finish."""
-    n = len(members)
-    out = RankResult(members[0].rank, members[0].stage, max(r.finish for r in members))
-    out.acc = {k: sum(r.acc[k] for r in members) / n for k in members[0].acc}
-    return out
 
 
 def run_engine(rs: ResolvedScenario, full: bool = False, trace: bool = False) -> EngineResult:
