@@ -40,31 +40,12 @@ def test_a_second_sweep_on_the_same_output_is_refused(tmp_path: Path) -> None:
 
 
 def test_best_with_nothing_meeting_the_constraints_exits_1(tmp_path: Path) -> None:
-    spec = _spec(tmp_path)
-    res = run_cli(
-        "sweep",
-        str(spec),
-        "--out",
-        str(tmp_path / "o.csv"),
-        "--executor",
-        "serial",
-        "--best",
-        "cost",
-        "--deadline-days",
-        "1e-9",
-    )
+    out = str(tmp_path / "o.csv")
+    common = ["sweep", str(_spec(tmp_path)), "--out", out, "--executor", "serial"]
+    res = run_cli(*common, "--best", "cost", "--deadline-days", "1e-9")
     assert res.returncode == 1, res.stderr
     assert "no layout meets the constraints" in res.stdout
-    res = run_cli(
-        "sweep",
-        str(spec),
-        "--out",
-        str(tmp_path / "o.csv"),
-        "--executor",
-        "serial",
-        "--best",
-        "cost",
-    )
+    res = run_cli(*common, "--best", "cost")
     assert res.returncode == 0, res.stderr
 
 
