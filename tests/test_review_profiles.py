@@ -261,9 +261,9 @@ def test_torchtitan_runs_cudnn_attention_on_blackwell_and_fa2_on_hopper() -> Non
     base = REPO / "scenarios" / "llama3-8b-8xh100.yaml"
     b200 = ["cluster.gpu=b200", "cluster.fabric=nvlink5-nvswitch", "cluster.pricing=null"]
     rs = load_scenario(base, [*b200, "software=torchtitan"])
-    assert attention_kernel(rs.software, rs.gpu.compute_capability.value) == "flash3"  # type: ignore[union-attr]
+    assert attention_kernel(rs.software, rs.gpu) == "flash3"
     h100 = load_scenario(base, ["software=torchtitan", "cluster.pricing=null"])
-    assert attention_kernel(h100.software, 9.0) == "flash2"
+    assert attention_kernel(h100.software, h100.gpu) == "flash2"
     steps = {
         fa: simulate(
             load_scenario(base, [*b200, "software=torchtitan", f"training.flash_attention={fa}"]),

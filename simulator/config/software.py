@@ -9,7 +9,7 @@ Every figure and every switch carries its source.
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 
 from pydantic import (
     BaseModel,
@@ -19,6 +19,9 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+
+if TYPE_CHECKING:
+    from .hardware import GPUProfile
 
 from .sourced import Cited, Flag, Num, SourcedFlag, _Profile, _real_source, bare_inline
 
@@ -381,9 +384,9 @@ class SoftwareProfile(_Profile):
 __all__ = ["Flag", "Fusion", "OptimizerPasses", "SoftwareProfile", "StackOverlap", "off", "on"]
 
 
-def attention_kernel(software: SoftwareProfile, compute_capability: float | None) -> str:
-    """The fused attention kernel ``software`` runs on a GPU of this compute capability."""
-    late = software.flash_kernel_blackwell
-    if late is not None and compute_capability is not None and compute_capability >= 10.0:
+def attention_kernel(software: SoftwareProfile, gpu: GPUProfile) -> str:
+    """The fused attention kernel ``software`` runs on ``gpu`` (by its compute capability)."""
+    late, cc = software.flash_kernel_blackwell, gpu.compute_capability
+    if late is not None and cc is not None and cc.value >= 10.0:
         return late.value
     return software.flash_kernel.value

@@ -19,6 +19,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ..config.hardware import GPUProfile
+from ..config.software import attention_kernel
 from ..workload.ops import Op
 
 if TYPE_CHECKING:
@@ -250,10 +251,7 @@ def efficiency_fallbacks(rs: ResolvedScenario) -> list[str]:
             f"GPU profile '{g.name}' gives no efficiency.host_link: activation offloading "
             "copies at the datasheet host_link_gbps, as no copy reaches (optimistic)"
         )
-    from ..config.software import attention_kernel
-
-    cc = g.compute_capability
-    kernel = attention_kernel(rs.software, cc.value if cc is not None else None)
+    kernel = attention_kernel(rs.software, g)
     fast = e.attention_flash3_max
     if rs.flash_attention and kernel == "flash2" and fast is not None:
         if fast.value >= 2.0 * e.attention_max.value:
@@ -272,13 +270,12 @@ def efficiency_fallbacks(rs: ResolvedScenario) -> list[str]:
             f"nodes are rated as {'Hopper' if hopper else 'Ampere'}'s, as the fabric "
             f"{'has' if hopper else 'has no'} NVLink SHARP"
         )
-    if rs.flash_attention and kernel == "flash3":
-        if e.attention_flash3_max is None:
-            out.append(
-                f"GPU profile '{g.name}' gives no efficiency.attention_flash3_max: the "
-                f"'{rs.software.name}' stack's architecture-specific attention kernel is "
-                "timed at attention_max, the portable (FlashAttention-2 class) figure"
-            )
+    if rs.flash_attention and kernel == "flash3" and fast is None:
+        out.append(
+            f"GPU profile '{g.name}' gives no efficiency.attention_flash3_max: the "
+            f"'{rs.software.name}' stack's architecture-specific attention kernel is "
+            "timed at attention_max, the portable (FlashAttention-2 class) figure"
+        )
     return out
 
 

@@ -92,7 +92,7 @@ class SimulationBase(LoaderProcess, LinkSharing):  # LoaderProcess brings Tracin
             rs.gpu,
             rs.training.precision,
             rs.software.host_us_per_kernel.value,
-            attention_kernel(rs.software, cc.value if (cc := rs.gpu.compute_capability) else None),
+            attention_kernel(rs.software, rs.gpu),
             rs.model.head_dim,
             on(rs.software.fp8_backward_fast_accum),
         )
