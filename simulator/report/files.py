@@ -56,14 +56,11 @@ def output_path(path: str | Path, option: str, folder: bool = False) -> Path:
             path=option,
             hint="pick a writable path",
         )
-    where = "the folder" if base == target else f"the folder {target}: its parent"
     if not os.access(base, os.W_OK | os.X_OK):
-        raise UserError(
-            f"{where} {base} is not writable" if base == target else
-            f"cannot create {where} {base} is not writable",
-            path=option,
-            hint="pick another",
-        )  # fmt: skip
+        what = (
+            f"the folder {base}" if base == target else f"cannot create the folder {target}: {base}"
+        )
+        raise UserError(f"{what} is not writable", path=option, hint="pick another")
     try:  # permissions can say yes where the file system says no (/proc, a read-only mount)
         import tempfile
 
