@@ -74,6 +74,7 @@ SETS = (
     "mlperf-llama31-405b",
     "v100-eager-layers",
     "heldout-2023",
+    "ultrascale-nanotron-1node",
 )
 
 

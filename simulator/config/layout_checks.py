@@ -20,9 +20,15 @@ MAX_GPIPE_PASSES = 1 << 17
 
 
 def check_layout(
-    model: ModelSpec, par: ParallelismSpec, tr: TrainingSpec, dp: int, file: str | None
+    model: ModelSpec,
+    par: ParallelismSpec,
+    tr: TrainingSpec,
+    dp: int,
+    file: str | None,
+    split: str = "even",
 ) -> None:
-    """The parallel layout against the model and the training batch."""
+    """The parallel layout against the model and the training batch; ``split``: the stack's
+    rule for layers the scenario does not place (only an even split needs PP to divide them)."""
     if model.heads % par.tp:
         raise UserError(
             f"TP={par.tp} does not divide the {model.heads} attention heads of {model.name}",
@@ -99,7 +105,7 @@ def check_layout(
                 path="parallelism.stage_layers",
                 hint=f"give each rank at least {v} layers, or list all {par.pp * v} chunks",
             )
-    elif model.layers % (par.pp * v):
+    elif split == "even" and model.layers % (par.pp * v):
         if model.layers % par.pp or par.pp > model.layers:
             v = 1  # PP itself does not fit the layers: that is the setting to change first
         what = f"PP={par.pp}" + (f" × {v} virtual stages" if v > 1 else "")

@@ -37,6 +37,7 @@ from .prices import CloudPrice, OwnershipPrice
 from .reading import apply_sets, names_ownership_price, parse_yaml, read_yaml, replaced_fields
 from .scenario import ModelPresetRef, ResolvedScenario, Scenario, gathers_once
 from .software import SoftwareProfile, on
+from .stage_split import split_rule
 from .validation import validation_error
 from .workload import ModelSpec
 
@@ -274,7 +275,8 @@ def resolve(
             )
     if par.sequence_parallel and par.tp == 1:  # nothing to split over: Megatron-LM turns it off
         par = par.model_copy(update={"sequence_parallel": False})
-    check_layout(model, par, tr, dp, file)
+    software = _resolve_profile(sc.software, SoftwareProfile, ("software",), file, "software")
+    check_layout(model, par, tr, dp, file, split_rule(par, software))
     check_hybrid_default(par, dp, c.gpus_per_node, file)
     if sc.run.tokens is not None and sc.run.tokens < tr.tokens_per_step:
         raise UserError(
@@ -295,7 +297,6 @@ def resolve(
     check_pricing(price, tier, gpu, c.gpus_per_node, file)
     check_offload(par, model, gpu, file)
     name = sc.name or (Path(file).stem if file else "scenario")
-    software = _resolve_profile(sc.software, SoftwareProfile, ("software",), file, "software")
     check_stack(par, software, model, file)
     if gpu.sm_count is not None and software.comm_sms.value > gpu.sm_count.value:
         raise UserError(

@@ -29,6 +29,7 @@ from .parallelism import ParallelismSpec
 from .prices import CloudPrice, OwnershipPrice
 from .reference import Reference
 from .software import SoftwareProfile, on
+from .stage_split import chunk_layers, stage_layers
 from .workload import ModelSpec, TrainingSpec
 
 
@@ -377,21 +378,8 @@ class ResolvedScenario(BaseModel):
 
     def stage_layers(self) -> list[int]:
         """Transformer layers held by each pipeline rank (all its virtual chunks together)."""
-        if self.parallelism.stage_layers is not None:
-            v = self.parallelism.virtual_stages
-            sl = self.parallelism.stage_layers
-            if len(sl) == self.pp * v and v > 1:
-                return [sum(self.chunk_layers(r)) for r in range(self.pp)]
-            return list(sl)
-        return [self.model.layers // self.pp] * self.pp
+        return stage_layers(self.parallelism, self.model, self.software)
 
     def chunk_layers(self, stage: int) -> list[int]:
-        """Transformer layers of each of a pipeline rank's model chunks, in chunk order: as
-        listed where stage_layers gives every chunk (stage by stage within each round of
-        chunks), else the rank's layers split as evenly as they go, the first chunks one more."""
-        p, v = self.pp, self.parallelism.virtual_stages
-        sl = self.parallelism.stage_layers
-        if sl is not None and len(sl) == p * v:
-            return [sl[c * p + stage] for c in range(v)]
-        base, extra = divmod(self.stage_layers()[stage], v)
-        return [base + (1 if c < extra else 0) for c in range(v)]
+        """Transformer layers of each of a pipeline rank's model chunks, in chunk order."""
+        return chunk_layers(self.parallelism, self.model, self.software, stage)

@@ -168,6 +168,7 @@ class ZeroCap(BaseModel):
 
 # The fused attention kernel a stack runs, with where that is documented.
 FlashKernel = Cited[Literal["flash2", "flash3"]]
+PipelineSplit = Cited[Literal["even", "cost_thresholds"]]
 
 
 class SoftwareProfile(_Profile):
@@ -225,6 +226,9 @@ class SoftwareProfile(_Profile):
     host_us_per_kernel: Num = Field(
         description="host (CPU) time to issue one kernel, microseconds: a pass whose kernels "
         "are shorter than this is paced by the host"
+    )
+    host_us_per_collective: Num | None = Field(
+        default=None, description="host time per layer collective call (its Python), us"
     )
     dp_bucket_mb: Num | None = Field(
         default=None,
@@ -353,6 +357,9 @@ class SoftwareProfile(_Profile):
     )
     pp_schedules: Schedules | None = Field(
         default=None, description="the pipeline schedules the stack can run (unset: all)"
+    )
+    pp_split: PipelineSplit | None = Field(
+        default=None, description="layers over pipeline ranks where the scenario lists none"
     )
     pp_max_zero_stage: ZeroCap | None = Field(
         default=None,

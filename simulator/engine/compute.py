@@ -69,6 +69,7 @@ class OpTimer:
         flash_kernel: str = "flash2",
         head_dim: int = 128,
         fp8_backward_fast: bool = False,
+        host_us_per_collective: float = 0.0,
     ) -> None:
         e = gpu.efficiency
         # Fused attention kernels are compiled for head dimensions in steps of 32 (to 192;
@@ -78,6 +79,7 @@ class OpTimer:
         step = 32 if head_dim <= 192 else 256
         self.attn_pad = head_dim / (-(-head_dim // step) * step) if head_dim > 0 else 1.0
         self.host_s = host_us_per_kernel * 1e-6
+        self.host_coll_s = host_us_per_collective * 1e-6
         # A board power limit below the TDP slows the tensor cores' clock (GPUProfile.clock_scale).
         clock = gpu.clock_scale
         self.gemm_peak = gpu.peak_flops(precision) * clock

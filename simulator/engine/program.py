@@ -155,6 +155,7 @@ def build_program(
     overlap_tp: bool = False,
     pace: float = 1.0,
     together: Callable[[list[str]], list[float]] | None = None,
+    lead: dict[str, float | None] | None = None,
 ) -> Program:
     """Compute spans merged where adjacent; a collective becomes a span when ``coll_time`` gives
     its analytic time for the group (key ``"group:coll:size"``), else a flow-network item.
@@ -174,7 +175,11 @@ def build_program(
 
     A CP ring's collectives start together behind the attention kernel before them and share
     its links, as in the flow network: ``together`` gives, for the keys of such a run, when
-    each ends after their common start (without it, one after another)."""
+    each ends after their common start (without it, one after another).
+
+    The host issues ahead while the GPU runs an exposed collective: ``lead`` gives each
+    collective's time alone (key as ``coll_time``), so a program and its twin with the
+    collectives timed analytically keep the same spans (without it, ``coll_time``'s)."""
     prog = Program()
     # The span being built, in seconds from its start: ``end``, when the GPU finishes its
     # last kernel so far; ``issued``, when the host has issued them all (one kernel per
@@ -194,7 +199,9 @@ def build_program(
         collective right after it can hide behind (it starts with the GEMM)."""
         return (end - gemm_at) * pace if gemm_at is not None else 0.0
 
-    def flush() -> None:
+    def flush(then: float = 0.0) -> None:
+        """Close the span; ``then``: how long the GPU is busy with what follows it (an exposed
+        collective), which the host spends issuing the next span's kernels."""
         nonlocal end, issued, gemm_at, pending_name
         if end > 0:
             prog.items.append(
@@ -206,8 +213,13 @@ def build_program(
                     wait=end * (pace - 1.0),
                 )
             )
-        # A GEMM hides only the collective right after its span.
-        end = issued = 0.0
+        # A GEMM hides only the collective right after its span. The host issues the next
+        # span's kernels while the GPU runs ``then`` (the host clock is relative to each span's
+        # start; a lead passes through a span without kernels). What the host gains while a
+        # span's kernels outlast their issue is not carried: with it, a faster GPU could
+        # shorten a span that hides the next collective and so come out slower.
+        issued = -then + (issued if end == 0.0 else 0.0)
+        end = 0.0
         gemm_at = None
         pending_name = []
 
@@ -241,20 +253,29 @@ def build_program(
         if op.kind == "collective":
             assert op.group is not None and op.collective is not None
             t = coll_time.get(key(op))
+            # The host issues the collective after the span's kernels; the GPU cannot start it
+            # sooner (a stack's Python around each call: host_us_per_collective).
+            issued += timer.host_coll_s
+            end = max(end, issued)
             if op.group == "cp" and op.overlapped:
                 if t is not None:  # the run's exposed times, worked out at its first
                     if not ring:
                         ring = ring_run(i)
-                    flush()
                     exposed = ring.pop(0)
+                    flush()  # (a ring through the flows has no estimate to lead by either)
                     if exposed > 0:
                         prog.items.append(Item("span", op.name, exposed, "comm_cp"))
                     continue
                 covered = attn * op.cover  # through the flows: each beside the kernel
+                then = 0.0
             else:
                 covered = hide() if op.overlapped or (overlap_tp and op.group == "tp") else 0.0
+                # the host's lead while the GPU runs the collective: its time alone, whether
+                # the engine times it so or through the flows (the same spans either way)
+                alone = lead.get(key(op)) if lead is not None else t
+                then = max(0.0, (alone or 0.0) - covered)
             if t is None:
-                flush()
+                flush(then)
                 prog.items.append(
                     Item(
                         "coll",
@@ -269,7 +290,7 @@ def build_program(
             t = max(0.0, t - covered)
             # The collective ends the span even when the GEMM hides all of it: the host issues
             # the spans on either side of it separately (as when it runs through the flows).
-            flush()
+            flush(then)
             if t > 0:
                 prog.items.append(Item("span", op.name, t, f"comm_{op.group}"))
             continue

@@ -95,6 +95,7 @@ class SimulationBase(LoaderProcess, LinkSharing):  # LoaderProcess brings Tracin
             attention_kernel(rs.software, rs.gpu),
             rs.model.head_dim,
             on(rs.software.fp8_backward_fast_accum),
+            rs.software.host_us_per_collective.value if rs.software.host_us_per_collective else 0.0,
         )
         self.pace = straggler_pace(rs)
         self.p = rs.pp
@@ -203,6 +204,12 @@ class SimulationBase(LoaderProcess, LinkSharing):  # LoaderProcess brings Tracin
         def prog(ops: list, groups: set[str] = analytic) -> Program:
             plans = self._coll_plans(ops, groups)
             times: dict[str, float | None] = {k: t for k, (_g, _p, t) in plans.items()}
+            # every collective's time alone: the host's lead while it runs (a host-bound stack)
+            lead = None
+            if self.timer.host_coll_s > 0 or self.timer.host_s > 0:
+                kinds = {op.group for op in ops if op.kind == "collective"}
+                alone = self._coll_plans(ops, kinds - groups)
+                lead = {**{k: t for k, (_g, _p, t) in alone.items()}, **times}
 
             def together(keys: list[str]) -> list[float]:
                 fabric = self.topo.fabric_tier(self.ranks[0], plans[keys[0]][0])
@@ -210,7 +217,7 @@ class SimulationBase(LoaderProcess, LinkSharing):  # LoaderProcess brings Tracin
 
             return build_program(
                 ops, self.timer, times, overlap_tp=self.ov.tp_comm, pace=self.pace,
-                together=together,
+                together=together, lead=lead,
             )  # fmt: skip
 
         fwd = layer_ops(rs)

@@ -1,0 +1,103 @@
+"""Writes the single-node rows of the Hugging Face Ultra-Scale Playbook sweep (nanotron, the
+1B Llama-style model on one node of 8 H100) as scenarios under
+``scenarios/validation/ultrascale-nanotron-1node/`` (run by ``make_validation.py``; the files are
+committed), from ``published/ultrascale_playbook_rows.csv`` and its source notes
+(``published/ultrascale_SOURCE.md``).
+
+Left out: rows the source flags as inconsistent (DP × micro-batch × accumulation is not the
+global batch) and failed runs; the multi-node rows, whose interconnect the source does not state
+(one of them, 8B on 2 nodes at TP 8 and micro-batch 1, fixes the nanotron stack's
+host_us_per_collective and so is not scored)."""
+
+from __future__ import annotations
+
+import csv
+
+from make_validation import ROOT, write_scenario
+
+US_SRC = (
+    "Hugging Face Ultra-Scale Playbook benchmark figure (vinjn/nanotron-ultrascale-playbook "
+    "assets/data/benchmarks/benchmarks_interactive.html @e3bcfc5c; transcribed in "
+    "scenarios/validation/published/ultrascale_playbook_rows.csv): {model}, {nodes} node, "
+    "DP {dp} TP {tp} PP {pp}, micro-batch {mbs} x {ga} accumulation steps, ZeRO {zero}: "
+    "{v} tokens/s per GPU ({mfu}% MFU as nanotron counts it)"
+)
+# nanotron scripts/scaling_benchmarks.py @0e0a27ea: (layers, hidden, heads, ffn); the 1B and 3B
+# models tie their embeddings (intermediate_size < 10,000), every model runs full multi-head
+# attention (NUM_KEY_VALUE_HEADS = None), vocabulary 131,072, sequence 4,096.
+MODELS = {"1B": (16, 2048, 32, 8192, True)}
+
+
+def ultrascale() -> None:
+    rows = csv.DictReader((ROOT / "published" / "ultrascale_playbook_rows.csv").open())
+    for r in rows:
+        if r["model"] not in MODELS or r["nodes"] != "1" or r["tok_s_gpu"] in ("", "nan"):
+            continue
+        if "INCONSISTENT" in r["note"]:
+            continue
+        layers, hidden, heads, ffn, tied = MODELS[r["model"]]
+        dp, tp, pp, mbs, ga, zero = (
+            int(r[k]) for k in ("dp", "tp", "pp", "mbs", "grad_acc", "zero")
+        )
+        name = f"nanotron-{r['model'].lower()}-dp{dp}-tp{tp}-pp{pp}-mb{mbs}-z{zero}"
+        write_scenario(
+            ROOT / "ultrascale-nanotron-1node" / f"{name}.yaml",
+            {
+                "name": name,
+                "cluster": {
+                    "gpu": "h100-sxm-80gb",
+                    "gpus_per_node": 8,
+                    "nodes": 1,
+                    "fabric": "nvlink4-nvswitch",
+                },
+                "model": {
+                    "name": f"nanotron-{r['model'].lower()}",
+                    "layers": layers,
+                    "hidden": hidden,
+                    "heads": heads,
+                    "ffn_hidden": ffn,
+                    "vocab": 131072,
+                    "tied_embeddings": tied,
+                },
+                "training": {
+                    "seq_len": 4096,
+                    "global_batch": dp * mbs * ga,
+                    "micro_batch": mbs,
+                    "precision": "bf16",
+                },
+                "parallelism": {
+                    "dp": dp,
+                    "tp": tp,
+                    "pp": pp,
+                    "sequence_parallel": tp > 1,
+                    "sharding": {"kind": "zero", "stage": zero},
+                },
+                "software": "nanotron",
+                "reference": {
+                    "metric": "tokens_per_s_per_gpu",
+                    "value": float(r["tok_s_gpu"]),
+                    "source": US_SRC.format(
+                        model=r["model"],
+                        nodes=r["nodes"],
+                        dp=dp,
+                        tp=tp,
+                        pp=pp,
+                        mbs=mbs,
+                        ga=ga,
+                        zero=zero,
+                        v=r["tok_s_gpu"],
+                        mfu=r["mfu_pct"],
+                    ),
+                    "assumes": "one HGX H100 SXM node (the source states the GPU, not the "
+                    "node); nanotron's bench config (examples/config_tiny_llama_bench.yaml "
+                    "@67c5ebb6): bf16, fp32 gradient accumulation, 1F1B, sequence parallelism "
+                    "with TP (tp_mode REDUCE_SCATTER), no recomputation; pipeline stages split "
+                    "by nanotron's cost rule; the throughput of the third step, as the "
+                    "benchmark times it",
+                },
+            },
+        )
+
+
+if __name__ == "__main__":
+    ultrascale()
