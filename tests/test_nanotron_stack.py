@@ -128,3 +128,21 @@ def test_the_host_issues_ahead_while_the_gpu_runs_an_exposed_collective() -> Non
     # n kernels (n·h < t), so they run back to back at the GPU's pace right after it
     assert total == pytest.approx(n * h + t, rel=0.02)
     assert total < 2 * n * h + t - 0.5 * n * h
+
+
+def test_the_loss_moves_what_the_stack_says_per_logit() -> None:
+    from simulator.workload.ops import backward_ops, head_ops
+
+    rs = load_scenario(TP1)
+    logits = 4096 * 131072
+    ce = next(o for o in head_ops(rs) if o.name == "cross_entropy")
+    bwd = next(o for o in backward_ops(head_ops(rs)) if o.name == "cross_entropy_bwd")
+    # nanotron's fp32 cast, max, subtract, exp, sum and divide; mul_ and the cast back
+    assert (ce.bytes, bwd.bytes) == (38 * logits, 14 * logits)
+    plain = load_scenario(TP1, ["software=pytorch-eager"])
+    ce = next(o for o in head_ops(plain) if o.name == "cross_entropy")
+    assert ce.bytes == (2 + 4 + 4) * logits
+    # more traffic is never faster
+    src = "test value: how the mechanism responds, not a profile figure"
+    heavier = load_scenario(TP1, [f"software.loss_traffic={{value: [76, 28], source: '{src}'}}"])
+    assert simulate(heavier, scaling=False).metrics.step_time_s > _step(TP1, 0.0)

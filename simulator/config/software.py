@@ -19,6 +19,7 @@ if TYPE_CHECKING:
 from .software_parts import (
     FlashKernel,
     Fusion,
+    LogitTraffic,
     OptimizerPasses,
     PipelineSplit,
     Schedules,
@@ -225,6 +226,12 @@ class SoftwareProfile(_Profile):
     )
     pp_schedules: Schedules | None = Field(
         default=None, description="the pipeline schedules the stack can run (unset: all)"
+    )
+    loss_traffic: LogitTraffic | None = Field(
+        default=None,
+        description="bytes per logit of the rank's shard the loss reads and writes, forward "
+        "and backward, the fp32 cast and the cast back included (unset: a fused softmax, "
+        "read the 16-bit logits, write and read fp32 probabilities; twice that backward)",
     )
     pp_split: PipelineSplit | None = Field(
         default=None, description="layers over pipeline ranks where the scenario lists none"

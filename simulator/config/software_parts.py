@@ -144,3 +144,7 @@ class ZeroCap(BaseModel):
 # The fused attention kernel a stack runs, with where that is documented.
 FlashKernel = Cited[Literal["flash2", "flash3"]]
 PipelineSplit = Cited[Literal["even", "cost_thresholds"]]
+# Bytes per logit the loss moves over memory in its forward and its backward.
+LogitTraffic = Cited[
+    tuple[Annotated[float, Field(ge=0, le=1000)], Annotated[float, Field(ge=0, le=1000)]]
+]

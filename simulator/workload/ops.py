@@ -240,17 +240,21 @@ def head_ops(rs: ResolvedScenario) -> list[Op]:
         if t > 1 and not rs.parallelism.sequence_parallel
         else _tp_comm(rs, "tp_head_in", T * m.hidden * a, closing=False)
     )  # fmt: skip
+    logits = T * m.vocab / t
+    # fp32 softmax over the vocabulary shard: read logits, write probabilities, read back
+    # (two tensors, three passes), unless the stack says what its loss moves
+    traffic = rs.software.loss_traffic
+    fwd, bwd = traffic.value if traffic is not None else (a + 4 + 4, None)
     ops = [
         *norm_ops(rs, "final_norm", norm_tokens * m.hidden),
         *into,
         _gemm("logits", 1, T, m.vocab // t, m.hidden, wide=True),
-        # fp32 softmax over the vocabulary shard: read logits, write probabilities, read back
-        # (two tensors, three passes).
         Op(
             "cross_entropy",
             "memory",
-            bytes=T * m.vocab / t * (a + 4 + 4),
-            footprint=T * m.vocab / t * (a + 4),
+            bytes=logits * fwd,
+            backward_bytes=None if bwd is None else logits * bwd,
+            footprint=logits * (a + 4),
         ),
     ]
     if t > 1:
