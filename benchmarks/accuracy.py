@@ -75,6 +75,7 @@ SETS = (
     "v100-eager-layers",
     "heldout-2023",
     "ultrascale-nanotron-1node",
+    "ultrascale-nanotron-tp",
 )
 
 

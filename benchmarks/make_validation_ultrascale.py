@@ -99,5 +99,93 @@ def ultrascale() -> None:
         )
 
 
+# The Playbook's TP scaling figures (3B model, sequence 4,096, one node up to TP 8): tokens/s
+# per GPU at TP 2, 4 and 8 with the largest micro-batch that fit. With sequence parallelism
+# (fragments/tp_sp_scaling.html) nanotron's scripts/scaling_benchmarks.py @0e0a27ea pairs each
+# figure with its micro-batch in a comment: "(2, 3), # 363.66 TFLOPs, 14167.25 tok/s/gpu";
+# without it (fragments/tp_scaling.html, tp_mode ALL_REDUCE) the figure's labels are the only
+# micro-batches given.
+TP_FIGURES = {
+    True: {2: (3, 14167.25), 4: (9, 13460.16), 8: (18, 10888.53)},
+    False: {2: (3, 13923.18), 4: (8, 12420.76), 8: (12, 10903.32)},
+}
+TP_SRC = (
+    "Hugging Face Ultra-Scale Playbook, vinjn/nanotron-ultrascale-playbook "
+    "fragments/{file} @e3bcfc5c ('{title}', 3B model): TP {tp}, {v} tokens/s per GPU"
+)
+
+
+def ultrascale_tp() -> None:
+    layers, hidden, heads, ffn, tied = 28, 3072, 32, 8192, True
+    for sp, runs in TP_FIGURES.items():
+        for tp, (mbs, value) in runs.items():
+            name = f"nanotron-3b-tp{tp}-{'sp' if sp else 'allreduce'}-mb{mbs}"
+            software: str | dict = "nanotron"
+            if not sp:
+                # ALL_REDUCE mode runs the plain column and row linears: synchronous
+                # all-reduces, none beside a GEMM (tp_linear_async_communication is set only
+                # with REDUCE_SCATTER in scaling_benchmarks.py create_config)
+                software = {
+                    "profile": "nanotron",
+                    "overlap": {
+                        "tp_backward": {
+                            "value": False,
+                            "source": "nanotron scripts/scaling_benchmarks.py @0e0a27ea "
+                            "create_config: tp_linear_async_communication = True if tp_mode "
+                            "== 'REDUCE_SCATTER' else False",
+                        }
+                    },
+                }
+            write_scenario(
+                ROOT / "ultrascale-nanotron-tp" / f"{name}.yaml",
+                {
+                    "name": name,
+                    "cluster": {
+                        "gpu": "h100-sxm-80gb",
+                        "gpus_per_node": tp,
+                        "nodes": 1,
+                        "fabric": "nvlink4-nvswitch",
+                    },
+                    "model": {
+                        "name": "nanotron-3b",
+                        "layers": layers,
+                        "hidden": hidden,
+                        "heads": heads,
+                        "ffn_hidden": ffn,
+                        "vocab": 131072,
+                        "tied_embeddings": tied,
+                    },
+                    "training": {
+                        "seq_len": 4096,
+                        "global_batch": mbs,
+                        "micro_batch": mbs,
+                        "precision": "bf16",
+                    },
+                    "parallelism": {"dp": 1, "tp": tp, "pp": 1, "sequence_parallel": sp},
+                    "software": software,
+                    "reference": {
+                        "metric": "tokens_per_s_per_gpu",
+                        "value": value,
+                        "source": TP_SRC.format(
+                            file="tp_sp_scaling.html" if sp else "tp_scaling.html",
+                            title="Throughput Scaling with TP/SP" if sp else "TP scaling",
+                            tp=tp,
+                            v=value,
+                        ),
+                        "assumes": "the TP ranks of one HGX H100 node and no data parallelism "
+                        "(the figure varies TP alone); one micro-batch per step (the sweep "
+                        "script's batch_accumulation_per_replica 1); sequence 4,096, as "
+                        "nanotron's MFU of 363.66 TFLOPs at 14,167 tokens/s works out; "
+                        + (
+                            "micro-batch from the script's comment (the figure labels 4, 10, 20)"
+                            if sp
+                            else "micro-batch from the figure's labels"
+                        ),
+                    },
+                },
+            )
+
+
 if __name__ == "__main__":
     ultrascale()
+    ultrascale_tp()

@@ -89,6 +89,9 @@ BANDS = {
     # every DP/TP/PP/ZeRO mix it ran): 7.8% mean; TP 2-8 at micro-batch 1 is host-bound, whose
     # per-call host time comes from one 2-node row outside the set
     "ultrascale-nanotron-1node": 0.09,
+    # Held out, 2026-12-07: the Playbook's TP scaling figures (3B, TP 2-8 on one node, with and
+    # without sequence parallelism, the largest micro-batch that fit): +0.7..+15%, all fast
+    "ultrascale-nanotron-tp": 0.11,
 }
 
 
