@@ -8,6 +8,7 @@ from typing import Any
 CATEGORY_LABELS = {
     "compute": "compute",
     "optimizer": "optimizer",
+    "host": "the GPU waiting for the host to issue kernels",
     "comm_tp": "exposed TP communication",
     "comm_cp": "exposed CP communication",
     "comm_dp": "exposed DP communication",

@@ -71,7 +71,16 @@ def _split_stage_waits(rs: ResolvedScenario, per_class: dict[str, dict[str, floa
         # A micro-batch's time on the stage: its compute (at a straggler's pace, slowed by
         # DP collectives beside it, waiting on offloaded activations) and the communication
         # on its critical path, the pipeline's own sends included.
-        own = ("compute", "comm_tp", "comm_cp", "comm_pp", "straggler", "overlap", "offload")
+        own = (
+            "compute",
+            "host",
+            "comm_tp",
+            "comm_cp",
+            "comm_pp",
+            "straggler",
+            "overlap",
+            "offload",
+        )
         per_mb = sum(acc.get(k, 0.0) for k in own) / m
         extra = wait - fill * per_mb
         if extra > 1e-12 * max(wait, 1.0):

@@ -104,11 +104,10 @@ def test_one_gpu_has_no_communication_and_no_bubble(full: bool) -> None:
         assert m.per_class["stage0"][cat] == 0.0, cat
     assert m.breakdown_s["compute"] > 0 and m.breakdown_s["optimizer"] > 0
     assert_accounting(res)
-    # Nothing but compute, the optimizer and (possibly) waiting for the data loader.
-    assert m.step_time_s == pytest.approx(
-        m.breakdown_s["compute"] + m.breakdown_s["optimizer"] + m.breakdown_s["data_stall"],
-        rel=1e-12,
-    )
+    # Nothing but compute, the optimizer and (possibly) waiting for the data loader or for the
+    # host to issue short kernels.
+    own = ("compute", "optimizer", "data_stall", "host")
+    assert m.step_time_s == pytest.approx(sum(m.breakdown_s[k] for k in own), rel=1e-12)
 
 
 # -- accounting ---------------------------------------------------------------------------------

@@ -146,3 +146,16 @@ def test_the_loss_moves_what_the_stack_says_per_logit() -> None:
     src = "test value: how the mechanism responds, not a profile figure"
     heavier = load_scenario(TP1, [f"software.loss_traffic={{value: [76, 28], source: '{src}'}}"])
     assert simulate(heavier, scaling=False).metrics.step_time_s > _step(TP1, 0.0)
+
+
+def test_time_waiting_for_the_host_is_its_own_idle_category() -> None:
+    src = "test value: how the mechanism responds, not a profile figure"
+    fast = load_scenario(TP8, ["software.host_us_per_collective={value: 0, source: '" + src + "'}"])
+    slow = load_scenario(TP8, [f"software.host_us_per_collective={{value: 1000, source: '{src}'}}"])
+    a, b = (simulate(rs, scaling=False).metrics for rs in (fast, slow))
+    for m in (a, b):
+        assert sum(m.breakdown_s.values()) == pytest.approx(m.step_time_s, rel=1e-9)
+    # the GPUs' own work is the same; what the host adds shows as its wait, not as compute
+    assert b.breakdown_s["compute"] == pytest.approx(a.breakdown_s["compute"], rel=0.01)
+    assert b.breakdown_s["host"] > 0.7 * b.step_time_s
+    assert b.mfu < a.mfu and b.busy_s == pytest.approx(a.busy_s, rel=0.01)

@@ -28,16 +28,20 @@ class Item:
     dur: float = 0.0
     cat: str = "compute"  # accounting category of a span
     wait: float = 0.0  # part of ``dur`` that is straggler wait (see engine.stragglers)
+    host: float = 0.0  # part of ``dur`` the GPU waits for the host to issue kernels
     hide: float = 0.0  # a flow collective: seconds of the span before it that it may overlap
     group: str | None = None
     coll: str | None = None
     size: float = 0.0
 
     def book(self, acc: dict[str, float]) -> None:
-        """Add this span's time to ``acc``: its category, less the straggler wait it holds."""
-        acc[self.cat] = acc.get(self.cat, 0.0) + self.dur - self.wait
+        """Add this span's time to ``acc``: its category, less the straggler wait and the
+        wait for the host it holds."""
+        acc[self.cat] = acc.get(self.cat, 0.0) + self.dur - self.wait - self.host
         if self.wait:
             acc["straggler"] = acc.get("straggler", 0.0) + self.wait
+        if self.host:
+            acc["host"] = acc.get("host", 0.0) + self.host
 
 
 @dataclass
@@ -87,9 +91,11 @@ class Program:
                 continue
             booked: list[tuple[str, float]] = []
             for it in items[i:j]:
-                booked.append((it.cat, it.dur - it.wait))
+                booked.append((it.cat, it.dur - it.wait - it.host))
                 if it.wait:
                     booked.append(("straggler", it.wait))
+                if it.host:
+                    booked.append(("host", it.host))
             out[i] = (j, sum(it.dur for it in items[i:j]), tuple(booked))
         return out
 
@@ -185,6 +191,7 @@ def build_program(
     # last kernel so far; ``issued``, when the host has issued them all (one kernel per
     # host_us_per_kernel: eager frameworks); ``gemm_at``, when the latest GEMM began.
     end = issued = 0.0
+    gpu = 0.0  # the span's kernels' own time so far
     gemm_at: float | None = None
     # A CP ring's exchange hides behind the attention kernel before it (``attn``: its
     # duration, paced); ``ring``: the exposed time of each analytic collective of the run
@@ -202,15 +209,19 @@ def build_program(
     def flush(then: float = 0.0) -> None:
         """Close the span; ``then``: how long the GPU is busy with what follows it (an exposed
         collective), which the host spends issuing the next span's kernels."""
-        nonlocal end, issued, gemm_at, pending_name
+        nonlocal end, issued, gemm_at, pending_name, gpu
         if end > 0:
+            # the span's time beyond its kernels' own is the GPU waiting for the host; the
+            # straggler's stretch is its kernels' (the span stretches whole, as it always has)
+            host = end - gpu if end - gpu > 1e-9 * end else 0.0
             prog.items.append(
                 Item(
                     "span",
                     "+".join(pending_name[:3]) + ("…" if len(pending_name) > 3 else ""),
                     end * pace,
                     cat,
-                    wait=end * (pace - 1.0),
+                    wait=(end - host) * (pace - 1.0),
+                    host=host * pace,
                 )
             )
         # A GEMM hides only the collective right after its span. The host issues the next
@@ -219,7 +230,7 @@ def build_program(
         # span's kernels outlast their issue is not carried: with it, a faster GPU could
         # shorten a span that hides the next collective and so come out slower.
         issued = -then + (issued if end == 0.0 else 0.0)
-        end = 0.0
+        end = gpu = 0.0
         gemm_at = None
         pending_name = []
 
@@ -307,6 +318,7 @@ def build_program(
         both = op.kind == "gemm" and op.backward and op.part == "both"
         issued += (2 if both else 1) * timer.host_s
         end = max(start + dt, issued)
+        gpu += dt
         if op.kind == "gemm":
             gemm_at = start
         pending_name.append(op.name)

@@ -8,6 +8,7 @@ from typing import Any
 CATEGORIES = (
     "compute",
     "optimizer",
+    "host",
     "comm_tp",
     "comm_cp",
     "comm_dp",

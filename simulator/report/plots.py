@@ -18,6 +18,7 @@ Rows = list[dict[str, Any]]
 IDLE = [
     ("compute_s", "compute"),
     ("optimizer_s", "optimizer"),
+    ("idle_host_s", "host (kernel issue)"),
     ("idle_comm_tp_s", "TP comm"),
     ("idle_comm_cp_s", "CP comm"),
     ("idle_comm_dp_s", "DP comm"),

@@ -216,6 +216,7 @@ def print_simulation(d: dict[str, Any], console: Console) -> None:
     labels = {
         "compute": "compute (busy)",
         "optimizer": "optimizer (busy)",
+        "host": "waiting for the host to issue kernels",
         "comm_tp": "exposed TP comm",
         "comm_cp": "exposed CP comm",
         "comm_dp": "exposed DP comm",
