@@ -164,8 +164,9 @@ def launch_fit(probe: dict[str, Any], bare_s: float) -> tuple[float, str]:
 
 
 def simulated_compute_s(gpu: dict[str, Any], model_cfg: dict[str, Any]) -> float:
-    """Compute-stream time (compute + optimizer) of one step of the probe job on one device of
-    the (not yet written) GPU profile ``gpu``."""
+    """Compute-stream time (compute + optimizer, and the wait for the host to issue kernels,
+    which the probe's timing holds too) of one step of the probe job on one device of the (not
+    yet written) GPU profile ``gpu``."""
     from simulator.config.loading import resolve_dict
     from simulator.simulate import simulate
 
@@ -174,7 +175,7 @@ def simulated_compute_s(gpu: dict[str, Any], model_cfg: dict[str, Any]) -> float
     sc = inline_job_scenario(model_cfg)
     sc["cluster"]["gpu"] = gpu
     bd = simulate(resolve_dict(sc), scaling=False).metrics.breakdown_s
-    return bd.get("compute", 0.0) + bd.get("optimizer", 0.0)
+    return bd.get("compute", 0.0) + bd.get("optimizer", 0.0) + bd.get("host", 0.0)
 
 
 # The most of the step the two-batch fit may call batch-independent beyond the simulator's own

@@ -39,15 +39,15 @@ def comm_in_step_fit(
     inline = inline_job_scenario(tr["model"])["cluster"]
 
     def simulated_sync(fraction: float) -> float:
-        """The step's time beyond compute and optimizer at ``fraction`` of the fits' bandwidth."""
+        """The step's time beyond compute, optimizer and the wait for the host at ``fraction``
+        of the fits' bandwidth."""
         sc = job_scenario("x", tr["model"], ppn, 1, overlap=overlap, stragglers="speed_cv" in gpu)
         tier = dict(fabric, max_gpus=max(ppn, 2), achievable_fraction=fraction)
         sc["cluster"].update(gpu=gpu, fabric=tier)
         sc["cluster"]["storage"] = inline["storage"]
         m = simulate(resolve_dict(sc), scaling=False).metrics
-        return (
-            m.step_time_s - m.breakdown_s.get("compute", 0.0) - m.breakdown_s.get("optimizer", 0.0)
-        )
+        own = sum(m.breakdown_s.get(k, 0.0) for k in ("compute", "optimizer", "host"))
+        return m.step_time_s - own
 
     pred_sync = simulated_sync(1.0)
     paired = probe.get("train_sync_cost") or {}

@@ -159,3 +159,15 @@ def test_time_waiting_for_the_host_is_its_own_idle_category() -> None:
     assert b.breakdown_s["compute"] == pytest.approx(a.breakdown_s["compute"], rel=0.01)
     assert b.breakdown_s["host"] > 0.7 * b.step_time_s
     assert b.mfu < a.mfu and b.busy_s == pytest.approx(a.busy_s, rel=0.01)
+
+
+def test_a_cost_split_that_leaves_a_rank_empty_is_refused(tmp_path: Path) -> None:
+    # a million-entry output layer outweighs the 16 layers: PP 8 runs out of blocks by rank 5
+    data = _scenario(TP1, dp=1, pp=8)
+    data["model"]["vocab"] = 1_000_000
+    with pytest.raises(UserError, match=r"leaves pipeline ranks 5, 6, 7 without any block") as e:
+        load_scenario(write_yaml(tmp_path / "nt.yaml", data))
+    assert e.value.path == "parallelism.pp" and "PP 4 or less" in (e.value.hint or "")
+    # the 1B model at PP 8 gives its last two ranks the output layer and the loss: allowed
+    data["model"]["vocab"] = 131072
+    assert load_scenario(write_yaml(tmp_path / "ok.yaml", data)).stage_layers()[-2:] == [0, 0]

@@ -9,6 +9,7 @@ from ..errors import UserError
 from .hardware import FabricProfile, GPUProfile
 from .parallelism import FSDPSharding, ParallelismSpec
 from .software import SoftwareProfile
+from .stage_split import ranks_without_blocks
 from .workload import ModelSpec, TrainingSpec
 
 # Micro-batches × pipeline stages × virtual stages the event engine is asked to run in one step:
@@ -95,7 +96,7 @@ def check_layout(
                 f"got {len(sl)} summing to {sum(sl)}{why})",
                 file=file,
                 path="parallelism.stage_layers",
-                hint="fix the list or remove it for even stages",
+                hint="fix the list, or remove it to let the software stack place the layers",
             )
         if v > 1 and len(sl) == par.pp and min(sl) < v:
             raise UserError(
@@ -105,6 +106,18 @@ def check_layout(
                 path="parallelism.stage_layers",
                 hint=f"give each rank at least {v} layers, or list all {par.pp * v} chunks",
             )
+    elif split == "cost_thresholds" and (empty := ranks_without_blocks(model, par.pp)):
+        fit = max(p for p in range(1, par.pp) if not ranks_without_blocks(model, p))
+        raise UserError(
+            f"PP={par.pp}: the stack's cost split (nanotron's) leaves pipeline rank"
+            f"{'s' if len(empty) > 1 else ''} {', '.join(map(str, empty))} without any block "
+            f"of {model.name}: it fills each rank to an equal share of the estimated cost, and "
+            f"the {model.layers} layers and output layer run out first (nanotron cannot build "
+            "that layout)",
+            file=file,
+            path="parallelism.pp",
+            hint=f"use PP {fit} or less, or list parallelism.stage_layers",
+        )
     elif split == "even" and model.layers % (par.pp * v):
         if model.layers % par.pp or par.pp > model.layers:
             v = 1  # PP itself does not fit the layers: that is the setting to change first

@@ -303,8 +303,8 @@ class ResolvedScenario(BaseModel):
         par = self.raw.get("parallelism") if isinstance(self.raw, dict) else None
         if self.tp == 1 and isinstance(par, dict) and par.get("sequence_parallel") is True:
             out.append(
-                "sequence_parallel is off at TP 1 (it splits TP's activations; Megatron-LM "
-                "turns it off with a warning)"
+                "sequence_parallel is off at TP 1 (it splits TP's activations; Megatron-LM, "
+                "for one, turns it off with a warning)"
             )
         sw = self.software.display_name
         if self.gathers_once:

@@ -21,6 +21,22 @@ def even_split(model: ModelSpec, pp: int) -> list[int]:
     return [model.layers // pp] * pp
 
 
+def _cost_blocks(model: ModelSpec, pp: int) -> tuple[list[int], list[int]]:
+    """nanotron's assignment: the decoder layers and all blocks each rank receives."""
+    layer = 4 * model.heads * model.head_dim * model.hidden + 3 * model.ffn * model.hidden
+    costs = [0] + [layer] * model.layers + [0, model.vocab * model.hidden, 0, 0]
+    total = sum(costs)
+    layers, blocks = [0] * pp, [0] * pp
+    rank = 0
+    for i, cum in enumerate(accumulate(costs)):
+        layers[rank] += 1 <= i <= model.layers
+        blocks[rank] += 1
+        # the integer form of cum > total·(rank+1)/pp
+        if cum * pp > total * (rank + 1) and rank < pp - 1:
+            rank += 1
+    return layers, blocks
+
+
 def cost_thresholds(model: ModelSpec, pp: int) -> list[int]:
     """nanotron's split (``models/base.py`` ``build_model``): blocks in model order (embedding,
     decoder layers, final norm, output layer, fp32 cast, loss), each decoder layer costing
@@ -29,18 +45,13 @@ def cost_thresholds(model: ModelSpec, pp: int) -> list[int]:
     one once the running cost passes (strictly) its share total·(r+1)/pp. The layer that
     crosses a threshold stays on the earlier rank, and ranks after the last layer hold none
     (the output layer goes to the last rank here)."""
-    layer = 4 * model.heads * model.head_dim * model.hidden + 3 * model.ffn * model.hidden
-    costs = [0] + [layer] * model.layers + [0, model.vocab * model.hidden, 0, 0]
-    total = sum(costs)
-    counts = [0] * pp
-    rank = 0
-    for i, cum in enumerate(accumulate(costs)):
-        if 1 <= i <= model.layers:
-            counts[rank] += 1
-        # the integer form of cum > total·(rank+1)/pp
-        if cum * pp > total * (rank + 1) and rank < pp - 1:
-            rank += 1
-    return counts
+    return _cost_blocks(model, pp)[0]
+
+
+def ranks_without_blocks(model: ModelSpec, pp: int) -> list[int]:
+    """The pipeline ranks nanotron's split leaves with no block at all (not even the loss): a
+    layout nanotron cannot build (its benchmark sweep skips them)."""
+    return [r for r, n in enumerate(_cost_blocks(model, pp)[1]) if n == 0]
 
 
 SPLITS: dict[str, Callable[[ModelSpec, int], list[int]]] = {
