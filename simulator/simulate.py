@@ -95,6 +95,10 @@ def _full_or_periodic(rs: ResolvedScenario) -> EngineResult:
     return run_engine(rs, full=True)
 
 
+# The share of the step spent waiting for the host above which simulate says so.
+HOST_BOUND_SHARE = 0.1
+
+
 def simulate(
     rs: ResolvedScenario, full: bool = False, trace: bool = False, scaling: bool = True
 ) -> SimResult:
@@ -164,6 +168,17 @@ def simulate(
             "is counted as the full s×s product, the convention published MFU figures use, "
             "and a causal kernel computes about half of it; at this sequence length attention "
             "dominates, so the utilisation overstates the GPU's work"
+        )
+    host = met.breakdown_s.get("host", 0.0)
+    if host > HOST_BOUND_SHARE * met.step_time_s:
+        per_call = rs.software.host_us_per_collective
+        notes.append(
+            f"host-bound: the GPUs wait {host / met.step_time_s:.0%} of the step for the host to "
+            f"issue kernels ({rs.software.host_us_per_kernel.value:g} us each"
+            + (f", {per_call.value:g} us per collective call" if per_call else "")
+            + " in the stack's profile): a larger micro-batch gives each kernel more work, a "
+            "lower TP degree issues fewer collectives, and CUDA graphs or torch.compile issue "
+            "fewer, larger kernels"
         )
     if scaling:
         _scaling(rs, met)

@@ -171,3 +171,10 @@ def test_a_cost_split_that_leaves_a_rank_empty_is_refused(tmp_path: Path) -> Non
     # the 1B model at PP 8 gives its last two ranks the output layer and the loss: allowed
     data["model"]["vocab"] = 131072
     assert load_scenario(write_yaml(tmp_path / "ok.yaml", data)).stage_layers()[-2:] == [0, 0]
+
+
+def test_a_host_bound_step_says_so_and_names_the_levers() -> None:
+    note = next(n for n in simulate(load_scenario(TP8), scaling=False).notes if "host-bound" in n)
+    assert "310 us per collective call" in note and "larger micro-batch" in note
+    # data parallelism at TP 1 is GPU-bound: no such note
+    assert not any("host-bound" in n for n in simulate(load_scenario(TP1), scaling=False).notes)
