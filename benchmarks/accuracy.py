@@ -76,6 +76,7 @@ SETS = (
     "heldout-2023",
     "ultrascale-nanotron-1node",
     "ultrascale-nanotron-tp",
+    "ultrascale-nanotron-2node",
 )
 
 

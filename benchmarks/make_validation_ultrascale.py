@@ -1,13 +1,14 @@
-"""Writes the single-node rows of the Hugging Face Ultra-Scale Playbook sweep (nanotron, the
-1B Llama-style model on one node of 8 H100) as scenarios under
-``scenarios/validation/ultrascale-nanotron-1node/`` (run by ``make_validation.py``; the files are
-committed), from ``published/ultrascale_playbook_rows.csv`` and its source notes
+"""Writes rows of the Hugging Face Ultra-Scale Playbook sweep (nanotron on H100) as scenarios:
+the 1B model on one node under ``scenarios/validation/ultrascale-nanotron-1node/``, the 8B
+model on two nodes where only the gradient reduction crosses them under
+``ultrascale-nanotron-2node/``, and the TP scaling figures under ``ultrascale-nanotron-tp/`` (the
+files are committed), from ``published/ultrascale_playbook_rows.csv`` and its source notes
 (``published/ultrascale_SOURCE.md``).
 
 Left out: rows the source flags as inconsistent (DP × micro-batch × accumulation is not the
-global batch) and failed runs; the multi-node rows, whose interconnect the source does not state
-(one of them, 8B on 2 nodes at TP 8 and micro-batch 1, fixes the nanotron stack's
-host_us_per_collective and so is not scored)."""
+global batch) and failed runs; the other multi-node rows, whose interconnect the source does not
+state; and the 2-node TP 8 runs at micro-batch 1 (one of them fixes the nanotron stack's
+host_us_per_collective)."""
 
 from __future__ import annotations
 
@@ -22,16 +23,41 @@ US_SRC = (
     "DP {dp} TP {tp} PP {pp}, micro-batch {mbs} x {ga} accumulation steps, ZeRO {zero}: "
     "{v} tokens/s per GPU ({mfu}% MFU as nanotron counts it)"
 )
+US_ASSUMES = (
+    " (the source states the GPU, not the node); nanotron's bench config"
+    " (examples/config_tiny_llama_bench.yaml @67c5ebb6): bf16, fp32 gradient accumulation,"
+    " 1F1B, sequence parallelism with TP (tp_mode REDUCE_SCATTER), no recomputation; pipeline"
+    " stages split by nanotron's cost rule; the throughput of the third step, as the benchmark"
+    " times it"
+)
 # nanotron scripts/scaling_benchmarks.py @0e0a27ea: (layers, hidden, heads, ffn); the 1B and 3B
 # models tie their embeddings (intermediate_size < 10,000), every model runs full multi-head
 # attention (NUM_KEY_VALUE_HEADS = None), vocabulary 131,072, sequence 4,096.
-MODELS = {"1B": (16, 2048, 32, 8192, True)}
+MODELS = {"1B": (16, 2048, 32, 8192, True), "8B": (32, 4096, 32, 14336, False)}
+# 2 nodes: the runs whose only traffic between the nodes is the once-a-step gradient reduction
+# (TP within a node, no pipeline), so the unstated interconnect hardly matters (eight 400 Gb/s
+# NICs or RoCE: the same within 0.2%; 100 Gb/s: 2%). The TP 8 micro-batch 1 runs are left out:
+# one of them fixes the stack's host_us_per_collective.
+TWO_NODE_NET = {"profile": "ib-ndr-400", "nics_per_node": 8}
+
+
+def _two_node(r: dict[str, str]) -> bool:
+    return (
+        r["model"] == "8B"
+        and r["nodes"] == "2"
+        and r["pp"] == "1"
+        and int(r["tp"]) <= 8
+        and not (r["tp"] == "8" and r["mbs"] == "1")
+    )
 
 
 def ultrascale() -> None:
     rows = csv.DictReader((ROOT / "published" / "ultrascale_playbook_rows.csv").open())
     for r in rows:
-        if r["model"] not in MODELS or r["nodes"] != "1" or r["tok_s_gpu"] in ("", "nan"):
+        if r["model"] not in MODELS or r["tok_s_gpu"] in ("", "nan"):
+            continue
+        one_node = r["nodes"] == "1" and r["model"] == "1B"
+        if not one_node and not _two_node(r):
             continue
         if "INCONSISTENT" in r["note"]:
             continue
@@ -41,14 +67,15 @@ def ultrascale() -> None:
         )
         name = f"nanotron-{r['model'].lower()}-dp{dp}-tp{tp}-pp{pp}-mb{mbs}-z{zero}"
         write_scenario(
-            ROOT / "ultrascale-nanotron-1node" / f"{name}.yaml",
+            ROOT / f"ultrascale-nanotron-{'1' if one_node else '2'}node" / f"{name}.yaml",
             {
                 "name": name,
                 "cluster": {
                     "gpu": "h100-sxm-80gb",
                     "gpus_per_node": 8,
-                    "nodes": 1,
+                    "nodes": int(r["nodes"]),
                     "fabric": "nvlink4-nvswitch",
+                    **({} if one_node else {"network": TWO_NODE_NET}),
                 },
                 "model": {
                     "name": f"nanotron-{r['model'].lower()}",
@@ -88,12 +115,13 @@ def ultrascale() -> None:
                         v=r["tok_s_gpu"],
                         mfu=r["mfu_pct"],
                     ),
-                    "assumes": "one HGX H100 SXM node (the source states the GPU, not the "
-                    "node); nanotron's bench config (examples/config_tiny_llama_bench.yaml "
-                    "@67c5ebb6): bf16, fp32 gradient accumulation, 1F1B, sequence parallelism "
-                    "with TP (tp_mode REDUCE_SCATTER), no recomputation; pipeline stages split "
-                    "by nanotron's cost rule; the throughput of the third step, as the "
-                    "benchmark times it",
+                    "assumes": (
+                        "one HGX H100 SXM node"
+                        if one_node
+                        else "two HGX H100 SXM nodes with eight 400 Gb/s NICs each (AWS p5, "
+                        "which the sweep's paths suggest, has 32 x 100 Gb/s EFA)"
+                    )
+                    + US_ASSUMES,
                 },
             },
         )
