@@ -178,3 +178,12 @@ def test_a_host_bound_step_says_so_and_names_the_levers() -> None:
     assert "310 us per collective call" in note and "larger micro-batch" in note
     # data parallelism at TP 1 is GPU-bound: no such note
     assert not any("host-bound" in n for n in simulate(load_scenario(TP1), scaling=False).notes)
+
+
+def test_a_host_time_per_call_out_of_range_is_refused() -> None:
+    src = "a test of a value out of range"
+    for bad in (-5, 1e9):
+        with pytest.raises(UserError, match="host_us_per_collective must be within"):
+            load_scenario(
+                TP8, [f"software.host_us_per_collective={{value: {bad}, source: '{src}'}}"]
+            )

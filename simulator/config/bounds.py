@@ -92,6 +92,7 @@ FIGURE_RANGES: dict[str, Range] = {
     "opex_fraction_per_year": (0.0, 10.0, False, "of capex per year"),
     # software
     "host_us_per_kernel": (0.0, 1e5, False, "microseconds"),
+    "host_us_per_collective": (0.0, 1e6, False, "microseconds"),
     "comm_sms": (0.0, 1e4, False, "streaming multiprocessors"),
     "logit_bytes": (0.0, 64.0, True, "bytes per logit"),
     "dp_bucket_mb": (1e-3, 1e6, False, "MB"),
