@@ -187,3 +187,14 @@ def test_a_host_time_per_call_out_of_range_is_refused() -> None:
             load_scenario(
                 TP8, [f"software.host_us_per_collective={{value: {bad}, source: '{src}'}}"]
             )
+
+
+def test_an_uneven_pipeline_shows_its_layers_per_stage() -> None:
+    from conftest import run_cli
+
+    path = ONE_NODE / "nanotron-1b-dp2-tp1-pp4-mb1-z0.yaml"
+    assert load_scenario(path).layout()["stage_layers"] == [6, 5, 5, 0]
+    out = run_cli("simulate", str(path), "--no-scaling")
+    assert out.returncode == 0 and "layers per stage 6/5/5/0" in " ".join(out.stdout.split())
+    # an even pipeline says nothing of it
+    assert "stage_layers" not in load_scenario(path, ["software=pytorch-eager"]).layout()

@@ -374,6 +374,8 @@ class ResolvedScenario(BaseModel):
             ),
             "recompute": par.recompute,
             "precision": self.training.precision,
+            # an uneven pipeline (listed, or the stack's split): layers per stage
+            **({"stage_layers": sl} if len(set(sl := self.stage_layers())) > 1 else {}),
         }
 
     def stage_layers(self) -> list[int]:

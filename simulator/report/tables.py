@@ -86,7 +86,7 @@ def print_check(rep: CheckReport, console: Console) -> None:
         f"layout DP={lay['dp']} TP={lay['tp']} PP={lay['pp']} CP={lay['cp']}, "
         f"{lay['micro_batches']} micro-batches of {rs.training.micro_batch}, "
         f"schedule {lay['schedule']}, ZeRO stage {_zero(lay)}, "
-        f"recompute {_recompute(lay)}"
+        f"recompute {_recompute(lay)}{_stages(lay)}"
     )
     for note in rs.plan_notes():
         console.print(f"[yellow]note:[/yellow] {safe(note)}")
@@ -165,6 +165,12 @@ def _zero(lay: dict[str, Any]) -> str:
     return f"{z} (runs as {eff})" if eff != z else str(z)
 
 
+def _stages(lay: dict[str, Any]) -> str:
+    """An uneven pipeline's layers per stage, for the layout line."""
+    sl = lay.get("stage_layers")
+    return f", layers per stage {'/'.join(map(str, sl))}" if sl else ""
+
+
 def print_simulation(d: dict[str, Any], console: Console) -> None:
     """The `simulate` report: headline figures, idle breakdown, cost."""
     lay = d["layout"]
@@ -173,7 +179,7 @@ def print_simulation(d: dict[str, Any], console: Console) -> None:
         f"node{'s' if d['nodes'] != 1 else ''}), "
         f"DP={lay['dp']} TP={lay['tp']} PP={lay['pp']} CP={lay['cp']}, "
         f"{lay['micro_batches']} micro-batches, {lay['schedule']}, ZeRO {_zero(lay)}, "
-        f"recompute {_recompute(lay)}  [dim]({d['mode']} mode)[/dim]"
+        f"recompute {_recompute(lay)}{_stages(lay)}  [dim]({d['mode']} mode)[/dim]"
     )
     t = Table(title="performance", show_header=False)
     t.add_column("metric", style="cyan")
