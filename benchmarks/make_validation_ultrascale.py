@@ -33,7 +33,27 @@ US_ASSUMES = (
 # nanotron scripts/scaling_benchmarks.py @0e0a27ea: (layers, hidden, heads, ffn); the 1B and 3B
 # models tie their embeddings (intermediate_size < 10,000), every model runs full multi-head
 # attention (NUM_KEY_VALUE_HEADS = None), vocabulary 131,072, sequence 4,096.
-MODELS = {"1B": (16, 2048, 32, 8192, True), "8B": (32, 4096, 32, 14336, False)}
+MODELS = {
+    "1B": (16, 2048, 32, 8192, True),
+    "3B": (28, 3072, 32, 8192, True),
+    "8B": (32, 4096, 32, 14336, False),
+}
+
+
+def _model(key: str) -> dict[str, object]:
+    """The scenario's model section for one of ``MODELS``."""
+    layers, hidden, heads, ffn, tied = MODELS[key]
+    return {
+        "name": f"nanotron-{key.lower()}",
+        "layers": layers,
+        "hidden": hidden,
+        "heads": heads,
+        "ffn_hidden": ffn,
+        "vocab": 131072,
+        "tied_embeddings": tied,
+    }
+
+
 # 2 nodes: the runs whose only traffic between the nodes is the once-a-step gradient reduction
 # (TP within a node, no pipeline), so the unstated interconnect hardly matters (eight 400 Gb/s
 # NICs or RoCE: the same within 0.2%; 100 Gb/s: 2%). The TP 8 micro-batch 1 runs are left out:
@@ -61,7 +81,6 @@ def ultrascale() -> None:
             continue
         if "INCONSISTENT" in r["note"]:
             continue
-        layers, hidden, heads, ffn, tied = MODELS[r["model"]]
         dp, tp, pp, mbs, ga, zero = (
             int(r[k]) for k in ("dp", "tp", "pp", "mbs", "grad_acc", "zero")
         )
@@ -77,15 +96,7 @@ def ultrascale() -> None:
                     "fabric": "nvlink4-nvswitch",
                     **({} if one_node else {"network": TWO_NODE_NET}),
                 },
-                "model": {
-                    "name": f"nanotron-{r['model'].lower()}",
-                    "layers": layers,
-                    "hidden": hidden,
-                    "heads": heads,
-                    "ffn_hidden": ffn,
-                    "vocab": 131072,
-                    "tied_embeddings": tied,
-                },
+                "model": _model(r["model"]),
                 "training": {
                     "seq_len": 4096,
                     "global_batch": dp * mbs * ga,
@@ -144,7 +155,6 @@ TP_SRC = (
 
 
 def ultrascale_tp() -> None:
-    layers, hidden, heads, ffn, tied = 28, 3072, 32, 8192, True
     for sp, runs in TP_FIGURES.items():
         for tp, (mbs, value) in runs.items():
             name = f"nanotron-3b-tp{tp}-{'sp' if sp else 'allreduce'}-mb{mbs}"
@@ -174,15 +184,7 @@ def ultrascale_tp() -> None:
                         "nodes": 1,
                         "fabric": "nvlink4-nvswitch",
                     },
-                    "model": {
-                        "name": "nanotron-3b",
-                        "layers": layers,
-                        "hidden": hidden,
-                        "heads": heads,
-                        "ffn_hidden": ffn,
-                        "vocab": 131072,
-                        "tied_embeddings": tied,
-                    },
+                    "model": _model("3B"),
                     "training": {
                         "seq_len": 4096,
                         "global_batch": mbs,
