@@ -25,7 +25,7 @@ recomputed at ``m`` (a maximum of two affine functions is not affine).
 
 Before any samples, one run of a few rounds is tried (:mod:`.steady`): where the simulator's
 state repeats from round to round, that run alone gives the step (a TP4 PP4x4 CP4 ZeRO-3
-layout: 0.4 s, not 1.2 s); the samples are for layouts whose state does not repeat exactly.
+layout: 0.33 s, not 1.2 s); the samples are for layouts whose state does not repeat exactly.
 
 Where the direct walk is exact (blocking pipeline sends, no overlapped DP: see
 :mod:`.direct`) it gives the whole step at once, for about the cost of one sample, so nothing is

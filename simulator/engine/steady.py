@@ -2,20 +2,23 @@
 
 Past its warm-up a 1F1B or interleaved schedule repeats: every round of micro-batches (one, or
 PP for the interleaved schedule) moves every event of the step one period later. This module
-runs a few rounds past the warm-up once and records the state each time stage 0 starts the
-first forward of a round: the time, every rank class's categories so far, and what is in
-flight (the offsets of the pending events from now, each stream's occupancy and each link's
-load; a flow's completion event carries its remaining bytes over its rate). Where three such
-records show the same state, the same period and the same growth of every category, the state
-repeats, so each further round adds that period and that growth to the run's final figures
-(the cool-down that follows the last round is the same whatever the rounds before it).
+runs a round past the warm-up once and records the state each time stage 0 starts the first
+forward of a round: the time, every rank class's categories so far, and what is in flight (the
+offsets of the pending events from now, each stream's occupancy and each link's load; a flow's
+completion event carries its remaining bytes over its rate). Where two consecutive records show
+the same state, the simulation (deterministic) runs the second round as it ran the first, one
+period later, and so every round after it: each further round adds that period and the first
+round's growth of every category to the run's final figures (the cool-down that follows the
+last round is the same whatever the rounds before it). A third record, checked for the same
+period and growth, bought nothing: on 400 random layouts recorded over eight rounds, every pair
+of equal consecutive states was followed by equal states only.
 
 Nothing before a record depends on the micro-batch count: a rank's schedule only reads it when
 its forwards run out, after stage 0 has started its last round. The data loader runs beside the
 step on storage links nothing else crosses, so it is left out of the run and timed alone for
 the scenario's own micro-batch count.
 
-This costs one run of ``m1 + 3`` micro-batches (1F1B) or ``5·PP`` (interleaved) where
+This costs one run of ``m1 + 2`` micro-batches (1F1B) or ``4·PP`` (interleaved) where
 :func:`.periodic.run_periodic`'s three samples cost ``4·m1 + 3`` and ``11·PP``; a layout whose
 state does not repeat within the run (quasi-periodic streams, a queue that grows) is left to
 those samples.
@@ -61,10 +64,10 @@ class _Recording(Simulation):
         self.records[mb] = _Record(now, acc, offsets + streams + links + pending)
 
 
-def marks_for(m1: int, quantum: int) -> tuple[tuple[int, int, int], int]:
-    """The three rounds recorded, from ``m1`` (past the warm-up) on, and the micro-batches the
+def marks_for(m1: int, quantum: int) -> tuple[tuple[int, int], int]:
+    """The two rounds recorded, from ``m1`` (past the warm-up) on, and the micro-batches the
     run needs: one more than the last record (1F1B), or the record's round (interleaved)."""
-    marks = (m1, m1 + quantum, m1 + 2 * quantum)
+    marks = (m1, m1 + quantum)
     return marks, marks[-1] + quantum
 
 
@@ -73,26 +76,20 @@ def _same(a: list[float], b: list[float], tol: float) -> bool:
 
 
 def run_steady(
-    rs_run: ResolvedScenario, rs: ResolvedScenario, marks: tuple[int, int, int], quantum: int
+    rs_run: ResolvedScenario, rs: ResolvedScenario, marks: tuple[int, int], quantum: int
 ) -> EngineResult | None:
     """``rs``'s step from one run of ``rs_run`` (the same layout with fewer micro-batches),
     recorded at ``marks``; ``None`` where the records do not show one repeating state."""
     sim = _Recording(rs_run, marks)
     res = sim.run()
-    recs = [sim.records.get(k) for k in marks]
-    a, b, c = recs
-    if a is None or b is None or c is None:
+    a, b = (sim.records.get(k) for k in marks)
+    if a is None or b is None:
         return None
     tol = STATE_TOL * max(res.step_time, 1e-30)
-    period = c.now - b.now
-    grew = [y - x for x, y in zip(b.acc, c.acc, strict=True)]
-    if not (
-        abs(b.now - a.now - period) <= tol
-        and _same(a.state, b.state, tol)
-        and _same(b.state, c.state, tol)
-        and _same([y - x for x, y in zip(a.acc, b.acc, strict=True)], grew, tol)
-    ):
+    if not _same(a.state, b.state, tol):
         return None
+    period = b.now - a.now
+    grew = [y - x for x, y in zip(a.acc, b.acc, strict=True)]
     rounds = (rs.micro_batches - rs_run.micro_batches) / quantum
     ranks: dict[int, RankResult] = {}
     for i, (rank, rr) in enumerate(sim.results.items()):
