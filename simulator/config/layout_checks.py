@@ -8,7 +8,6 @@ from __future__ import annotations
 from ..errors import UserError
 from .hardware import FabricProfile, GPUProfile
 from .parallelism import FSDPSharding, ParallelismSpec
-from .software import SoftwareProfile
 from .stage_split import ranks_without_blocks
 from .workload import ModelSpec, TrainingSpec
 
@@ -162,7 +161,7 @@ def check_layout(
     if par.dp_bucket_copy and par.zero_stage >= 1:
         raise UserError(
             "dp_bucket_copy models DDP's gradient bucket copies, which only plain data "
-            f"parallelism makes; sharding {_sharding_name(par)} has no DDP buckets",
+            f"parallelism makes; sharding {sharding_name(par)} has no DDP buckets",
             file=file,
             path="parallelism.dp_bucket_copy",
             hint="set dp_bucket_copy: false, or sharding: {kind: zero, stage: 0}",
@@ -174,7 +173,7 @@ def check_layout(
             + (
                 f"this plan trains in {tr.precision}"
                 if tr.precision != "fp8"
-                else f"sharding {_sharding_name(par)} is modelled with one gather a step (as "
+                else f"sharding {sharding_name(par)} is modelled with one gather a step (as "
                 "ZeRO-1/2), not a gather per layer"
             ),
             file=file,
@@ -205,42 +204,6 @@ def check_layout(
         )
 
 
-def check_stack(
-    par: ParallelismSpec, software: SoftwareProfile, model: ModelSpec, file: str | None
-) -> None:
-    """What the software stack cannot run."""
-    tie = software.pp_tied_embeddings
-    if par.pp > 1 and model.tied_embeddings and tie is not None and not tie.value:
-        raise UserError(
-            f"{software.display_name} cannot tie the input and output embeddings under "
-            f"pipeline parallelism (PP={par.pp}) ({tie.source})",
-            file=file,
-            path="model.tied_embeddings",
-            hint="set model.tied_embeddings: false, pp: 1, or use another software stack",
-        )
-    cap = software.pp_max_zero_stage
-    if par.pp > 1 and cap is not None and par.zero_stage > cap.value:
-        raise UserError(
-            f"{software.display_name} cannot run {_sharding_name(par)} with pipeline "
-            f"parallelism (PP={par.pp}): it allows ZeRO stage {cap.value} at most there "
-            f"({cap.source})",
-            file=file,
-            path="parallelism.sharding",
-            hint=f"use sharding: {{kind: zero, stage: {cap.value}}}, pp: 1, or a stack that "
-            "shards under pipelines (torchtitan's FSDP)",
-        )
-    kinds = software.pp_schedules
-    kind = par.pp_schedule.kind
-    if par.pp > 1 and kinds is not None and kind not in kinds.value:
-        raise UserError(
-            f"{software.display_name} cannot run the {kind} pipeline schedule: it runs "
-            f"{', '.join(kinds.value)} ({kinds.source})",
-            file=file,
-            path="parallelism.pp_schedule",
-            hint=f"use pp_schedule: {{kind: {kinds.value[0]}}}, or another software stack",
-        )
-
-
 def check_hybrid_default(
     par: ParallelismSpec, dp: int, gpus_per_node: int, file: str | None
 ) -> None:
@@ -263,7 +226,7 @@ def check_hybrid_default(
         )
 
 
-def _sharding_name(par: ParallelismSpec) -> str:
+def sharding_name(par: ParallelismSpec) -> str:
     sh = par.sharding
     if isinstance(sh, FSDPSharding):
         return f"FSDP {sh.strategy}"
@@ -313,7 +276,7 @@ __all__ = [
     "MAX_PIPELINE_PASSES",
     "check_layout",
     "check_offload",
-    "check_stack",
+    "sharding_name",
 ]
 
 

@@ -28,7 +28,6 @@ from .layout_checks import (
     check_hybrid_default,
     check_layout,
     check_offload,
-    check_stack,
 )
 from .other_files import refuse_other_files
 from .parallelism import Overlap
@@ -37,6 +36,7 @@ from .prices import CloudPrice, OwnershipPrice
 from .reading import apply_sets, names_ownership_price, parse_yaml, read_yaml, replaced_fields
 from .scenario import ModelPresetRef, ResolvedScenario, Scenario, gathers_once
 from .software import SoftwareProfile, on
+from .stack_checks import check_stack
 from .stage_split import split_rule
 from .validation import validation_error
 from .workload import ModelSpec

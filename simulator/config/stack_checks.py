@@ -1,0 +1,50 @@
+"""What a software stack cannot run: the layouts its own code refuses (tied embeddings under a
+pipeline, ZeRO stages under one, schedules it lacks), each a
+:class:`~simulator.errors.UserError` naming the field and what to do instead."""
+
+from __future__ import annotations
+
+from ..errors import UserError
+from .layout_checks import sharding_name
+from .parallelism import ParallelismSpec
+from .software import SoftwareProfile
+from .workload import ModelSpec
+
+
+def check_stack(
+    par: ParallelismSpec, software: SoftwareProfile, model: ModelSpec, file: str | None
+) -> None:
+    """What the software stack cannot run."""
+    tie = software.pp_tied_embeddings
+    if par.pp > 1 and model.tied_embeddings and tie is not None and not tie.value:
+        raise UserError(
+            f"{software.display_name} cannot tie the input and output embeddings under "
+            f"pipeline parallelism (PP={par.pp}) ({tie.source})",
+            file=file,
+            path="model.tied_embeddings",
+            hint="set model.tied_embeddings: false, pp: 1, or use another software stack",
+        )
+    cap = software.pp_max_zero_stage
+    if par.pp > 1 and cap is not None and par.zero_stage > cap.value:
+        raise UserError(
+            f"{software.display_name} cannot run {sharding_name(par)} with pipeline "
+            f"parallelism (PP={par.pp}): it allows ZeRO stage {cap.value} at most there "
+            f"({cap.source})",
+            file=file,
+            path="parallelism.sharding",
+            hint=f"use sharding: {{kind: zero, stage: {cap.value}}}, pp: 1, or a stack that "
+            "shards under pipelines (torchtitan's FSDP)",
+        )
+    kinds = software.pp_schedules
+    kind = par.pp_schedule.kind
+    if par.pp > 1 and kinds is not None and kind not in kinds.value:
+        raise UserError(
+            f"{software.display_name} cannot run the {kind} pipeline schedule: it runs "
+            f"{', '.join(kinds.value)} ({kinds.source})",
+            file=file,
+            path="parallelism.pp_schedule",
+            hint=f"use pp_schedule: {{kind: {kinds.value[0]}}}, or another software stack",
+        )
+
+
+__all__ = ["check_stack"]
