@@ -198,3 +198,19 @@ def test_an_uneven_pipeline_shows_its_layers_per_stage() -> None:
     assert out.returncode == 0 and "layers per stage 6/5/5/0" in " ".join(out.stdout.split())
     # an even pipeline says nothing of it
     assert "stage_layers" not in load_scenario(path, ["software=pytorch-eager"]).layout()
+
+
+def test_its_1f1b_engine_needs_pp_minus_one_micro_batches() -> None:
+    """nanotron's OneForwardOneBackwardPipelineEngine asserts micro-batches >= PP - 1: fewer is
+    refused on the batch, with the ways out; exactly PP - 1, or its all-forward-all-backward
+    engine (gpipe), runs."""
+    path = ONE_NODE / "nanotron-1b-dp1-tp1-pp8-mb1-z0.yaml"  # 256 micro-batches of 1
+    with pytest.raises(UserError, match=r"needs at least PP-1 = 7 micro-batches") as e:
+        load_scenario(path, ["training.global_batch=6"])
+    assert e.value.path == "training.global_batch"
+    assert "gpipe" in (e.value.hint or "") and "PP of 7 or less" in (e.value.hint or "")
+    assert load_scenario(path, ["training.global_batch=7"]).micro_batches == 7
+    gpipe = ['parallelism.pp_schedule={"kind": "gpipe"}', "training.global_batch=6"]
+    assert load_scenario(path, gpipe).micro_batches == 6
+    # a stack without the rule runs the short 1F1B pipeline
+    assert load_scenario(path, ["training.global_batch=6", "software=pytorch-eager"])

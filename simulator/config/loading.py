@@ -297,7 +297,7 @@ def resolve(
     check_pricing(price, tier, gpu, c.gpus_per_node, file)
     check_offload(par, model, gpu, file)
     name = sc.name or (Path(file).stem if file else "scenario")
-    check_stack(par, software, model, file)
+    check_stack(par, software, model, tr.global_batch // (dp * tr.micro_batch), file)
     if gpu.sm_count is not None and software.comm_sms.value > gpu.sm_count.value:
         raise UserError(
             f"software.comm_sms {software.comm_sms.value:g} is more SMs than '{gpu.name}' has "

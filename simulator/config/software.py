@@ -21,6 +21,7 @@ from .software_parts import (
     Fusion,
     LogitTraffic,
     OptimizerPasses,
+    PipelineFloor,
     PipelineSplit,
     Schedules,
     SelectivePolicy,
@@ -235,6 +236,11 @@ class SoftwareProfile(_Profile):
     )
     pp_split: PipelineSplit | None = Field(
         default=None, description="layers over pipeline ranks where the scenario lists none"
+    )
+    pp_1f1b_min_micro_batches: PipelineFloor | None = Field(
+        default=None,
+        description="the fewest micro-batches per step the stack's 1F1B engine runs: "
+        "pp_minus_1 (PP - 1) or pp (unset: any count)",
     )
     pp_max_zero_stage: ZeroCap | None = Field(
         default=None,

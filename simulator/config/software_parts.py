@@ -144,6 +144,8 @@ class ZeroCap(BaseModel):
 # The fused attention kernel a stack runs, with where that is documented.
 FlashKernel = Cited[Literal["flash2", "flash3"]]
 PipelineSplit = Cited[Literal["even", "cost_thresholds"]]
+# The fewest micro-batches per step a stack's 1F1B engine runs: PP - 1, or PP.
+PipelineFloor = Cited[Literal["pp_minus_1", "pp"]]
 # Bytes per logit the loss moves over memory in its forward and its backward.
 LogitTraffic = Cited[
     tuple[Annotated[float, Field(ge=0, le=1000)], Annotated[float, Field(ge=0, le=1000)]]

@@ -12,9 +12,13 @@ from .workload import ModelSpec
 
 
 def check_stack(
-    par: ParallelismSpec, software: SoftwareProfile, model: ModelSpec, file: str | None
+    par: ParallelismSpec,
+    software: SoftwareProfile,
+    model: ModelSpec,
+    micro_batches: int,
+    file: str | None,
 ) -> None:
-    """What the software stack cannot run."""
+    """What the software stack cannot run (``micro_batches``: per step per pipeline)."""
     tie = software.pp_tied_embeddings
     if par.pp > 1 and model.tied_embeddings and tie is not None and not tie.value:
         raise UserError(
@@ -45,6 +49,23 @@ def check_stack(
             path="parallelism.pp_schedule",
             hint=f"use pp_schedule: {{kind: {kinds.value[0]}}}, or another software stack",
         )
+    floor = software.pp_1f1b_min_micro_batches
+    if par.pp > 1 and kind == "1f1b" and floor is not None:
+        need = par.pp - 1 if floor.value == "pp_minus_1" else par.pp
+        if micro_batches < need:
+            other = kinds is None or "gpipe" in kinds.value
+            raise UserError(
+                f"the 1F1B engine of {software.display_name} needs at least "
+                f"{'PP-1' if floor.value == 'pp_minus_1' else 'PP'} = {need} micro-batches per "
+                f"step; this layout gives each pipeline {micro_batches} ({floor.source})",
+                file=file,
+                path="training.global_batch",
+                hint=f"raise global_batch {need / max(micro_batches, 1):g}x or more, lower "
+                "micro_batch or DP"
+                + (", or use pp_schedule: {kind: gpipe}" if other else "")
+                + f", or a PP of {micro_batches + (1 if floor.value == 'pp_minus_1' else 0)} "
+                "or less",
+            )
 
 
 __all__ = ["check_stack"]
