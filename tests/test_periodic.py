@@ -289,3 +289,31 @@ def test_a_stage_blocked_behind_a_slower_one_is_not_taken_for_a_steady_state() -
     for stage, rr in exact.classes.items():
         for cat, v in rr.acc.items():
             assert fast.classes[stage].acc[cat] == pytest.approx(v, abs=1e-9 * exact.step_time), cat
+
+
+def test_samples_in_which_a_category_shrinks_are_not_extrapolated() -> None:
+    """Found by review: on a PCIe host an uneven 4-stage pipeline's first-stage bubble shrinks
+    with each micro-batch until about 30 of 80 and then holds, well above zero; the line through
+    4, 5 and 10 micro-batches was 1.1% short (1.7% in the bubble). Past the warm-up every round
+    books more time, never less, so samples with a shrinking category are not yet the steady
+    state."""
+    data = {
+        "name": "shrinking-bubble",
+        "cluster": {"gpu": "h100-sxm-80gb", "gpus_per_node": 8, "nodes": 1,
+                    "fabric": "pcie5-host", "storage": "lustre"},
+        "model": {"name": "rand", "layers": 12, "hidden": 2048, "heads": 16, "kv_heads": 4,
+                  "vocab": 50304, "mlp": "gelu", "parallel_residual": False},
+        "software": "megatron-lm-2021",
+        "training": {"seq_len": 1024, "global_batch": 160, "micro_batch": 2,
+                     "precision": "bf16", "flash_attention": True},
+        "parallelism": {"tp": 2, "pp": 4, "cp": 1, "sequence_parallel": False,
+                        "pp_schedule": {"kind": "1f1b"},
+                        "sharding": {"kind": "fsdp", "strategy": "full_shard"},
+                        "recompute": "full", "stage_layers": [4, 2, 4, 2]},
+    }  # fmt: skip
+    rs = resolve_dict(data)
+    exact, fast = run_engine(rs), run_periodic(rs)
+    assert fast.step_time == pytest.approx(exact.step_time, rel=5e-3)
+    for stage, rr in exact.classes.items():
+        for cat, v in rr.acc.items():
+            assert fast.classes[stage].acc[cat] == pytest.approx(v, abs=5e-3 * exact.step_time)
