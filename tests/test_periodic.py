@@ -317,3 +317,49 @@ def test_samples_in_which_a_category_shrinks_are_not_extrapolated() -> None:
     for stage, rr in exact.classes.items():
         for cat, v in rr.acc.items():
             assert fast.classes[stage].acc[cat] == pytest.approx(v, abs=5e-3 * exact.step_time)
+
+
+def test_every_category_of_the_steady_run_is_exact_on_uneven_and_nanotron_pipelines() -> None:
+    """Where stages carry different work (listed uneven layers, nanotron's cost split) ranks wait
+    behind slower ones, the case the recorded state once missed (a review found categories up
+    to 28% of the step off on 91 of 3,801 such layouts, step and finishes exact): whenever the
+    one-run method gives a result, every category of every class equals the event engine's to
+    1e-9 of the step, and the method is taken on a good share of them."""
+    from simulator.engine.periodic import _with_micro_batches
+    from simulator.engine.steady import marks_for, run_steady
+
+    rnd = random.Random(17)
+    tried = taken = 0
+    while tried < 40:
+        data = _draw(rnd)
+        par = data["parallelism"]
+        par["pp"] = rnd.choice([2, 3, 4])
+        par["pp_schedule"] = {"kind": "1f1b"}
+        layers = data["model"]["layers"]
+        if rnd.random() < 0.3:
+            data["software"] = "nanotron"
+            par["cp"], par["sharding"] = 1, {"kind": "zero", "stage": rnd.choice([0, 1])}
+        elif layers > par["pp"]:
+            cuts = sorted(rnd.sample(range(1, layers), par["pp"] - 1))
+            par["stage_layers"] = [b - a for a, b in zip([0, *cuts], [*cuts, layers], strict=True)]
+        gpus = data["cluster"]["nodes"] * data["cluster"]["gpus_per_node"]
+        dp = max(1, gpus // (par["tp"] * par["pp"] * par["cp"]))
+        data["training"]["global_batch"] = dp * data["training"]["micro_batch"] * 12 * par["pp"]
+        try:
+            rs = resolve_dict(data)
+        except UserError:
+            continue
+        tried += 1
+        marks, n = marks_for(max(2, rs.pp), 1)
+        got = run_steady(_with_micro_batches(rs, n), rs, marks, 1)
+        if got is None:
+            continue
+        taken += 1
+        exact = run_engine(rs)
+        assert got.step_time == pytest.approx(exact.step_time, rel=1e-9)
+        for stage, rr in exact.classes.items():
+            for cat, v in rr.acc.items():
+                assert got.classes[stage].acc[cat] == pytest.approx(
+                    v, abs=1e-9 * exact.step_time
+                ), (stage, cat, rs.layout())
+    assert taken >= 0.5 * tried, (taken, tried)
