@@ -145,6 +145,16 @@ def sweep(
                 hint="give a file name ending in .json",
             )
         output_path(answer_file, "--answer")
+        from .cli_sweep_answers import is_sweep_answer
+
+        refuse_foreign(
+            answer_file,
+            is_sweep_answer,
+            "--answer",
+            "an answer file this tool wrote",
+            "sweep's answer",
+            "move the file away, or give another --answer file",
+        )
     if plot is not None:
         if (
             Path(plot).suffix.lower() in (".png", ".pdf", ".svg", ".jpg")

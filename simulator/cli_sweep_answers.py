@@ -4,6 +4,7 @@ constraints (or, where none meets them, what the sweep can do without them)."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from rich.table import Table
@@ -16,6 +17,18 @@ from .sweep.answers import best as pick
 from .sweep.answers import pareto
 
 Rows = list[dict[str, Any]]
+
+
+def is_sweep_answer(path: Path) -> bool:
+    """Whether ``path`` holds an answer file ``sweep --answer`` wrote (a JSON object naming the
+    sweep, its output and its Pareto front), which another run may replace."""
+    import json
+
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(doc, dict) and {"sweep", "out", "pareto_front"} <= doc.keys()
 
 
 def answer(

@@ -1,7 +1,8 @@
 """A sweep's output file is the user's: a resumed sweep renumbers its kept points as the spec now
 has them and reuses a finished file, never replaces or truncates a file it did not write, keeps
 its name a plain file name, resumes after a torn first row, and stops its workers at once on
-SIGTERM with the rows written so far kept."""
+SIGTERM with the rows written so far kept; its --answer file never replaces one it did not
+write."""
 
 from __future__ import annotations
 
@@ -66,6 +67,23 @@ def test_a_sweep_never_replaces_a_file_it_did_not_write(
     assert res.returncode == 2 and "not a clustersim sweep output" in res.stderr
     assert "Traceback" not in res.stderr
     assert out.read_bytes() == content
+
+
+def test_the_answer_file_never_replaces_a_json_file_it_did_not_write(tmp_path: Path) -> None:
+    """--answer took any name ending in .json: a probe file (or the spec or base scenario, as
+    JSON) was overwritten with exit 0 (found by review). A file it wrote it replaces."""
+    spec = _write(tmp_path, axes=[{"cluster.nodes": [1]}])
+    probe = tmp_path / "probe.json"
+    probe.write_text('{"format": "clustersim-probe", "ranks": 2}\n')
+    before = probe.read_bytes()
+    res = run_cli("sweep", str(spec), "--out", str(tmp_path / "o.csv"), "--answer", str(probe))
+    assert res.returncode == 2 and "not an answer file this tool wrote" in res.stderr
+    assert probe.read_bytes() == before and "Traceback" not in res.stderr
+    ours = tmp_path / "answer.json"
+    for _ in range(2):  # written, then replaced by the rerun
+        res = run_cli("sweep", str(spec), "--out", str(tmp_path / "o.csv"), "--answer", str(ours))
+        assert res.returncode == 0, res.stderr
+    assert '"pareto_front"' in ours.read_text()
 
 
 @pytest.mark.parametrize("name", ["../../evil", "llama/70b", "", "-x"])
