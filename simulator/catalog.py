@@ -178,8 +178,10 @@ def load_profile_file(path: Path) -> _Profile:
                     return p
         return None
 
-    def names() -> list[str]:
-        return [p.stem for d in profile_dirs() for p in profile_files(d)]
+    def names() -> list[str]:  # a base is of the profile's kind: those of its folder first
+        every = [p for d in profile_dirs() for p in profile_files(d)]
+        alike = [p.stem for p in every if p.parent.name == path.parent.name]
+        return alike or [p.stem for p in every]
 
     data = with_base(data, path, find, lambda p: read_profile_data(p, shipped), names)
     return validate_profile(data, str(path))

@@ -169,7 +169,7 @@ def sweep(
     from .catalog import find_sweep
 
     spec_file = str(find_sweep(spec_file))
-    spec, base, _ = load_spec(spec_file)
+    spec, base, base_path = load_spec(spec_file)
     if plot is not None:
         from .report.plots import is_our_plot, plot_paths
 
@@ -184,16 +184,23 @@ def sweep(
                 "move the file away, or give another --plot folder",
             )
     if deadline_days is not None or budget_usd is not None:
-        from .sweep.spec import axis_paths
+        from .sweep.axis_checks import tokens_reachable
 
-        paths = {p for i, a in enumerate(spec.axes) for p in axis_paths(i, a)}
-        if (base.get("run") or {}).get("tokens") is None and not paths & {"run", "run.tokens"}:
+        if not tokens_reachable(spec, base):
+            dropped = (base.get("run") or {}).get("tokens") is not None
             raise UserError(
-                "--deadline-days and --budget-usd judge the whole run, and the base scenario "
-                "gives no token budget",
+                "--deadline-days and --budget-usd judge the whole run, and "
+                + (
+                    "every point's run section, replaced whole by an axis, gives no token budget"
+                    if dropped
+                    else "the base scenario gives no token budget"
+                ),
                 file=spec_file,
                 path="--deadline-days" if deadline_days is not None else "--budget-usd",
-                hint="set run.tokens in the base scenario (e.g. 1.0e12)",
+                hint="set run.tokens in the base scenario (e.g. 1.0e12)"
+                if not dropped
+                else "give the axis field paths (run.stragglers, ...) so that run.tokens stays, "
+                "or give tokens in its run values",
             )
     from .sweep.axis_checks import unknown_field
     from .sweep.spec import axis_paths
@@ -276,8 +283,27 @@ def sweep(
         )
     from .cli_sweep_answers import answer
 
+    def base_fault(reason: str) -> tuple[str, str] | None:
+        import re
+
+        from .sweep.spec import set_by_points
+
+        named = re.match(r"[a-z_ ]+: ([A-Za-z0-9_.\[\]]+): ", reason)
+        if named is None or set_by_points(spec, named.group(1)):
+            return None
+        return str(base_path), named.group(1)
+
     front, chosen, removed = answer(
-        rows, len(pts), out_file, spec_file, best, deadline_days, budget_usd, max_gpus, own
+        rows,
+        len(pts),
+        out_file,
+        spec_file,
+        best,
+        deadline_days,
+        budget_usd,
+        max_gpus,
+        own,
+        base_fault,
     )
     if answer_file is not None:
         import json

@@ -4,6 +4,7 @@ constraints (or, where none meets them, what the sweep can do without them)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -41,9 +42,12 @@ def answer(
     budget_usd: float | None,
     max_gpus: int | None,
     own: bool | None,
+    base_fault: Callable[[str], tuple[str, str] | None] = lambda reason: None,
 ) -> tuple[Rows, dict[str, Any] | None, dict[str, int]]:
     """Print the sweep's answers; the Pareto front, the best row (None without --best or
-    where no row meets the constraints) and how many rows each constraint removed."""
+    where no row meets the constraints) and how many rows each constraint removed.
+    ``base_fault(reason)``: the base scenario's file and the field a reason every point failed
+    for names, where no point sets that field (None otherwise)."""
     removed: dict[str, int] = {}
     ok = [r for r in rows if r.get("status") == "ok"]
     failed: dict[str, int] = {}
@@ -62,6 +66,18 @@ def answer(
         # Nothing to answer with: a typo in an axis, a profile that does not exist, or a model
         # that fits nowhere in the sweep. The rows saying why are in the output file.
         reason, _n = max(failed.items(), key=lambda kv: kv[1])
+        # (a price for another GPU is an axis's doing, whatever field it names: hint below)
+        one = len(failed) == 1 and "cluster.pricing" not in reason
+        fault = base_fault(reason) if one else None
+        if fault is not None:
+            base_file, field = fault
+            raise UserError(
+                f"every point of the sweep fails the same way, at a field no axis sets: "
+                f"{reason} (the rows in {out_file} say so too)",
+                file=base_file,
+                path=field,
+                hint=f"fix {field} in the base scenario, which every point inherits",
+            )
         hint = (
             "check the axes' field paths and profile names (clustersim schema --sweep), "
             "or give the model more GPUs"

@@ -67,6 +67,7 @@ def _resolve_profile(
         if not overrides:
             return base
         dumped = base.model_dump(mode="json")
+        _refuse_figure_without_value(dumped, overrides, file, path)
         data = _deep_merge(dumped, overrides)
         _scale_usable_memory(dumped, data, overrides)
         _one_bucket_rule(data, overrides)
@@ -82,7 +83,12 @@ def _resolve_profile(
             problem = UserError(
                 problem.message, file=problem.file, path=f"{path}.{first}", hint=problem.hint
             )
-        if ref.profile is None and any(e["type"] == "missing" for e in exc.errors()):
+        colon = next((k for k in overrides if ":" in str(k)), None)
+        if colon is not None:
+            key, _, rest = str(colon).partition(":")
+            hint = f"YAML needs a space after a colon: write '{key}: {rest}', not '{colon}'"
+            problem = UserError(problem.message, file=problem.file, path=problem.path, hint=hint)
+        elif ref.profile is None and any(e["type"] == "missing" for e in exc.errors()):
             # a mapping of a few fields meant as changes to a catalogue profile
             few = "".join(f", {k}: ..." for k in list(overrides)[:2] if k != "kind")
             hint = (
@@ -134,6 +140,27 @@ def _one_bucket_rule(data: dict[str, Any], overrides: dict[str, Any]) -> None:
             data.pop(k, None)
     elif any(k in overrides for k in rule) and "dp_bucket_mb" not in overrides:
         data.pop("dp_bucket_mb", None)
+
+
+def _refuse_figure_without_value(
+    base: dict[str, Any], over: dict[str, Any], file: str | None, path: str
+) -> None:
+    """An override of a profile's figure that gives no value (``{source: ...}`` or ``{}``)
+    would keep the profile's number under the new source: refused, naming the figure."""
+    for k, v in over.items():
+        had = base.get(k)
+        if not (isinstance(v, dict) and isinstance(had, dict)) or "value" in v:
+            continue
+        if "value" in had:
+            raise UserError(
+                f"this override of a figure gives no value (got {v}): the profile's "
+                f"{had['value']!r} would be kept under it",
+                file=file,
+                path=f"{path}.{k}",
+                hint="give the figure whole, {value: NUMBER, source: 'where it comes from'}, "
+                "or leave the field out to keep the profile's",
+            )
+        _refuse_figure_without_value(had, v, file, f"{path}.{k}")
 
 
 def _deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
 from .software_parts import (
     FlashKernel,
     Fusion,
+    Inline,
     LogitTraffic,
     OptimizerPasses,
     PipelineFloor,
@@ -205,7 +206,7 @@ class SoftwareProfile(_Profile):
         "store_param_remainders, which NeMo 1.x sets for an fp32 optimizer over a bf16 model "
         "without fp8 parameters): 2 bytes per parameter instead of 4 (unset: a full fp32 copy)",
     )
-    selective_recompute: SelectivePolicy | None = Field(
+    selective_recompute: Inline[SelectivePolicy] | None = Field(
         default=None,
         description="what parallelism.recompute: selective runs again in the backward pass: "
         "attention_core (Korthikanti et al.: QK^T, softmax, attention over V; with flash "
@@ -225,24 +226,24 @@ class SoftwareProfile(_Profile):
         description="whether the stack can tie the input and output embeddings under pipeline "
         "parallelism (unset: it can, all-reducing their gradient between the end stages)",
     )
-    pp_schedules: Schedules | None = Field(
+    pp_schedules: Inline[Schedules] | None = Field(
         default=None, description="the pipeline schedules the stack can run (unset: all)"
     )
-    loss_traffic: LogitTraffic | None = Field(
+    loss_traffic: Inline[LogitTraffic] | None = Field(
         default=None,
         description="bytes per logit of the rank's shard the loss reads and writes, forward "
         "and backward, the fp32 cast and the cast back included (unset: a fused softmax, "
         "read the 16-bit logits, write and read fp32 probabilities; twice that backward)",
     )
-    pp_split: PipelineSplit | None = Field(
+    pp_split: Inline[PipelineSplit] | None = Field(
         default=None, description="layers over pipeline ranks where the scenario lists none"
     )
-    pp_1f1b_min_micro_batches: PipelineFloor | None = Field(
+    pp_1f1b_min_micro_batches: Inline[PipelineFloor] | None = Field(
         default=None,
         description="the fewest micro-batches per step the stack's 1F1B engine runs: "
         "pp_minus_1 (PP - 1) or pp (unset: any count)",
     )
-    pp_max_zero_stage: ZeroCap | None = Field(
+    pp_max_zero_stage: Inline[ZeroCap] | None = Field(
         default=None,
         description="the highest ZeRO stage the stack runs with pipeline parallelism (unset: any)",
     )

@@ -4,7 +4,7 @@ schedules and split, selective recomputation, the ZeRO cap, the fused attention 
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Literal, TypeVar
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
 
@@ -150,3 +150,9 @@ PipelineFloor = Cited[Literal["pp_minus_1", "pp"]]
 LogitTraffic = Cited[
     tuple[Annotated[float, Field(ge=0, le=1000)], Annotated[float, Field(ge=0, le=1000)]]
 ]
+
+
+M = TypeVar("M", bound=BaseModel)
+# A cited value a scenario may give bare (``--set software.pp_max_zero_stage=2``): it becomes
+# {value, source: inline}; a profile file must give its source.
+Inline = Annotated[M, BeforeValidator(bare_inline((int, str, list, tuple), "a value"))]

@@ -200,9 +200,14 @@ def validation_error(
         hint = "write the datasheet, paper table or probe run the figure comes from"
     elif err["type"] == "string_pattern_mismatch" and path.endswith("name"):
         given = str(err.get("input", ""))
-        msg = f"a profile name is lower-case letters, digits, '.', '_' and '-' (got {given!r})"
-        fixed = re.sub(r"[^a-z0-9._-]+", "-", given.lower()).strip("-._")
-        hint = f"use {fixed} (in the file's name and its name: field)" if fixed else hint
+        if "a-z" in str((err.get("ctx") or {}).get("pattern", "")).replace("A-Za-z", ""):
+            msg = f"a profile name is lower-case letters, digits, '.', '_' and '-' (got {given!r})"
+            fixed = re.sub(r"[^a-z0-9._-]+", "-", given.lower()).strip("-._")
+            hint = f"use {fixed} (in the file's name and its name: field)" if fixed else hint
+        else:  # a sweep's name: any case, and no file of that name
+            msg = f"a name is letters, digits, '.', '_' and '-' (got {given!r})"
+            fixed = re.sub(r"[^A-Za-z0-9._-]+", "-", given).strip("-._")
+            hint = f"use {fixed}" if fixed else hint
     if isinstance(err.get("input"), bool) and err["type"] in ("literal_error", "string_type"):
         # YAML 1.1 reads no/yes/on/off (unquoted) as false/true
         hint = (
@@ -219,7 +224,11 @@ def validation_error(
         synonym = _SYNONYMS.get(str(loc[-1]).lower())
         if synonym is not None and synonym in fields:
             near = [synonym]
-        if near:
+        if ":" in str(loc[-1]):
+            # YAML reads "layers:12" (no space after the colon) as one key
+            key, _, rest = str(loc[-1]).partition(":")
+            hint = f"YAML needs a space after a colon: write '{key}: {rest}', not '{loc[-1]}'"
+        elif near:
             hint = f"did you mean '{near[0]}'?"
         elif (
             "kind" in fields

@@ -1,7 +1,8 @@
 """Checks of a sweep spec's axes against the scenario schema, before anything is written: a
 field path that leaves the schema (:func:`unknown_field`), an axis value its field never
 accepts (:func:`check_axis_values`), and fields of the base an axis drops
-(:func:`dropped_by_axes`)."""
+(:func:`dropped_by_axes`); and whether any point keeps a token budget
+(:func:`tokens_reachable`)."""
 
 from __future__ import annotations
 
@@ -156,4 +157,27 @@ def _option_sets(spec: SweepSpec) -> Iterator[tuple[int, dict[str, Any], list[st
             yield i, opt, [_set_expr(k, v) for k, v in opt.items()]
 
 
-__all__ = ["check_axis_values", "dropped_by_axes", "unknown_field"]
+def tokens_reachable(spec: SweepSpec, base: dict[str, Any]) -> bool:
+    """Whether some point of the sweep has a token budget (run.tokens): the base scenario's,
+    unless an axis option replaces the whole ``run`` section without one, or an axis's own."""
+
+    def effect(opt: dict[str, Any]) -> bool | None:
+        got = None
+        for k, v in opt.items():
+            if k == "run":
+                got = isinstance(v, dict) and v.get("tokens") is not None
+            elif k == "run.tokens":
+                got = v is not None
+        return got
+
+    states = {(base.get("run") or {}).get("tokens") is not None}
+    for i, axis in enumerate(spec.axes):
+        reached: set[bool] = set()
+        for opt in _options(axis, i)[1]:
+            e = effect(opt)
+            reached |= states if e is None else {e}
+        states = reached
+    return True in states
+
+
+__all__ = ["check_axis_values", "dropped_by_axes", "tokens_reachable", "unknown_field"]

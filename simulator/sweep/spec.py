@@ -315,12 +315,9 @@ def _check_base(base: Any, base_path: Path, spec: SweepSpec) -> None:
             file=str(base_path),
             hint="give the sweep a scenario file as its base",
         )
-    mended = [p for i, a in enumerate(spec.axes) for p in axis_paths(i, a)]
-    if spec.parallelism == "auto" or spec.parallelism.fields():
-        mended += ["parallelism", "training.micro_batch"]
 
     def own_fault(err: UserError) -> bool:
-        return err.path is not None and not any(_overlap(err.path, m) for m in mended)
+        return err.path is not None and not set_by_points(spec, err.path)
 
     try:
         parse_scenario(base, str(base_path))
@@ -335,6 +332,15 @@ def _check_base(base: Any, base_path: Path, spec: SweepSpec) -> None:
         named = "unknown" in err.message or "could not be loaded" in err.message
         if named and "profile" in err.message and own_fault(err):
             raise
+
+
+def set_by_points(spec: SweepSpec, field: str) -> bool:
+    """Whether the points set ``field`` (a field path), through an axis or an enumerated
+    parallelism choice, rather than all take it from the base scenario."""
+    mended = [p for i, a in enumerate(spec.axes) for p in axis_paths(i, a)]
+    if spec.parallelism == "auto" or spec.parallelism.fields():
+        mended += ["parallelism", "training.micro_batch"]
+    return any(_overlap(field, m) for m in mended)
 
 
 def points(spec: SweepSpec) -> list[Point]:
@@ -367,6 +373,7 @@ __all__ = [
     "Point",
     "SweepSpec",
     "axis_paths",
+    "set_by_points",
     "load_spec",
     "points",
 ]

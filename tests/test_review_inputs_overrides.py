@@ -1,0 +1,125 @@
+"""Bad inputs a review found handled poorly (each now one message, exit 2, naming the field):
+a figure overridden without its value, a sweep whose deadline has no token budget left, a sweep
+whose every point fails in the base scenario, cited software choices given bare, a YAML key
+missing the space after its colon, a sweep's name, and a profile base of another kind."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import REPO, run_cli, run_cli_process
+from test_sweep_checks import BASE, _write
+
+from simulator.config.loading import load_scenario
+from simulator.errors import UserError
+
+EIGHT = REPO / "scenarios" / "llama3-8b-8xh100.yaml"
+SEVENTY = REPO / "scenarios" / "llama3-70b-64xh100.yaml"
+
+
+@pytest.mark.parametrize(
+    "figure", ["{source: 'estimate: a 96 GB part'}", "{}", "{note: 'a what-if'}"]
+)
+def test_a_figure_overridden_without_its_value_is_refused(figure: str) -> None:
+    """It kept the profile's number under the new source, exit 0: the plan the user believed
+    used 96 GB used 80."""
+    with pytest.raises(UserError, match="gives no value") as e:
+        load_scenario(EIGHT, [f"cluster.gpu.memory_gb={figure}"])
+    assert e.value.path == "cluster.gpu.memory_gb" and "{value: NUMBER" in (e.value.hint or "")
+    with pytest.raises(UserError, match="gives no value") as e:
+        load_scenario(EIGHT, ["cluster.gpu.efficiency.matmul_max={source: 'from a probe run'}"])
+    assert e.value.path == "cluster.gpu.efficiency.matmul_max"
+    # with its value, the override is the what-if meant
+    rs = load_scenario(EIGHT, ["cluster.gpu.memory_gb={value: 96, source: 'a 96 GB part'}"])
+    assert rs.gpu.memory_gb.value == 96
+
+
+def test_a_deadline_needs_a_token_budget_some_point_keeps(tmp_path: Path) -> None:
+    """An axis that replaces the whole run section drops run.tokens: the sweep ran, then said
+    no layout met the deadline, exit 1, the answer a script reads as 'nothing fits'."""
+    spec = _write(tmp_path, axes=[{"run": [{"stragglers": "off"}]}])
+    out = tmp_path / "o.csv"
+    res = run_cli("sweep", str(spec), "--out", str(out), "--best", "time", "--deadline-days", "1")
+    assert res.returncode == 2 and "gives no token budget" in res.stderr
+    assert "run.tokens stays" in res.stderr and not out.exists()
+    spec = _write(tmp_path, "kept.yaml", axes=[{"run": [{"stragglers": "off", "tokens": 1e11}]}])
+    res = run_cli("sweep", str(spec), "--out", str(out), "--best", "time", "--deadline-days", "90")
+    assert res.returncode == 0, res.stderr
+
+
+def test_a_base_scenario_that_fails_every_point_is_named(tmp_path: Path) -> None:
+    """Every point failed at a field no axis sets; the message blamed the axes."""
+    data = yaml.safe_load(BASE.read_text())
+    data["training"]["global_batch"] = 63
+    base = tmp_path / "base.yaml"
+    base.write_text(yaml.safe_dump(data))
+    spec = tmp_path / "s.yaml"
+    spec.write_text(
+        yaml.safe_dump({"name": "t", "base": str(base), "axes": [{"run.tokens": [1e11, 2e11]}]})
+    )
+    res = run_cli("sweep", str(spec), "--out", str(tmp_path / "o.csv"))
+    assert res.returncode == 2 and "Traceback" not in res.stderr
+    assert f"{base.resolve()}: training.global_batch: every point" in " ".join(res.stderr.split())
+    assert "fix training.global_batch in the base scenario" in res.stderr
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "want"),
+    [
+        ("pp_max_zero_stage", "1", 1),
+        ("pp_schedules", "[1f1b, interleaved]", ["1f1b", "interleaved"]),
+        ("selective_recompute", "alternate_matmuls", "alternate_matmuls"),
+        ("pp_split", "cost_thresholds", "cost_thresholds"),
+        ("loss_traffic", "[12, 24]", (12.0, 24.0)),
+    ],
+)
+def test_a_cited_software_choice_may_be_given_bare_in_a_scenario(
+    field: str, value: str, want: object
+) -> None:
+    """As a number or a flag may: it was refused as out of range when it was not."""
+    rs = load_scenario(SEVENTY, ["software=megatron-core", f"software.{field}={value}"])
+    got = getattr(rs.software, field)
+    assert got.value == want and "inline" in got.source
+    with pytest.raises(UserError, match="less than or equal to 3"):
+        load_scenario(SEVENTY, ["software=megatron-core", "software.pp_max_zero_stage=5"])
+
+
+@pytest.mark.parametrize(
+    ("setting", "says"),
+    [
+        ("cluster.gpu={profile:h100-sxm-80gb}", "write 'profile: h100-sxm-80gb'"),
+        ("model={preset: llama3-8b, layers:12}", "write 'layers: 12', not 'layers:12'"),
+    ],
+)
+def test_a_key_without_a_space_after_its_colon_says_so(setting: str, says: str) -> None:
+    with pytest.raises(UserError) as e:
+        load_scenario(EIGHT, [setting])
+    assert "YAML needs a space after a colon" in (e.value.hint or "")
+    assert says in (e.value.hint or "")
+
+
+def test_a_sweep_name_is_not_held_to_the_profile_name_rule(tmp_path: Path) -> None:
+    spec = _write(tmp_path, axes=[{"training.micro_batch": [1]}])
+    data = yaml.safe_load(spec.read_text())
+    data["name"] = "a/b"
+    spec.write_text(yaml.safe_dump(data))
+    res = run_cli("sweep", str(spec), "--out", str(tmp_path / "o.csv"))
+    assert res.returncode == 2 and "profile name" not in res.stderr and "use a-b" in res.stderr
+    data["name"] = "My_Sweep"  # any case is a sweep's name
+    spec.write_text(yaml.safe_dump(data))
+    assert run_cli("sweep", str(spec), "--out", str(tmp_path / "o.csv")).returncode == 0
+
+
+def test_a_profile_base_suggests_a_profile_of_its_own_kind(tmp_path: Path) -> None:
+    gpus = tmp_path / "hardware_profiles" / "gpus"
+    gpus.mkdir(parents=True)
+    (gpus / "mine.yaml").write_text(
+        "kind: gpu\nname: mine\ndisplay_name: mine\nbase: h100-sxm-80g\n"
+    )
+    res = run_cli_process(
+        "check", str(EIGHT), "--set", "cluster.gpu=mine", "--set", "cluster.pricing=null",
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert res.returncode == 2 and "did you mean h100-sxm-80gb?" in res.stderr
