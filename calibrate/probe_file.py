@@ -121,6 +121,9 @@ def load_probe(path: str | Path) -> dict[str, Any]:
 # No probe timing lasts a day: the probe's whole run is budgeted in minutes.
 MAX_TIMING_S = 86_400.0
 
+# No probe buffer holds 10 TB: the largest it times are a few GiB.
+MAX_PROBE_BYTES = 1e13
+
 # Sections whose rows must carry every field checked (a row without one is damaged).
 REQUIRED_FIELDS = {"job_ops_scaled"}
 
@@ -133,6 +136,8 @@ def _check_timings(data: dict[str, Any], file: str) -> None:
     fields = {
         "attention_curve": ("time_s", "seq", "tflops"),
         "job_ops_scaled": ("time_s", "scale"),
+        "collectives": ("time_s", "bytes", "bytes_moved"),
+        "memory": ("time_s", "bytes", "bytes_moved"),
     }
     for section in (
         "collectives",
@@ -157,11 +162,14 @@ def _check_timings(data: dict[str, Any], file: str) -> None:
                     or not math.isfinite(t)
                     or t <= 0
                     or (key == "time_s" and t > MAX_TIMING_S)
+                    or (key.startswith("bytes") and t > MAX_PROBE_BYTES)
                 ):
                     what = "timing" if key == "time_s" else key
                     unit = " of seconds" if key == "time_s" else ""
                     if isinstance(t, int | float) and key == "time_s" and t > MAX_TIMING_S:
                         unit += f" a probe could have measured (at most {MAX_TIMING_S:g} s)"
+                    elif isinstance(t, int | float) and key.startswith("bytes") and t > 0:
+                        unit = f" of bytes a probe could have moved (at most {MAX_PROBE_BYTES:g})"
                     raise UserError(
                         f"{what} {t!r} is not a positive number{unit}",
                         file=file,

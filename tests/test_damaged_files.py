@@ -44,6 +44,8 @@ def _probe(tmp_path: Path, edit=None, name: str = "p.json") -> Path:  # type: ig
         (lambda d: d["train"].update(step_time_median_s=0.0), "train.step_time_median_s"),
         (lambda d: d["collectives"][0].update(group_size=1), "collectives[0].group_size"),
         (lambda d: d["collectives"][0].update(bytes=-1024), "collectives[0].bytes"),
+        (lambda d: d["collectives"][0].update(bytes=1e300), "collectives[0].bytes"),
+        (lambda d: d["memory"][0].update(bytes_moved=1e300), "memory[0].bytes_moved"),
         (lambda d: d["matmul"][0].update(time_s=0), "matmul[0].time_s"),
         (lambda d: d.update(job_ops={"gelu": {"time_s": -1e-3}}), "job_ops.gelu.time_s"),
         (lambda d: d.update(speed_variation={"reps": 4, "block_times_s": [[], []]}),

@@ -69,6 +69,21 @@ def test_a_sweep_never_replaces_a_file_it_did_not_write(
     assert out.read_bytes() == content
 
 
+def test_a_csv_with_a_binary_tail_after_its_rows_is_still_resumed(tmp_path: Path) -> None:
+    """A crash or a disk fault left bytes that are not UTF-8 after the finished rows: the file
+    was called not a sweep output, and moving it away, as the message said, lost the rows."""
+    spec = _write(tmp_path, axes=[{"training.global_batch": [32, 64]}])
+    out = tmp_path / "o.csv"
+    _run(spec, out)
+    lines = out.read_bytes().splitlines(keepends=True)
+    out.write_bytes(b"".join(lines[:2]) + bytes(range(128, 256)) * 2)  # header, one row, junk
+    res = run_cli("sweep", str(spec), "--out", str(out))
+    assert res.returncode == 0, res.stderr
+    fresh = tmp_path / "fresh.csv"
+    _run(spec, fresh)
+    assert out.read_text() == fresh.read_text()
+
+
 def test_the_answer_file_never_replaces_a_json_file_it_did_not_write(tmp_path: Path) -> None:
     """--answer took any name ending in .json: a probe file (or the spec or base scenario, as
     JSON) was overwritten with exit 0 (found by review). A file it wrote it replaces."""

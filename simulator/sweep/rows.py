@@ -150,8 +150,10 @@ def check_output(path: Path) -> None:
 
             ok = "point_key" in pq.read_schema(target).names
         else:
-            with open(target, encoding="utf-8") as fh:
-                first = fh.readline()
+            # the first line alone: damage further on (a crash's binary tail) leaves the file
+            # ours, its sound rows kept by read_rows
+            with open(target, "rb") as fh:
+                first = fh.readline().decode("utf-8")
             if _fmt(target) == "csv":
                 ok = "point_key" in next(csv.reader([first]), [])
             elif not first.endswith("\n") and first.startswith('{"sweep": '):
