@@ -142,3 +142,21 @@ def test_trace_never_replaces_a_pipe_and_writes_through_a_link(tmp_path: Path) -
     res = run_cli("simulate", SCENARIO, "--no-scaling", "--trace", str(link))
     assert res.returncode == 0, res.stderr
     assert link.is_symlink() and len(real.read_text()) > 20
+
+
+def test_a_trace_named_gz_is_gzip_and_replaced_only_if_ours(tmp_path: Path) -> None:
+    """It wrote plain JSON under a .gz name (found by review); Perfetto opens gzip traces."""
+    import gzip
+    import json
+
+    trace = tmp_path / "step.json.gz"
+    for _ in range(2):  # written, then replaced by the rerun
+        res = run_cli("simulate", SCENARIO, "--trace", str(trace), "--no-scaling")
+        assert res.returncode == 0, res.stderr
+    doc = json.loads(gzip.decompress(trace.read_bytes()))
+    assert doc["traceEvents"] and doc["otherData"]["scenario"]
+    mine = tmp_path / "notes.gz"
+    mine.write_bytes(gzip.compress(b"my notes"))
+    res = run_cli("simulate", SCENARIO, "--trace", str(mine), "--no-scaling")
+    assert_user_error(res, file=None, path="--trace", says=("not a trace clustersim wrote",))
+    assert gzip.decompress(mine.read_bytes()) == b"my notes"

@@ -2,7 +2,8 @@
 
 One process per rank class (symmetric mode) or per node (full mode), one thread per stream:
 compute, tp, cp, dp, pp-fwd, pp-bwd, io. ``ph: "M"`` events name them; ``ph: "X"`` events on one
-thread nest. Open the file at ui.perfetto.dev or chrome://tracing.
+thread nest. Open the file at ui.perfetto.dev or chrome://tracing; a name ending in ``.gz`` is
+written gzip-compressed, as Perfetto also opens it.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from .files import refuse_foreign, write_json
+from .files import refuse_foreign, write_atomic, write_json
 
 
 def chrome_trace(events: list[dict[str, Any]], meta: dict[str, Any]) -> dict[str, Any]:
@@ -29,12 +30,18 @@ def check_trace_target(path: str | Path) -> None:
 
     def ours(p: Path) -> bool:
         try:
+            if _gzipped(p):
+                import gzip
+
+                with gzip.open(p, "rb") as fz:
+                    text = fz.read()
+                return text.startswith(TRACE_HEAD) and TRACE_TAIL in text[-4096:]
             with open(p, "rb") as fh:
                 if fh.read(len(TRACE_HEAD)) != TRACE_HEAD:
                     return False
                 fh.seek(max(0, p.stat().st_size - 4096))
                 return TRACE_TAIL in fh.read()
-        except OSError:
+        except (OSError, EOFError):  # (gzip's errors are OSErrors; a cut stream, EOFError)
             return False
 
     refuse_foreign(
@@ -47,5 +54,15 @@ def check_trace_target(path: str | Path) -> None:
     )
 
 
+def _gzipped(path: Path) -> bool:
+    return path.suffix.lower() == ".gz"
+
+
 def write_trace(path: str | Path, events: list[dict[str, Any]], meta: dict[str, Any]) -> Path:
+    if _gzipped(Path(path)):
+        import gzip
+        import json
+
+        text = json.dumps(chrome_trace(events, meta), default=str, separators=(",", ":"))
+        return write_atomic(path, gzip.compress((text + "\n").encode(), mtime=0))
     return write_json(path, chrome_trace(events, meta))
