@@ -101,6 +101,26 @@ def test_the_answer_file_never_replaces_a_json_file_it_did_not_write(tmp_path: P
     assert '"pareto_front"' in ours.read_text()
 
 
+@pytest.mark.parametrize("damage", [{"status": 5}, {"gpu": ["h100"]}, {"point_key": 7}])
+def test_a_jsonl_row_with_a_damaged_text_field_is_evaluated_again(
+    tmp_path: Path, damage: dict
+) -> None:
+    """It was carried into the final file as it was (review): the file a resumed sweep ends
+    with is the one an uninterrupted run writes."""
+    import json
+
+    spec = _write(tmp_path, axes=[{"training.global_batch": [32, 64]}])
+    out = tmp_path / "o.jsonl"
+    _run(spec, out)
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    rows[0].update(damage)
+    out.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    _run(spec, out)
+    fresh = tmp_path / "fresh.jsonl"
+    _run(spec, fresh)
+    assert out.read_text() == fresh.read_text()
+
+
 @pytest.mark.parametrize("name", ["../../evil", "llama/70b", "", "-x"])
 def test_a_sweep_name_is_a_plain_file_name(tmp_path: Path, name: str) -> None:
     spec = tmp_path / "s.yaml"

@@ -83,6 +83,10 @@ def _sound(row: Any) -> bool:
     n = row.get("point_rows")
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         return False
+    if not isinstance(row.get("status"), str) or not isinstance(row.get("point_key"), str):
+        return False
+    if any(not isinstance(row[c], str) for c in TEXT_COLUMNS if row.get(c) is not None):
+        return False  # a JSON line edited to "status": 5 or "gpu": [] is damaged
     for c in NUMBER_COLUMNS:
         v = row.get(c)
         if v is None:
