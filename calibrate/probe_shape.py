@@ -18,11 +18,13 @@ INT = "integer"
 STR = "string"
 DICT = "mapping"
 LIST = "list"
+DTYPE = "dtype"  # a GPU profile's peak_tflops key
+DTYPES = ("fp64", "fp32", "tf32", "bf16", "fp16", "fp8")
 
 # Rows of the list sections: the fields every row must carry, with their types.
 ROWS: dict[str, dict[str, str]] = {
     "collectives": {"op": STR, "group": STR, "group_size": INT, "bytes": POS, "time_s": POS},
-    "matmul": {"dtype": STR, "flops": POS, "tflops": POS, "time_s": POS},
+    "matmul": {"dtype": DTYPE, "flops": POS, "tflops": POS, "time_s": POS},
     "memory": {"kind": STR, "bytes_moved": POS, "gbps": POS, "time_s": POS},
     "attention_curve": {"seq": POS, "tflops": POS, "time_s": POS},
     "job_ops_scaled": {"key": STR, "scale": POS, "time_s": POS},
@@ -40,7 +42,7 @@ MAPPINGS: dict[str, dict[str, str]] = {
     "storage": {"read_gbps": NUM, "write_gbps": NUM, "first_byte_s": NUM, "bytes": NUM},
     "speed_variation": {},
     "job_ops": {},
-    "op_overhead": {"time_s": NUM},
+    "op_overhead": {"time_s": POS},
     "step_overhead": {"time_s": NUM},
     "train_speed_check": {},
     "train_sync_cost": {},
@@ -56,6 +58,8 @@ TRAIN_MODEL = ("layers", "hidden", "heads", "vocab", "seq", "batch")
 
 
 def _type_ok(v: Any, want: str) -> bool:
+    if want == DTYPE:
+        return v in DTYPES
     if want == STR:
         return isinstance(v, str)
     if want == DICT:
@@ -84,6 +88,7 @@ def _refuse(file: str, path: str, v: Any, want: str, kind: tuple[str, str] = PRO
         INT: "a positive whole number",
         NUM: "a finite number",
         POS: "a finite number above 0",
+        DTYPE: "one of " + ", ".join(DTYPES),
     }.get(want, f"a {want}")
     return UserError(
         f"{kind[0]} field should be {what} (got {got}): the file is damaged or was edited",

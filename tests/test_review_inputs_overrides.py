@@ -1,7 +1,8 @@
 """Bad inputs a review found handled poorly (each now one message, exit 2, naming the field):
 a figure overridden without its value, a sweep whose deadline has no token budget left, a sweep
 whose every point fails in the base scenario, cited software choices given bare, a YAML key
-missing the space after its colon, a sweep's name, and a profile base of another kind."""
+missing the space after its colon, a sweep's name, a profile base of another kind, and an
+override that names another kind of profile."""
 
 from __future__ import annotations
 
@@ -123,3 +124,11 @@ def test_a_profile_base_suggests_a_profile_of_its_own_kind(tmp_path: Path) -> No
         cwd=tmp_path,
     )  # fmt: skip
     assert res.returncode == 2 and "did you mean h100-sxm-80gb?" in res.stderr
+
+
+def test_a_profile_override_of_another_kind_is_refused() -> None:
+    """The kind was ignored (a GPU slot given kind: fabric ran as the GPU)."""
+    with pytest.raises(UserError, match="takes a gpu profile") as e:
+        load_scenario(EIGHT, ["cluster.gpu={profile: h100-sxm-80gb, kind: fabric}"])
+    assert e.value.path == "cluster.gpu.kind"
+    assert load_scenario(EIGHT, ["cluster.gpu={profile: h100-sxm-80gb, kind: gpu}"])

@@ -57,6 +57,13 @@ def _resolve_profile(
     if isinstance(ref, str):
         ref = ProfileRef(profile=ref)
     overrides = dict(ref.model_extra or {})
+    if "kind" in overrides and overrides["kind"] not in kinds:
+        raise UserError(
+            f"this slot takes a {' or '.join(kinds)} profile (got kind {overrides['kind']!r})",
+            file=file,
+            path=f"{path}.kind",
+            hint="leave kind out (the slot sets it), or move the profile to its own slot",
+        )
     if ref.profile is None:
         data = {"kind": kinds[0], **overrides}
     else:
