@@ -346,6 +346,12 @@ def find_sweep(name: str) -> Path:
             file=name,
             hint=f"check the path; the bundled sweeps are {', '.join(sweeps)}",
         )
+    if not p.exists() and not p.is_symlink():
+        raise UserError(
+            "no such sweep spec file",
+            file=name,
+            hint=f"check the path; the bundled sweeps are {', '.join(sweeps)}",
+        )
     return p
 
 
@@ -369,6 +375,12 @@ def find_scenario(name: str) -> Path:
             hint="point the link at the scenario file, or give the file itself",
         )
     bundled = bundled_scenarios_dir()
+    if _may_be_bundled(name, ("scenarios", "sweeps")) and ((bundled / "sweeps" / p.name).is_file()):
+        raise UserError(
+            "is a bundled sweep spec, not a scenario",
+            file=name,
+            hint=f"run it with clustersim sweep {p.stem}",
+        )
     if not _may_be_bundled(name, ("scenarios",)):
         same = bundled / f"{p.stem}.yaml"
         raise UserError(

@@ -132,3 +132,17 @@ def test_a_profile_override_of_another_kind_is_refused() -> None:
         load_scenario(EIGHT, ["cluster.gpu={profile: h100-sxm-80gb, kind: fabric}"])
     assert e.value.path == "cluster.gpu.kind"
     assert load_scenario(EIGHT, ["cluster.gpu={profile: h100-sxm-80gb, kind: gpu}"])
+
+
+def test_a_bundled_sweep_path_given_to_check_and_a_missing_sweep_say_what_they_are(
+    tmp_path: Path,
+) -> None:
+    """Run from another folder, the README's path of a bundled sweep given to check read as
+    'no such scenario file', and a missing sweep spec as an unreadable file."""
+    res = run_cli("check", "scenarios/sweeps/gpu-generations.yaml", cwd=tmp_path)
+    assert res.returncode == 2 and "is a bundled sweep spec, not a scenario" in res.stderr
+    assert "clustersim sweep gpu-generations" in res.stderr
+    out = str(tmp_path / "o.csv")
+    res = run_cli("sweep", "scenarios/sweeps/nope.yaml", "--out", out, cwd=tmp_path)
+    assert res.returncode == 2 and "no such sweep spec file" in res.stderr
+    assert "gpu-generations" in res.stderr and "cannot read" not in res.stderr
