@@ -53,6 +53,7 @@ SCALARS: dict[str, str] = {
     "nodes": INT,
     "procs_per_node": INT,
     "threads_per_process": INT,
+    "devices": LIST,  # the device names the probe read (a list, one per device)
 }
 TRAIN_MODEL = ("layers", "hidden", "heads", "vocab", "seq", "batch")
 
