@@ -162,6 +162,9 @@ def check_shape(data: dict[str, Any], file: str) -> None:
     for key, want in SCALARS.items():
         if key in data and not _type_ok(data[key], want):
             raise _refuse(file, key, data[key], want)
+    for i, name in enumerate(data.get("devices") or []):
+        if not isinstance(name, str) or not name.strip():
+            raise _refuse(file, f"devices[{i}]", name, "device name (text)")
     for section, fields in ROWS.items():
         if section not in data or data[section] is None:
             continue

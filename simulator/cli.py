@@ -37,10 +37,10 @@ def check(
 ) -> None:
     """Validate a scenario: does it fit in memory? Prints the per-GPU memory table; exits 1
     when the plan does not fit."""
-    from .catalog import find_scenario
     from .check import check as run_check
     from .config.loading import load_scenario
     from .report.tables import print_check
+    from .scenario_paths import find_scenario
 
     rs = load_scenario(find_scenario(scenario), set_ or [])
     rep = run_check(rs)
@@ -69,11 +69,11 @@ def simulate(
     scaling: Annotated[bool, typer.Option(help="also simulate the scaling reference")] = True,
 ) -> None:
     """Simulate one training step: time, throughput, MFU, idle breakdown, cost."""
-    from .catalog import find_scenario
     from .config.loading import load_scenario
     from .report.files import output_path
     from .report.tables import print_simulation
     from .report.trace import check_trace_target, write_trace
+    from .scenario_paths import find_scenario
     from .simulate import simulate as run_sim
 
     source = find_scenario(scenario)

@@ -17,10 +17,10 @@ def compare(
     fmt: Annotated[Fmt, typer.Option("--format")] = Fmt.table,
 ) -> None:
     """Scenarios side by side: differences highlighted, one verdict per metric."""
-    from .catalog import find_scenario
     from .cli_common import _csv_rows
     from .compare import compare_csv_rows, compare_results, print_compare
     from .config.loading import load_scenario
+    from .scenario_paths import find_scenario
     from .simulate import simulate
 
     if len(scenarios) < 2:

@@ -166,7 +166,7 @@ def sweep(
                 hint="give a folder, e.g. --plot plots/",
             )
         output_path(plot, "--plot", folder=True)
-    from .catalog import find_sweep
+    from .scenario_paths import find_sweep
 
     spec_file = str(find_sweep(spec_file))
     spec, base, base_path = load_spec(spec_file)
@@ -288,7 +288,7 @@ def sweep(
 
         from .sweep.spec import set_by_points
 
-        named = re.match(r"[a-z_ ]+: ([A-Za-z0-9_.\[\]]+): ", reason)
+        named = re.match(r"invalid: ([A-Za-z0-9_.\[\]]+): ", reason)
         if named is None or set_by_points(spec, named.group(1)):
             return None
         return str(base_path), named.group(1)

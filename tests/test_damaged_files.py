@@ -48,6 +48,8 @@ def _probe(tmp_path: Path, edit=None, name: str = "p.json") -> Path:  # type: ig
         (lambda d: d["memory"][0].update(bytes_moved=1e300), "memory[0].bytes_moved"),
         (lambda d: d["matmul"][0].update(dtype="int3"), "matmul[0].dtype"),
         (lambda d: d.update(devices=None), "devices"),
+        (lambda d: d.update(devices=[5]), "devices[0]"),
+        (lambda d: d.update(devices=[None]), "devices[0]"),
         (lambda d: d["op_overhead"].update(time_s=-1), "op_overhead.time_s"),
         (lambda d: d["matmul"][0].update(time_s=0), "matmul[0].time_s"),
         (lambda d: d.update(job_ops={"gelu": {"time_s": -1e-3}}), "job_ops.gelu.time_s"),

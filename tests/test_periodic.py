@@ -272,7 +272,8 @@ def test_a_stage_blocked_behind_a_slower_one_is_not_taken_for_a_steady_state() -
     for some rounds every pending event repeats while those stages' waits still book different
     shares to the bubble (found by review: one pipeline-bubble figure 12% of the step off). The
     time a rank has not yet booked is part of the recorded state, so those rounds do not count
-    as steady, and the result equals the event engine in every category."""
+    as steady, and the result equals the event engine in every category; a second run from
+    twice as far out, once the stages have settled, gives it."""
     from simulator.config.loading import load_scenario
 
     sets = [
@@ -286,6 +287,9 @@ def test_a_stage_blocked_behind_a_slower_one_is_not_taken_for_a_steady_state() -
     rs = load_scenario(root / "scenarios" / "llama3-8b-8xh100.yaml", sets)
     exact, fast = run_engine(rs), run_periodic(rs)
     assert fast.step_time == pytest.approx(exact.step_time, rel=1e-9)
+    # its stages settle a few rounds late: the second run, from twice as far, finds the state
+    # repeating (3,745 events where the event engine takes 11,957)
+    assert fast.events < exact.events / 2
     for stage, rr in exact.classes.items():
         for cat, v in rr.acc.items():
             assert fast.classes[stage].acc[cat] == pytest.approx(v, abs=1e-9 * exact.step_time), cat

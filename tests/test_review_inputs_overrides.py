@@ -48,6 +48,14 @@ def test_a_deadline_needs_a_token_budget_some_point_keeps(tmp_path: Path) -> Non
     spec = _write(tmp_path, "kept.yaml", axes=[{"run": [{"stragglers": "off", "tokens": 1e11}]}])
     res = run_cli("sweep", str(spec), "--out", str(out), "--best", "time", "--deadline-days", "90")
     assert res.returncode == 0, res.stderr
+    # the section is set before the field inside it, whichever the option names first
+    from simulator.sweep.axis_checks import tokens_reachable
+    from simulator.sweep.spec import load_spec
+
+    both = {"run.tokens": 1e11, "run": {"stragglers": "off"}}
+    spec = _write(tmp_path, "both.yaml", axes=[{"run": [both]}])
+    loaded, base, _ = load_spec(spec)
+    assert tokens_reachable(loaded, base)
 
 
 def test_a_base_scenario_that_fails_every_point_is_named(tmp_path: Path) -> None:

@@ -188,7 +188,7 @@ def test_axes_the_plans_keep_are_allowed_and_equal_numbers_are_one_value(tmp_pat
 
 
 def test_a_bundled_sweep_runs_by_name(tmp_path: Path) -> None:
-    from simulator.catalog import find_sweep
+    from simulator.scenario_paths import find_sweep
 
     assert find_sweep("gpu-generations").name == "gpu-generations.yaml"
     assert find_sweep("gpu-generations.yaml").is_file()

@@ -1,5 +1,6 @@
 """What a software stack cannot run: the layouts its own code refuses (tied embeddings under a
-pipeline, ZeRO stages under one, schedules it lacks), each a
+pipeline, ZeRO stages under one, schedules it lacks, a 1F1B pipeline with too few
+micro-batches), each a
 :class:`~simulator.errors.UserError` naming the field and what to do instead."""
 
 from __future__ import annotations
@@ -60,11 +61,8 @@ def check_stack(
                 f"step; this layout gives each pipeline {micro_batches} ({floor.source})",
                 file=file,
                 path="training.global_batch",
-                hint=f"raise global_batch {need / max(micro_batches, 1):g}x or more, lower "
-                "micro_batch or DP"
-                + (", or use pp_schedule: {kind: gpipe}" if other else "")
-                + f", or a PP of {micro_batches + (1 if floor.value == 'pp_minus_1' else 0)} "
-                "or less",
+                hint=f"raise global_batch {need / max(micro_batches, 1):g}x or more, or lower "
+                "micro_batch" + (", or use pp_schedule: {kind: gpipe}" if other else ""),
             )
 
 

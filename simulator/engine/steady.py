@@ -13,10 +13,12 @@ final figures (the cool-down that follows the last round is the same whatever th
 it). The unbooked time matters: behind a slower stage, a rank can sit in a wait at both records
 with every pending event alike, the wait begun at different times, so the two rounds book
 different shares of it (an uneven pipeline, 4/16/6/6 layers, had one bubble figure 12% of the
-step off without it). With it, every step the two records gave equals the event engine to
-1e-13 in each category, on 1,250 random layouts and on the 2,400 of a review across stacks,
-overlaps, stragglers and uneven pipelines (a third record, checking the period and growth
-again, is not needed).
+step off without it). The recorded state is not the whole state (pending events are recorded
+without their owners, queued jobs by their count), so the rule rests on measurement as well as
+on determinism: with the unbooked time, every result it gave equals the event engine in each
+category to 3e-13 of the step on about 8,000 random layouts (two reviews' 4,900 and 1,950
+across stacks, overlaps, stragglers and uneven pipelines, and 1,250 of the engine's own random
+draws), where a third record, checking the period and growth again, would cost a round more.
 
 Nothing before a record depends on the micro-batch count: a rank's schedule only reads it when
 its forwards run out, after stage 0 has started its last round. The data loader runs beside the

@@ -34,8 +34,12 @@ def check_trace_target(path: str | Path) -> None:
                 import gzip
 
                 with gzip.open(p, "rb") as fz:
-                    text = fz.read()
-                return text.startswith(TRACE_HEAD) and TRACE_TAIL in text[-4096:]
+                    if fz.read(len(TRACE_HEAD)) != TRACE_HEAD:
+                        return False
+                    tail = b""
+                    while chunk := fz.read(1 << 20):  # streamed: a big archive stays on disk
+                        tail = (tail + chunk)[-4096:]
+                return TRACE_TAIL in tail
             with open(p, "rb") as fh:
                 if fh.read(len(TRACE_HEAD)) != TRACE_HEAD:
                     return False

@@ -162,13 +162,13 @@ def tokens_reachable(spec: SweepSpec, base: dict[str, Any]) -> bool:
     unless an axis option replaces the whole ``run`` section without one, or an axis's own."""
 
     def effect(opt: dict[str, Any]) -> bool | None:
-        got = None
-        for k, v in opt.items():
-            if k == "run":
-                got = isinstance(v, dict) and v.get("tokens") is not None
-            elif k == "run.tokens":
-                got = v is not None
-        return got
+        # (a section is set before the fields inside it, whatever the option's order)
+        if "run.tokens" in opt:
+            return opt["run.tokens"] is not None
+        if "run" in opt:
+            run = opt["run"]
+            return isinstance(run, dict) and run.get("tokens") is not None
+        return None
 
     states = {(base.get("run") or {}).get("tokens") is not None}
     for i, axis in enumerate(spec.axes):

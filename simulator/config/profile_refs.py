@@ -1,0 +1,153 @@
+"""A scenario's reference to a catalogue profile, resolved: the profile by name, with the
+scenario's inline overrides merged over it field by field (a figure whole, with its value), or
+a whole inline profile; each fault one :class:`~simulator.errors.UserError` naming the field."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from ..errors import UserError
+from .cluster import ProfileRef
+from .validation import validation_error
+
+
+def resolve_profile(
+    ref: Any, cls: type[BaseModel], kinds: tuple[str, ...], file: str | None, path: str
+) -> Any:
+    from ..catalog import load_catalog
+
+    if isinstance(ref, str):
+        ref = ProfileRef(profile=ref)
+    overrides = dict(ref.model_extra or {})
+    if "kind" in overrides and overrides["kind"] not in kinds:
+        raise UserError(
+            f"this slot takes a {' or '.join(kinds)} profile (got kind {overrides['kind']!r})",
+            file=file,
+            path=f"{path}.kind",
+            hint="leave kind out (the slot sets it), or move the profile to its own slot",
+        )
+    if ref.profile is None:
+        data = {"kind": kinds[0], **overrides}
+    else:
+        try:
+            base = load_catalog().get(ref.profile, *kinds)
+        except UserError as err:
+            raise err.located(file, f"{path}.profile" if overrides else path) from None
+        if not overrides:
+            return base
+        if "kind" in overrides and overrides["kind"] != base.kind:  # type: ignore[attr-defined]
+            raise UserError(
+                f"profile '{ref.profile}' is a {base.kind} profile; kind cannot make it a "  # type: ignore[attr-defined]
+                f"{overrides['kind']}",
+                file=file,
+                path=f"{path}.kind",
+                hint="leave kind out, or name a profile of that kind",
+            )
+        dumped = base.model_dump(mode="json")
+        _refuse_figure_without_value(dumped, overrides, file, path)
+        data = _deep_merge(dumped, overrides)
+        _scale_usable_memory(dumped, data, overrides)
+        _one_bucket_rule(data, overrides)
+    try:
+        return cls.model_validate(data)
+    except ValidationError as exc:
+        problem = validation_error(exc, file, path, cls)
+        first = problem.message.split(" ", 1)[0]
+        if problem.path == path and _has_path(data, first):
+            # A figure out of its range (checked on the whole profile): name the figure.
+            problem = UserError(
+                problem.message, file=problem.file, path=f"{path}.{first}", hint=problem.hint
+            )
+        colon = next((k for k in overrides if ":" in str(k)), None)
+        if colon is not None:
+            key, _, rest = str(colon).partition(":")
+            hint = f"YAML needs a space after a colon: write '{key}: {rest}', not '{colon}'"
+            problem = UserError(problem.message, file=problem.file, path=problem.path, hint=hint)
+        elif ref.profile is None and any(e["type"] == "missing" for e in exc.errors()):
+            # a mapping of a few fields meant as changes to a catalogue profile
+            few = "".join(f", {k}: ..." for k in list(overrides)[:2] if k != "kind")
+            hint = (
+                f"to change a catalogue profile, name it: {{profile: NAME{few}}} (clustersim "
+                "profiles lists them); without profile the mapping must be a whole profile"
+            )
+            problem = UserError(problem.message, file=problem.file, path=problem.path, hint=hint)
+        raise problem from None
+
+
+def _has_path(data: Any, dotted: str) -> bool:
+    for key in dotted.split("."):
+        if not isinstance(data, dict) or key not in data:
+            return False
+        data = data[key]
+    return True
+
+
+def _scale_usable_memory(
+    base: dict[str, Any], data: dict[str, Any], overrides: dict[str, Any]
+) -> None:
+    """A what-if GPU with another datasheet capacity exposes the same share of it: the base
+    profile's usable memory scales with an overridden ``memory_gb`` unless that is given too."""
+    usable, mem = base.get("memory_usable_gb"), base.get("memory_gb")
+    if not (isinstance(usable, dict) and isinstance(mem, dict)) or "memory_usable_gb" in overrides:
+        return
+    new = data.get("memory_gb")
+    new_value = new.get("value") if isinstance(new, dict) else new
+    if "memory_gb" not in overrides or not isinstance(new_value, int | float):
+        return
+    try:
+        float(new_value)
+    except OverflowError:
+        return  # the profile's own validation refuses it, naming the field
+    share = usable["value"] / mem["value"]
+    data["memory_usable_gb"] = {
+        "value": usable["value"] * float(new_value) / mem["value"],
+        "source": f"the base profile's usable share of memory_gb ({share:.4f}) applied to "
+        "the overridden memory_gb",
+    }
+
+
+def _one_bucket_rule(data: dict[str, Any], overrides: dict[str, Any]) -> None:
+    """A software profile sizes its DP buckets one way: in MB or by Megatron-Core's rule in
+    parameters. An override giving one drops the base profile's other."""
+    rule = ("dp_bucket_params", "dp_bucket_params_per_dp_rank")
+    if "dp_bucket_mb" in overrides and not any(k in overrides for k in rule):
+        for k in rule:
+            data.pop(k, None)
+    elif any(k in overrides for k in rule) and "dp_bucket_mb" not in overrides:
+        data.pop("dp_bucket_mb", None)
+
+
+def _refuse_figure_without_value(
+    base: dict[str, Any], over: dict[str, Any], file: str | None, path: str
+) -> None:
+    """An override of a profile's figure that gives no value (``{source: ...}`` or ``{}``)
+    would keep the profile's number under the new source: refused, naming the figure."""
+    for k, v in over.items():
+        had = base.get(k)
+        if not (isinstance(v, dict) and isinstance(had, dict)) or "value" in v:
+            continue
+        if "value" in had:
+            raise UserError(
+                f"this override of a figure gives no value (got {v}): the profile's "
+                f"{had['value']!r} would be kept under it",
+                file=file,
+                path=f"{path}.{k}",
+                hint="give the figure whole, {value: NUMBER, source: 'where it comes from'}, "
+                "or leave the field out to keep the profile's",
+            )
+        _refuse_figure_without_value(had, v, file, f"{path}.{k}")
+
+
+def _deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for k, v in over.items():
+        if isinstance(v, dict) and isinstance(out.get(k), dict) and "value" not in v:
+            out[k] = _deep_merge(out[k], v)
+        else:
+            out[k] = v
+    return out
+
+
+__all__ = ["resolve_profile"]
