@@ -154,3 +154,15 @@ def test_a_bundled_sweep_path_given_to_check_and_a_missing_sweep_say_what_they_a
     res = run_cli("sweep", "scenarios/sweeps/nope.yaml", "--out", out, cwd=tmp_path)
     assert res.returncode == 2 and "no such sweep spec file" in res.stderr
     assert "gpu-generations" in res.stderr and "cannot read" not in res.stderr
+
+
+def test_a_block_yaml_key_without_a_space_after_its_colon_says_so(tmp_path: Path) -> None:
+    """'micro_batch:1' on its own line is one scalar to YAML: the file failed to parse with the
+    generic 'fix the YAML syntax'."""
+    text = EIGHT.read_text().replace("  micro_batch: 1", "  micro_batch:1")
+    assert "micro_batch:1" in text
+    path = tmp_path / "glued.yaml"
+    path.write_text(text)
+    with pytest.raises(UserError, match="not valid YAML") as e:
+        load_scenario(path)
+    assert "write 'micro_batch: 1'" in (e.value.hint or "")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -54,6 +55,20 @@ def read_yaml(path: Path) -> dict[str, Any]:
     return data
 
 
+def _glued_key(text: str, line: int) -> str | None:
+    """A hint for "micro_batch:1" (no space after the colon): one scalar to YAML, not a key, so
+    the block mapping around it breaks at or just before the line YAML names (0-based)."""
+    lines = text.splitlines()
+    for no in (line, line - 1):
+        glued = (
+            re.match(r"\s*([A-Za-z_][\w.]*):(\S.*)$", lines[no]) if 0 <= no < len(lines) else None
+        )
+        if glued and not glued.group(2).startswith(("/", "\\")):  # not a URL or a path
+            key, rest = glued.groups()
+            return f"YAML needs a space after a colon: write '{key}: {rest}' (line {no + 1})"
+    return None
+
+
 def parse_yaml(text: str, file: str | None) -> Any:
     """One YAML document within the loader's bounds, every string valid Unicode."""
     try:
@@ -77,6 +92,8 @@ def parse_yaml(text: str, file: str | None) -> Any:
             if "'\\t'" in problem or "\t" in problem
             else "fix the YAML syntax"
         )
+        if mark is not None and hint == "fix the YAML syntax":
+            hint = _glued_key(text, mark.line) or hint
         raise UserError(f"not valid YAML{where}: {problem}", file=file, hint=hint) from None
     except YamlDuplicateKey as exc:
         raise UserError(f"not valid YAML: {exc}", file=file, hint="keep one of the two") from None
