@@ -166,3 +166,16 @@ def test_a_block_yaml_key_without_a_space_after_its_colon_says_so(tmp_path: Path
     with pytest.raises(UserError, match="not valid YAML") as e:
         load_scenario(path)
     assert "write 'micro_batch: 1'" in (e.value.hint or "")
+
+
+def test_a_section_axis_value_with_a_figure_out_of_range_is_refused_up_front(
+    tmp_path: Path,
+) -> None:
+    """A scalar axis value out of range was refused before anything ran, a section given whole
+    ran and wrote an invalid row with exit 0."""
+    bad = {"profile": "h100-sxm-80gb", "memory_gb": -1}
+    spec = _write(tmp_path, axes=[{"cluster.gpu": [bad, "h100-sxm-80gb"]}])
+    out = tmp_path / "o.csv"
+    res = run_cli("sweep", str(spec), "--out", str(out))
+    assert res.returncode == 2 and "memory_gb must be within" in res.stderr
+    assert "axes[0]" in res.stderr and not out.exists()

@@ -88,6 +88,19 @@ _INTRINSIC = (
 )
 
 
+def _own_figure(opt: dict[str, Any], err: UserError) -> bool:
+    """Whether ``err`` is a figure out of range inside a section an axis value gives whole
+    (``cluster.gpu: {profile: ..., memory_gb: -1}``): the value's own fault, whatever the other
+    axes choose."""
+    for field, value in opt.items():
+        if not isinstance(value, dict) or not (err.path or "").startswith(field + "."):
+            continue
+        inner = (err.path or "")[len(field) + 1 :].split(".")[0]
+        if inner in value and ("must be within" in err.message or "gives no value" in err.message):
+            return True
+    return False
+
+
 def check_axis_values(spec: SweepSpec, base: dict[str, Any], file: str) -> None:
     """Refuse an axis value its field never accepts (a string for a count, a count of 0), each
     tried alone on the base scenario, before anything is written: a point whose layout only
@@ -121,6 +134,13 @@ def check_axis_values(spec: SweepSpec, base: dict[str, Any], file: str) -> None:
                     file=file,
                     path=f"axes[{i}]",
                     hint=err.hint or "see `clustersim profiles list`",
+                ) from None
+            if _own_figure(opt, err):
+                raise UserError(
+                    f"axis '{which}': {err.message}",
+                    file=file,
+                    path=f"axes[{i}]",
+                    hint="fix or drop the value (every point with it would be invalid)",
                 ) from None
             continue  # a path the set machinery refuses is reported per point
         except ValidationError as exc:
