@@ -209,8 +209,8 @@ def run_sweep(
         if stale and not replace:
             raise UserError(
                 f"{stale} of the {len(old)} row(s) in '{out}' match no point of this run (another "
-                "spec or base scenario, other sweep settings, a profile it names changed, or "
-                "clustersim's code changed): the run would drop them",
+                "spec or base scenario, other sweep settings, a profile it names changed, "
+                "clustersim's code changed, or the file was damaged): the run would drop them",
                 path="--out",
                 hint="give another --out to keep them, or --replace to drop them",
             )
