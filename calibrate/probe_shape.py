@@ -261,7 +261,9 @@ def check_sidecar(side: Any, file: str) -> None:
         if not isinstance(block, dict):
             raise refuse(section, block, DICT)
         _check_fields(block, fields, file, section, RECORD)
-    model = (side.get("train") or {}).get("model") or {}
+    if not isinstance(side.get("train"), dict):  # validate reruns the training job it holds
+        raise refuse("train", side.get("train", _MISSING), DICT)
+    model = side["train"].get("model") or {}
     _check_fields(model, dict.fromkeys(TRAIN_MODEL, INT), file, "train.model", RECORD)
     _check_model_size(model, file, "train.model", RECORD)
     fits = side.get("fits")

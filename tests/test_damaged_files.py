@@ -156,6 +156,8 @@ def calibrated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     [
         (lambda d: d.update(fits="x"), "fits"),
         (lambda d: d.update(train="x"), "train"),
+        (lambda d: d.update(train=None), "train"),
+        (lambda d: d.pop("train"), "train"),
         (lambda d: d["train"]["model"].update(layers=-1), "train.model.layers"),
         (lambda d: d.update(threads_per_process=0), "threads_per_process"),
         (lambda d: d.update(version=2), "version"),
