@@ -47,6 +47,13 @@ class UserError(Exception):
         return UserError(self.message, file=self.file or file, path=path, hint=self.hint)
 
 
+def colon_hint(glued: str) -> str:
+    """The hint for a YAML key written without a space after its colon ("layers:12", which
+    YAML reads as one scalar, not a key and its value)."""
+    key, _, rest = glued.partition(":")
+    return f"YAML needs a space after a colon: write '{key}: {rest}'"
+
+
 def closest(name: str, candidates: Iterable[str], n: int = 3) -> list[str]:
     """The candidates closest to ``name`` (for 'did you mean' hints)."""
     pool = sorted(set(candidates))

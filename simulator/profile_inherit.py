@@ -17,14 +17,30 @@ from .errors import UserError, closest
 MAX_DEPTH = 8
 
 
-def _merge(base: dict[str, Any], own: dict[str, Any]) -> dict[str, Any]:
+def merge_fields(
+    base: dict[str, Any], own: dict[str, Any], file: str | None = None, path: str = ""
+) -> dict[str, Any]:
+    """``own`` over ``base``: sections merged field by field, a figure (value and source
+    together), a name or a list replaced whole. A figure given without its value
+    (``{source: ...}`` or ``{}``) would keep the base's number under the new source: refused,
+    naming it (``path``: where ``own`` sits)."""
     out = dict(base)
     for key, value in own.items():
         old = out.get(key)
+        where = f"{path}.{key}" if path else str(key)
         if isinstance(value, dict) and isinstance(old, dict) and "value" not in value:
-            out[key] = _merge(old, value)
+            if "value" in old:
+                raise UserError(
+                    f"this override of a figure gives no value (got {value}): the profile's "
+                    f"{old['value']!r} would be kept under it",
+                    file=file,
+                    path=where,
+                    hint="give the figure whole, {value: NUMBER, source: 'where it comes "
+                    "from'}, or leave the field out to keep the profile's",
+                )
+            out[key] = merge_fields(old, value, file, where)
         else:
-            out[key] = value  # a figure (value and source together), a name, a list
+            out[key] = value
     return out
 
 
@@ -78,7 +94,7 @@ def with_base(
             hint="start from a profile of the same kind",
         )
     kept = {k: v for k, v in base.items() if k not in ("name", "display_name", "description")}
-    merged = _merge(kept, own)
+    merged = merge_fields(kept, own, str(path))
     merged.setdefault("description", f"a variant of {name}")
     return merged
 

@@ -179,3 +179,23 @@ def test_a_section_axis_value_with_a_figure_out_of_range_is_refused_up_front(
     res = run_cli("sweep", str(spec), "--out", str(out))
     assert res.returncode == 2 and "memory_gb must be within" in res.stderr
     assert "axes[0]" in res.stderr and not out.exists()
+
+
+def test_a_profile_file_starting_from_a_base_refuses_a_figure_without_its_value(
+    tmp_path: Path,
+) -> None:
+    """The same merge serves a profile file's base: and a scenario's inline override, so a
+    figure given as {source: ...} is refused in both rather than kept at the base's number."""
+    gpus = tmp_path / "hardware_profiles" / "gpus"
+    gpus.mkdir(parents=True)
+    (gpus / "mine.yaml").write_text(
+        "kind: gpu\nname: mine\ndisplay_name: mine\nbase: h100-sxm-80gb\n"
+        "memory_gb: {source: 'estimate: a 96 GB part'}\n"
+    )
+    res = run_cli_process(
+        "check", str(EIGHT), "--set", "cluster.gpu=mine", "--set", "cluster.pricing=null",
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert res.returncode == 2 and "memory_gb: this override of a figure gives no value" in (
+        res.stderr
+    )

@@ -8,7 +8,8 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from ..errors import UserError
+from ..errors import UserError, colon_hint
+from ..profile_inherit import merge_fields
 from .cluster import ProfileRef
 from .validation import validation_error
 
@@ -46,8 +47,7 @@ def resolve_profile(
                 hint="leave kind out, or name a profile of that kind",
             )
         dumped = base.model_dump(mode="json")
-        _refuse_figure_without_value(dumped, overrides, file, path)
-        data = _deep_merge(dumped, overrides)
+        data = merge_fields(dumped, overrides, file, path)
         _scale_usable_memory(dumped, data, overrides)
         _one_bucket_rule(data, overrides)
     try:
@@ -62,8 +62,7 @@ def resolve_profile(
             )
         colon = next((k for k in overrides if ":" in str(k)), None)
         if colon is not None:
-            key, _, rest = str(colon).partition(":")
-            hint = f"YAML needs a space after a colon: write '{key}: {rest}', not '{colon}'"
+            hint = f"{colon_hint(str(colon))}, not '{colon}'"
             problem = UserError(problem.message, file=problem.file, path=problem.path, hint=hint)
         elif ref.profile is None and any(e["type"] == "missing" for e in exc.errors()):
             # a mapping of a few fields meant as changes to a catalogue profile
@@ -117,37 +116,6 @@ def _one_bucket_rule(data: dict[str, Any], overrides: dict[str, Any]) -> None:
             data.pop(k, None)
     elif any(k in overrides for k in rule) and "dp_bucket_mb" not in overrides:
         data.pop("dp_bucket_mb", None)
-
-
-def _refuse_figure_without_value(
-    base: dict[str, Any], over: dict[str, Any], file: str | None, path: str
-) -> None:
-    """An override of a profile's figure that gives no value (``{source: ...}`` or ``{}``)
-    would keep the profile's number under the new source: refused, naming the figure."""
-    for k, v in over.items():
-        had = base.get(k)
-        if not (isinstance(v, dict) and isinstance(had, dict)) or "value" in v:
-            continue
-        if "value" in had:
-            raise UserError(
-                f"this override of a figure gives no value (got {v}): the profile's "
-                f"{had['value']!r} would be kept under it",
-                file=file,
-                path=f"{path}.{k}",
-                hint="give the figure whole, {value: NUMBER, source: 'where it comes from'}, "
-                "or leave the field out to keep the profile's",
-            )
-        _refuse_figure_without_value(had, v, file, f"{path}.{k}")
-
-
-def _deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
-    out = dict(base)
-    for k, v in over.items():
-        if isinstance(v, dict) and isinstance(out.get(k), dict) and "value" not in v:
-            out[k] = _deep_merge(out[k], v)
-        else:
-            out[k] = v
-    return out
 
 
 __all__ = ["resolve_profile"]

@@ -14,7 +14,7 @@ from typing import Any
 
 import yaml
 
-from ..errors import UserError
+from ..errors import UserError, colon_hint
 from .yamlio import (
     MAX_BYTES,
     MAX_DEPTH,
@@ -64,8 +64,7 @@ def _glued_key(text: str, line: int) -> str | None:
             re.match(r"\s*([A-Za-z_][\w.]*):(\S.*)$", lines[no]) if 0 <= no < len(lines) else None
         )
         if glued and not glued.group(2).startswith(("/", "\\")):  # not a URL or a path
-            key, rest = glued.groups()
-            return f"YAML needs a space after a colon: write '{key}: {rest}' (line {no + 1})"
+            return f"{colon_hint(glued.group(0).strip())} (line {no + 1})"
     return None
 
 

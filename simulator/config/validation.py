@@ -8,7 +8,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from ..errors import UserError, closest
+from ..errors import UserError, closest, colon_hint
 from .scenario import Scenario
 
 
@@ -226,8 +226,7 @@ def validation_error(
             near = [synonym]
         if ":" in str(loc[-1]):
             # YAML reads "layers:12" (no space after the colon) as one key
-            key, _, rest = str(loc[-1]).partition(":")
-            hint = f"YAML needs a space after a colon: write '{key}: {rest}', not '{loc[-1]}'"
+            hint = f"{colon_hint(str(loc[-1]))}, not '{loc[-1]}'"
         elif near:
             hint = f"did you mean '{near[0]}'?"
         elif (
