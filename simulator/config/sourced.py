@@ -117,10 +117,12 @@ class Flag(BaseModel):
     _source = field_validator("source")(_real_source)
 
 
-def bare_inline(accepts: type, what: str) -> Callable[[Any, ValidationInfo], Any]:
-    """A validator that takes a bare value of type ``accepts`` (a ``--set`` or a scenario's
-    inline override) as ``{value, source: inline}``; a profile file must give the source of
-    ``what`` it states."""
+def bare_inline(
+    accepts: type | tuple[type, ...], what: str
+) -> Callable[[Any, ValidationInfo], Any]:
+    """A validator that takes a bare value of type ``accepts`` (or of one of a tuple of types:
+    a ``--set`` or a scenario's inline override) as ``{value, source: inline}``; a profile file
+    must give the source of ``what`` it states."""
 
     def coerce(v: Any, info: ValidationInfo) -> Any:
         if isinstance(v, accepts):
