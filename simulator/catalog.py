@@ -103,6 +103,19 @@ def profile_dirs() -> tuple[Path, ...]:
 _PROFILE_GLOBS = tuple(f"{'*/' * depth}*.{ext}" for depth in range(3) for ext in ("yaml", "yml"))
 
 
+def _unread_file(name: str) -> tuple[Path, Path] | None:
+    """A file named for profile ``name`` in a profile folder that the catalog does not read
+    (deeper than two folders, or ending in .YAML), and where it would be read."""
+    for d in profile_dirs():
+        seen = set(profile_files(d))
+        for depth in range(7):
+            for p in sorted(d.glob("*/" * depth + f"{name}.*")):
+                if p not in seen and p.suffix.lower() in (".yaml", ".yml") and p.is_file():
+                    rel = p.relative_to(d).parts
+                    return p, d.joinpath(*rel[: min(len(rel) - 1, 2)], f"{name}.yaml")
+    return None
+
+
 def profile_files(d: Path) -> list[Path]:
     """The profile files of folder ``d`` (YAML files up to two folders down), sorted."""
     return sorted({p for pattern in _PROFILE_GLOBS for p in d.glob(pattern)})
@@ -152,6 +165,14 @@ class Catalog:
                 hint=f"a scenario names it as model: {name} (`clustersim profiles list` shows "
                 "the profiles)",
             )
+        unread = _unread_file(name)
+        if unread is not None:
+            raise UserError(
+                f"unknown {what} profile '{name}': {unread[0]} has that name but is not read "
+                "(profile files are read up to two folders below a profile folder, ending "
+                "in .yaml or .yml)",
+                hint=f"move or rename it, e.g. to {unread[1]}",
+            )
         near = closest(name, pool)
         hint = f"did you mean {', '.join(near)}?" if near else "see `clustersim profiles list`"
         if not near:
@@ -171,12 +192,15 @@ def load_profile_file(path: Path) -> _Profile:
     shipped = path.is_relative_to(bundled) and not path.is_relative_to(bundled / "calibrated")
     data = read_profile_data(path, shipped)
 
-    def find(name: str) -> Path | None:  # the file that wins for that name (later folders)
-        for d in reversed(profile_dirs()):
-            for p in profile_files(d):
-                if p.stem == name:
-                    return p
-        return None
+    def find(name: str, asking: Path) -> Path | None:
+        """The file that wins for that name (later folders first); for a file that starts
+        from the profile it replaces (a local h100-sxm-80gb with base: h100-sxm-80gb), the
+        next one of that name below it."""
+        files = [p for d in reversed(profile_dirs()) for p in profile_files(d) if p.stem == name]
+        if name != asking.stem:
+            return files[0] if files else None
+        below = [i for i, p in enumerate(files) if p.resolve() == asking.resolve()]
+        return files[below[0] + 1] if below and below[0] + 1 < len(files) else None
 
     def names() -> list[str]:  # a base is of the profile's kind: those of its folder first
         every = [p for d in profile_dirs() for p in profile_files(d)]

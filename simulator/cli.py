@@ -120,6 +120,10 @@ def simulate(
     if fmt == Fmt.json:
         _json(d)
     elif fmt == Fmt.csv:
+        # a CSV row has no place for notes (a replaced profile, a unit slip): they go to
+        # stderr, as check's do
+        for note in d.get("notes") or []:
+            err.print(f"note: {safe(note)}")
         _csv(simulate_csv_row(d))
     else:
         print_simulation(d, out)

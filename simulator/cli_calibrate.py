@@ -13,7 +13,7 @@ from typing import Annotated
 import typer
 
 from .cli_common import Fmt, _csv_rows, _json, _kept, app, err, out
-from .cli_probe_options import _check_procs, probe_args
+from .cli_probe_options import _check_procs, check_timeout, probe_args
 from .errors import UserError
 from .report.text import safe
 
@@ -288,12 +288,7 @@ def validate(
                 f"{opt} must be from 1 to {most} (got {n})", path=opt, hint=f"e.g. {opt} 3"
             )
 
-    if not (math.isfinite(timeout) and timeout > 0):
-        raise UserError(
-            f"--timeout must be a positive number of seconds (got {timeout:g})",
-            path="--timeout",
-            hint="e.g. --timeout 120",
-        )
+    check_timeout(timeout, "e.g. --timeout 120")
     if workloads.strip() and not [w for w in workloads.split(",") if w.strip()]:
         raise UserError(
             f"--workloads '{workloads}' names no workload",

@@ -9,6 +9,20 @@ import os
 from .errors import UserError
 
 MAX_PROBE_BYTES = 1 << 34
+# The longest --timeout taken: a day. torch.distributed keeps its timeouts in milliseconds in a
+# C int (about 24.8 days), and a longer wait than a day is a typo, not a plan.
+MAX_TIMEOUT_S = 86_400.0
+
+
+def check_timeout(timeout: float, hint: str) -> None:
+    """Refuse a --timeout that is not a positive number of seconds up to a day."""
+    if not (math.isfinite(timeout) and 0 < timeout <= MAX_TIMEOUT_S):
+        raise UserError(
+            f"--timeout must be a positive number of seconds up to {MAX_TIMEOUT_S:,.0f} "
+            f"(a day) (got {timeout:g})",
+            path="--timeout",
+            hint=hint,
+        )
 
 
 def probe_args(
@@ -27,12 +41,9 @@ def probe_args(
     if nproc < 1:
         raise UserError("--nproc must be at least 1", path="--nproc", hint="e.g. --nproc 2")
     _check_procs(nproc, "--nproc")
-    if not (math.isfinite(timeout) and timeout > 0):
-        raise UserError(
-            f"--timeout must be a positive number of seconds (got {timeout:g})",
-            path="--timeout",
-            hint="seconds without progress before a rank counts as hung, e.g. --timeout 60",
-        )
+    check_timeout(
+        timeout, "seconds without progress before a rank counts as hung, e.g. --timeout 60"
+    )
     cores = os.cpu_count() or 1
     if not 0 <= threads <= cores:
         raise UserError(

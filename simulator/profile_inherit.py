@@ -47,14 +47,16 @@ def merge_fields(
 def with_base(
     data: Any,
     path: Path,
-    find: Callable[[str], Path | None],
+    find: Callable[[str, Path], Path | None],
     read: Callable[[Path], Any],
     names: Callable[[], list[str]],
     seen: tuple[str, ...] = (),
+    files: tuple[Path, ...] = (),
 ) -> Any:
     """``data`` (a profile file's mapping) with its ``base`` merged under it; ``find`` gives a
-    profile's file by name, ``read`` a file's mapping, ``names`` the profiles there are (for a
-    suggestion)."""
+    profile's file by name as the file ``path`` sees it (a file that names its own profile
+    as its base starts from the one it replaces), ``read`` a file's mapping, ``names`` the
+    profiles there are (for a suggestion)."""
     if not isinstance(data, dict) or "base" not in data:
         return data
     name = data.get("base")
@@ -67,15 +69,18 @@ def with_base(
         )
     own = {k: v for k, v in data.items() if k != "base"}
     chain = (*seen, str(data.get("name", path.stem)))
-    if name in chain or len(chain) > MAX_DEPTH:
-        raise UserError(
-            f"'{name}' leads back to this profile ({' -> '.join((*chain, name))})",
-            file=str(path),
-            path="base",
-            hint="start the profiles from one that names no base",
-        )
-    found = find(name)
+    files = (*files, path.resolve())
+    found = find(name, path)
     if found is None:
+        if name == path.stem:
+            raise UserError(
+                f"'{name}' names this profile itself, and no other profile of that name is "
+                "there for it to start from (a local copy may start from the bundled one it "
+                "replaces)",
+                file=str(path),
+                path="base",
+                hint="name the profile this one starts from, or drop base:",
+            )
         near = closest(name, names())
         raise UserError(
             f"no profile '{name}' to start from",
@@ -83,7 +88,23 @@ def with_base(
             path="base",
             hint=f"did you mean {', '.join(near)}?" if near else "see `clustersim profiles list`",
         )
-    base = with_base(read(found), found, find, read, names, chain)
+    if found.resolve() in files:
+        raise UserError(
+            f"'{name}' leads back to this profile ({' -> '.join((*chain, name))})",
+            file=str(path),
+            path="base",
+            hint="start the profiles from one that names no base",
+        )
+    if len(chain) > MAX_DEPTH:
+        raise UserError(
+            f"the chain of bases is more than {MAX_DEPTH} profiles deep "
+            f"({' -> '.join((*chain, name))})",
+            file=str(path),
+            path="base",
+            hint=f"start this profile from one at most {MAX_DEPTH} bases from a profile that "
+            "names no base",
+        )
+    base = with_base(read(found), found, find, read, names, chain, files)
     if not isinstance(base, dict):
         raise UserError(f"'{name}' ({found}) is not a profile", file=str(path), path="base")
     if base.get("kind") != own.get("kind", base.get("kind")):
@@ -111,7 +132,14 @@ def read_profile_data(path: Path, shipped: bool) -> Any:
         raise UserError(
             f"refused: the file {exc}", file=str(path), hint="fix or remove the profile file"
         ) from None
-    except (yaml.YAMLError, ValueError, OSError) as exc:  # ValueError: bad date, not UTF-8
+    except OSError as exc:  # a broken link, a file removed or unreadable
+        why = "a link to nothing" if path.is_symlink() and not path.exists() else exc.strerror
+        raise UserError(
+            f"cannot read the profile file: {why}",
+            file=str(path),
+            hint="fix or remove the profile file",
+        ) from None
+    except (yaml.YAMLError, ValueError) as exc:  # ValueError: bad date, not UTF-8
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""

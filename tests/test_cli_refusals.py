@@ -280,3 +280,21 @@ def test_an_output_folder_the_file_system_refuses_is_named_before_any_work() -> 
     file the probe would have made inside it."""
     res = run_cli("probe", "--out", "/proc/p.json")
     assert res.returncode == 2 and "--out" in res.stderr and ".hb" not in res.stderr
+
+
+def test_simulate_csv_keeps_its_notes_on_stderr() -> None:
+    """A CSV row has no column for notes, so a unit slip's warning goes to stderr (as check's
+    notes do) rather than nowhere, and stdout stays one parseable CSV."""
+    res = run_cli(
+        "simulate",
+        "llama3-8b-8xh100",
+        "--no-scaling",
+        "--format",
+        "csv",
+        "--set",
+        "cluster.gpu.memory_bandwidth_gbps=4",
+    )
+    assert res.returncode == 0, res.stderr
+    assert "note:" in res.stderr and "unit" in res.stderr.lower(), res.stderr
+    rows = list(csv.reader(io.StringIO(res.stdout)))
+    assert len(rows) == 2 and "step_time_s" in rows[0]

@@ -227,6 +227,7 @@ def test_validate_refuses_when_no_layout_can_run(calibrated: Path) -> None:
         (("--nproc", ","), "--nproc"),
         (("--timeout", "-1"), "--timeout"),
         (("--timeout", "nan"), "--timeout"),
+        (("--timeout", "1e308"), "--timeout"),
         (("--workloads", ","), "--workloads"),
         (("--nproc", "0"), "--nproc"),
         (("--nproc", "1,,2"), "--nproc"),
@@ -245,6 +246,7 @@ def test_validate_options_are_checked_first(args: tuple[str, ...], path: str) ->
     "args, path",
     [
         (("--timeout", "-1"), "--timeout"),
+        (("--timeout", "1e10"), "--timeout"),
         (("--threads", "-3"), "--threads"),
         (("--max-bytes", "0"), "--max-bytes"),
         (("--nproc", "0"), "--nproc"),

@@ -305,6 +305,9 @@ def test_a_stack_written_as_a_variant_of_another_takes_its_fields(
         ({"v1": {"base": "megatron-cor"}}, "no profile 'megatron-cor'"),
         ({"v1": {"base": "v2"}, "v2": {"base": "v1"}}, "leads back"),
         ({"v1": {"base": "h100-sxm-80gb"}}, "is a gpu profile"),
+        ({"v1": {"base": "v1"}}, "names this profile itself"),
+        # a chain of ten without a loop: too deep, not a loop
+        ({f"v{i}": {"base": f"v{i + 1}"} for i in range(1, 11)}, "more than 8 profiles deep"),
     ],
 )
 def test_a_bad_base_is_one_clear_message(
@@ -315,3 +318,22 @@ def test_a_bad_base_is_one_clear_message(
     _use(monkeypatch, tmp_path)
     res = run_cli("profiles", "show", "v1")
     assert_user_error(res, file=None, path=None, says=(says,))
+
+
+def test_a_local_copy_of_a_bundled_profile_may_start_from_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A local megatron-core.yaml with ``base: megatron-core`` changes one switch of the bundled
+    stack it replaces (it was refused as a loop, which broke every scenario using the stack);
+    a scenario then runs as the bundled stack with that switch set, and says a local copy
+    replaced the bundled one."""
+    tp = {"tp_comm": {"value": True, "source": "NeMo launcher configs: ub_tp_comm_overlap"}}
+    _software(tmp_path, "megatron-core", {"base": "megatron-core", "overlap": tp})
+    _use(monkeypatch, tmp_path)
+    base = REPO / "scenarios" / "llama3-70b-64xh100.yaml"
+    local = load_scenario(base)
+    assert local.software.overlap.tp_comm.value is True
+    assert local.software.overlap.dp_grad.value is True  # the bundled stack's, kept
+    res = run_cli("simulate", str(base), "--no-scaling", "--format", "json")
+    assert res.returncode == 0, res.stderr
+    assert any("megatron-core" in n for n in json.loads(res.stdout)["notes"])

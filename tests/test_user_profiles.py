@@ -113,3 +113,49 @@ def test_price_lists_both_kinds_of_price_profile() -> None:
     res = run_cli("profiles", "list", "price", "--format", "json")
     assert res.returncode == 0, res.stderr
     assert {p["kind"] for p in json.loads(res.stdout)} == {"cloud_price", "ownership_price"}
+
+
+def test_a_count_given_as_a_fraction_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """131.5 SMs, or a price quoted for instances of 3.5 GPUs (which was billed as instances of
+    4), is a typo: whole-number figures are refused in a profile file and inline, and the
+    message says the --set named the faulty profile rather than gave the value."""
+    (tmp_path / "prices").mkdir()
+    (tmp_path / "prices" / "half.yaml").write_text(
+        "kind: cloud_price\nname: half\nbase: aws-p5-h100\ndisplay_name: half\n"
+        "gpus_per_node: {value: 3.5, source: 'a typo in a quote, 2024'}\n"
+    )
+    monkeypatch.setenv("CLUSTERSIM_PROFILE_PATH", str(tmp_path))
+    res = run_cli("simulate", "llama3-8b-8xh100", "--set", "cluster.pricing.profile=half")
+    assert_user_error(res, file=None, path="cluster.pricing.profile", says=("whole number",))
+    assert "names that profile" in res.stderr and "comes from" not in res.stderr
+    res = run_cli("check", "llama3-8b-8xh100", "--set", "cluster.gpu.sm_count=131.5")
+    assert_user_error(res, file=None, path="cluster.gpu.sm_count", says=("whole number",))
+    res = run_cli("check", "llama3-8b-8xh100", "--set", "cluster.gpu.sm_count=132")
+    assert res.returncode == 0, res.stderr
+
+
+@pytest.mark.parametrize("where", ["gpus/vendor/custom/mine.yaml", "gpus/mine.YAML"])
+def test_a_profile_file_that_is_not_read_is_named(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str
+) -> None:
+    """A file three folders down or ending in .YAML is not read; 'unknown profile' pointed the
+    user at the ./hardware_profiles folder they already had instead of saying which file."""
+    path = tmp_path / "profiles" / where
+    path.parent.mkdir(parents=True)
+    path.write_text(_gpu(tmp_path / "elsewhere", "mine").read_text())
+    monkeypatch.setenv("CLUSTERSIM_PROFILE_PATH", str(tmp_path / "profiles"))
+    res = run_cli("check", "llama3-8b-8xh100", "--set", "cluster.gpu=mine")
+    assert_user_error(res, file=None, path="cluster.gpu", says=(str(path), "is not read"))
+
+
+def test_a_broken_link_in_a_profile_folder_is_not_called_bad_yaml(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "gpus").mkdir()
+    (tmp_path / "gpus" / "gone.yaml").symlink_to(tmp_path / "nowhere.yaml")
+    monkeypatch.setenv("CLUSTERSIM_PROFILE_PATH", str(tmp_path))
+    res = run_cli("check", "llama3-8b-8xh100", "--set", "cluster.gpu=gone")
+    assert_user_error(res, file=None, path="cluster.gpu", says=("a link to nothing",))
+    assert "YAML" not in res.stderr

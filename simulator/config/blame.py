@@ -30,8 +30,12 @@ def blame_set(exc: UserError, sets: list[str]) -> UserError:
         # (or, for an unknown field, the section a --set created: --set CLUSTER.NODES=1)
         created = key.startswith(p + ".") and exc.message.startswith("unknown field")
         if key and (p == key or p.startswith((key + ".", key + "[")) or created):
+            # a fault inside a profile file the --set named is that file's, not the --set's
+            said = "names that profile" if "could not be loaded" in exc.message else None
             return UserError(
-                f"{exc.message} (the value comes from --set {_shown(s)})",
+                f"{exc.message} (--set {_shown(s)} {said})"
+                if said
+                else f"{exc.message} (the value comes from --set {_shown(s)})",
                 file=exc.file,
                 path=exc.path,
                 hint=exc.hint,

@@ -103,6 +103,10 @@ FIGURE_RANGES: dict[str, Range] = {
 # Any figure whose field is not in the table: finite and not negative.
 _DEFAULT: Range = (0.0, 1e18, False, "")
 
+# Figures that count whole things: 131.5 SMs or a 3.5-GPU instance is a typo (a price profile's
+# gpus_per_node of 3.5 was billed as instances of 4).
+WHOLE_FIGURES = frozenset({"sm_count", "gpus_per_host", "gpus_per_node", "comm_sms"})
+
 
 def describe(r: Range) -> str:
     lo, hi, lo_open, unit = r
@@ -115,6 +119,8 @@ def check_figure(name: str, value: float) -> str | None:
     lo, hi, lo_open, _ = r = FIGURE_RANGES.get(name, _DEFAULT)
     if not math.isfinite(value) or value > hi or value < lo or (lo_open and value <= lo):
         return f"must be within {describe(r)} (got {value:g})"
+    if name in WHOLE_FIGURES and value != int(value):
+        return f"must be a whole number of {r[3]} (got {value:g})"
     return None
 
 
@@ -145,4 +151,5 @@ def document_ranges(schema: dict[str, Any]) -> None:
         if r is None:
             continue
         desc = prop.get("description", "")
-        prop["description"] = f"{desc} (value range {describe(r)})".strip()
+        whole = ", a whole number" if name in WHOLE_FIGURES else ""
+        prop["description"] = f"{desc} (value range {describe(r)}{whole})".strip()

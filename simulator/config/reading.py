@@ -31,8 +31,13 @@ def read_yaml(path: Path) -> dict[str, Any]:
     try:
         text = read_file_text(path, 4 * MAX_BYTES)  # past MAX_BYTES load_text says why
     except YamlLimit as exc:
+        big = "larger than" in str(exc)
         raise UserError(
-            f"refused: the file {exc}", file=str(path), hint="give a YAML file"
+            f"refused: the file {exc}",
+            file=str(path),
+            hint="a scenario or sweep spec is a few kB of YAML: check the file given"
+            if big
+            else "give a YAML file",
         ) from None
     except OSError as exc:
         raise UserError(

@@ -166,8 +166,8 @@ def read_file_text(path: Path, limit: int = MAX_BYTES) -> str:
         raise YamlLimit("is not a regular file (a folder, device, pipe or socket)")
     with open(path, "rb") as fh:
         raw = fh.read(limit + 1)
-    if len(raw) > limit:
-        raise YamlLimit(f"is larger than {limit // 1000:,} kB")
+    if len(raw) > limit:  # (a limit past MAX_BYTES only lets load_text say more)
+        raise YamlLimit(f"is larger than {min(limit, MAX_BYTES) // 1000:,} kB")
     return raw.decode("utf-8")
 
 
@@ -176,7 +176,7 @@ def load_text(text: str, shipped: bool = False) -> Any:
     :class:`YamlDuplicateKey` or ``yaml.YAMLError``. ``shipped``: a file clustersim ships,
     parsed by libyaml (the same document, the same checks after composing)."""
     if len(text.encode("utf-8", "surrogatepass")) > MAX_BYTES:
-        raise YamlLimit(f"is larger than {MAX_BYTES // 1000} kB")
+        raise YamlLimit(f"is larger than {MAX_BYTES // 1000:,} kB")
     loader = _ShippedLoader(text) if shipped and _ShippedLoader is not None else BoundedLoader(text)
     try:
         node = loader.get_single_node()
