@@ -5,12 +5,14 @@ No global state: sweeps may call it thousands of times, in any process.
 
 from __future__ import annotations
 
+import datetime as dt
 from dataclasses import dataclass, field
 from typing import Any
 
 from .catalog import replacement_notes
 from .config.hardware import DEFAULT_CLOCK_EXP
 from .config.loading import resolve_dict
+from .config.price_checks import price_slips
 from .config.scenario import ResolvedScenario
 from .cost import CostReport, compute_cost
 from .engine.compute import efficiency_fallbacks, unit_slips
@@ -136,6 +138,7 @@ def simulate(
     notes.extend(unmodelled_failures(rs))
     notes.extend(efficiency_fallbacks(rs))
     notes.extend(unit_slips(rs))
+    notes.extend(price_slips(rs.price, dt.date.today()))
     if full:
         check_full_size(rs)
     if trace:

@@ -298,3 +298,14 @@ def test_simulate_csv_keeps_its_notes_on_stderr() -> None:
     assert "note:" in res.stderr and "unit" in res.stderr.lower(), res.stderr
     rows = list(csv.reader(io.StringIO(res.stdout)))
     assert len(rows) == 2 and "step_time_s" in rows[0]
+
+
+@pytest.mark.parametrize("value", ["'yes'", "'on'", "1", "'true'"])
+def test_a_switch_takes_true_or_false_only(value: str) -> None:
+    """Counts refuse '8' and 8.0, so a switch refuses 'yes', 'on' and 1 alike rather than read
+    them as true (an unquoted yes/no is YAML's own boolean and still reads as one)."""
+    res = run_cli("check", "llama3-8b-8xh100", "--set", f"parallelism.sequence_parallel={value}")
+    assert_user_error(res, file=None, path="parallelism.sequence_parallel", says=("boolean",))
+    assert "write true or false" in res.stderr
+    ok = run_cli("check", "llama3-8b-8xh100", "--set", "parallelism.sequence_parallel=yes")
+    assert ok.returncode == 0, ok.stderr

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictBool
 
 Degree = Annotated[int, Field(strict=True, ge=1, le=1 << 24)]
 """A parallelism degree."""
@@ -75,15 +75,17 @@ Sharding = Annotated[
 class Overlap(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
-    dp_grad: bool = Field(default=True, description="overlap DP gradient buckets with backward")
-    param_gather: bool = Field(default=True, description="prefetch ZeRO-3/FSDP all-gathers")
-    tp_comm: bool = Field(default=False, description="overlap TP collectives with GEMMs")
-    tp_backward: bool = Field(
+    dp_grad: StrictBool = Field(
+        default=True, description="overlap DP gradient buckets with backward"
+    )
+    param_gather: StrictBool = Field(default=True, description="prefetch ZeRO-3/FSDP all-gathers")
+    tp_comm: StrictBool = Field(default=False, description="overlap TP collectives with GEMMs")
+    tp_backward: StrictBool = Field(
         default=False,
         description="a column-parallel layer's backward collectives overlap its own GEMMs "
         "(Megatron's asynchronous TP backward); unset: as the software stack does",
     )
-    pp_p2p: bool = Field(default=True, description="pipeline sends run on their own stream")
+    pp_p2p: StrictBool = Field(default=True, description="pipeline sends run on their own stream")
 
 
 class ParallelismSpec(BaseModel):
@@ -91,7 +93,7 @@ class ParallelismSpec(BaseModel):
 
     dp: Degree | Literal["auto"] = Field(default="auto", description="'auto': GPUs / (TP·PP·CP)")
     tp: Degree = 1
-    sequence_parallel: bool = Field(default=False, description="Megatron SP with TP")
+    sequence_parallel: StrictBool = Field(default=False, description="Megatron SP with TP")
     pp: Degree = 1
     pp_schedule: PipelineSchedule = OneFOneB()
     stage_layers: list[Annotated[int, Field(strict=True, ge=0, le=4096)]] | None = Field(
@@ -112,7 +114,7 @@ class ParallelismSpec(BaseModel):
         description="DP gradient bucket size, MB; default: the software stack's (PyTorch DDP's "
         "25 MB where the stack names none)",
     )
-    dp_bucket_copy: bool = Field(
+    dp_bucket_copy: StrictBool = Field(
         default=False,
         description="copy gradients into DP buckets and back, with a second gradient buffer, "
         "as PyTorch DDP's default gradient_as_bucket_view=False does (plain DP, ZeRO stage 0; "

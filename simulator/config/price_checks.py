@@ -4,6 +4,8 @@ what to do."""
 
 from __future__ import annotations
 
+import datetime as dt
+
 from ..errors import UserError
 from .hardware import GPUProfile
 from .prices import CloudPrice, OwnershipPrice
@@ -82,3 +84,48 @@ def check_pricing(
 
 
 __all__ = ["check_pricing"]
+
+
+# The dearest rented GPU-hour among the bundled price profiles: Azure ND H100 v5 on demand,
+# 12.29 $ (hardware_profiles/prices/azure-nd-h100-v5.yaml). Twice that is an instance's hourly
+# price typed per GPU, not a dearer part.
+MAX_PLAUSIBLE_USD_PER_GPU_HOUR = 25.0
+# US industrial electricity averaged 0.0806 $/kWh in 2023 (US EIA, as the ownership profiles
+# cite); above 1 $/kWh is a price in cents typed as dollars.
+MAX_PLAUSIBLE_USD_PER_KWH = 1.0
+
+
+def price_slips(price: CloudPrice | OwnershipPrice | None, today: dt.date) -> list[str]:
+    """Notes for price figures that are probably a slip (used as given: the notes only ask to
+    check them): a per-GPU rate no cloud charges, a discount tier dearer than on demand, cents
+    typed as dollars, a quote dated after ``today``."""
+    if price is None:
+        return []
+    out = []
+    if price.as_of > today:
+        out.append(
+            f"pricing profile '{price.name}' is dated {price.as_of}, after today: check as_of"
+        )
+    if isinstance(price, CloudPrice):
+        rates = {t: r.value for t, r in price.tier_rates().items() if r is not None}
+        for tier, rate in rates.items():
+            if rate > MAX_PLAUSIBLE_USD_PER_GPU_HOUR:
+                out.append(
+                    f"pricing profile '{price.name}' charges {rate:g} $ per GPU-hour "
+                    f"{tier.replace('_', ' ')}, "
+                    f"over twice the dearest bundled rate: check it is per GPU, not the "
+                    f"instance's hourly price (divide that by its GPUs)"
+                )
+        on_demand = rates["on_demand"]
+        for tier in ("reserved", "spot"):
+            if rates.get(tier, 0.0) > on_demand:
+                out.append(
+                    f"pricing profile '{price.name}' charges more {tier} ({rates[tier]:g} $ per "
+                    f"GPU-hour) than on demand ({on_demand:g}): check the two rates"
+                )
+    elif price.usd_per_kwh.value > MAX_PLAUSIBLE_USD_PER_KWH:
+        out.append(
+            f"pricing profile '{price.name}' pays {price.usd_per_kwh.value:g} $ per kWh: check "
+            "it is in dollars, not cents (US industrial power averaged 0.08 $/kWh in 2023)"
+        )
+    return out

@@ -16,6 +16,7 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
+    StrictBool,
     ValidationInfo,
     field_validator,
     model_validator,
@@ -111,7 +112,7 @@ class Flag(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    value: bool
+    value: StrictBool
     source: str = Field(min_length=3)
 
     _source = field_validator("source")(_real_source)

@@ -74,6 +74,7 @@ _HINTS = {
     "union_tag_invalid": "set 'kind' to one of the allowed values",
     "invalid_key": "write the field's name; YAML reads an unquoted true, no, on or a number as a "
     "value, so quote a key meant as text",
+    "bool_type": "write true or false, without quotes",
 }
 
 

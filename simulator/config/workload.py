@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, model_validator
 
 from .parallelism import kind_shorthand
 
@@ -44,10 +44,10 @@ class ModelSpec(BaseModel):
         le=1 << 24,
         description="learned position table size; none = sequence length",
     )
-    tied_embeddings: bool = False
-    linear_bias: bool = Field(default=False, description="biases on the linear layers")
-    dropout: bool = Field(default=False, description="dropout masks kept for backward")
-    parallel_residual: bool = Field(
+    tied_embeddings: StrictBool = False
+    linear_bias: StrictBool = Field(default=False, description="biases on the linear layers")
+    dropout: StrictBool = Field(default=False, description="dropout masks kept for backward")
+    parallel_residual: StrictBool = Field(
         default=False,
         description="attention and MLP read the same layer input and their outputs are summed "
         "before one tensor-parallel reduction (GPT-J, GPT-NeoX, PaLM, Falcon)",
@@ -92,7 +92,7 @@ class OptimizerSpec(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     kind: Literal["adam", "adamw", "sgd", "adafactor"] = "adamw"
-    master_weights_fp32: bool = Field(
+    master_weights_fp32: StrictBool = Field(
         default=True, description="mixed precision keeps an fp32 copy of the weights"
     )
     state_dtype: Literal["fp32", "bf16"] = Field(
@@ -124,7 +124,7 @@ class TrainingSpec(BaseModel):
         "GPU's fp32 peak (as PyTorch without TF32)",
     )
     optimizer: Annotated[OptimizerSpec, BeforeValidator(kind_shorthand)] = OptimizerSpec()
-    flash_attention: bool | None = Field(
+    flash_attention: StrictBool | None = Field(
         default=None,
         description="fused attention: no s×s score matrix kept for backward (unset: the "
         "software stack's flash_attention, else true)",
