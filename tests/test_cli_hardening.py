@@ -208,3 +208,12 @@ def test_a_number_in_a_set_path_is_explained(path: str, says: str) -> None:
 def test_a_control_character_in_a_field_name_is_shown_escaped() -> None:
     res = run_cli("simulate", "llama3-8b-8xh100", "--set", "cluster.g\x01pu=x")
     assert res.returncode == 2 and "unknown field 'g\\x01pu'" in res.stderr, res.stderr
+
+
+def test_an_output_path_with_a_control_character_is_refused(tmp_path: Path) -> None:
+    """'trace written to ab.json' was printed for a file actually named a\\x01b.json."""
+    res = run_cli(
+        "simulate", "llama3-8b-8xh100", "--no-scaling", "--trace", f"{tmp_path}/a\x01b.json"
+    )
+    assert res.returncode == 2 and "control character" in res.stderr, res.stderr
+    assert list(tmp_path.iterdir()) == []

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 import yaml
 from conftest import REPO, run_cli
+from test_errors import assert_user_error
 
 from simulator.errors import UserError
 from simulator.sweep.axis_checks import check_axis_values
@@ -212,3 +213,11 @@ def test_a_point_without_a_valid_plan_names_the_fields_that_refused_them() -> No
     assert "(10 of 48 plans)" in text and text.endswith(
         "no GPUs left for data parallelism (2 of 48 plans)"
     )
+
+
+def test_axes_written_as_a_mapping_are_shown_the_list_form(tmp_path: Path) -> None:
+    spec = _write(tmp_path, axes={"cluster.nodes": [1, 2]})
+    res = run_cli("sweep", str(spec), "--out", str(tmp_path / "o.csv"))
+    assert_user_error(res, file=str(spec), path="axes", says=("not a mapping",))
+    assert "- cluster.nodes: [...]" in res.stderr
+    assert not (tmp_path / "o.csv").exists()

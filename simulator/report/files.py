@@ -29,6 +29,13 @@ def output_path(path: str | Path, option: str, folder: bool = False) -> Path:
             path=option,
             hint="give a folder" if folder else "give a file path",
         )
+    if any(ord(c) < 32 or ord(c) == 127 for c in raw):
+        # a tab or an escape in a file name is a shell slip, and messages could not show it
+        raise UserError(
+            f"the path {raw.encode('unicode_escape').decode()} holds a control character",
+            path=option,
+            hint="give a path of printable characters",
+        )
     if folder:
         if p.exists() and not p.is_dir():
             raise UserError(

@@ -256,6 +256,15 @@ def load_spec(path: str | Path) -> tuple[SweepSpec, dict[str, Any], Path]:
             hint="a sweep spec names its base scenario and axes: base: FILE, axes: [...]; "
             "run a scenario with clustersim simulate",
         )
+    if isinstance(data, dict) and isinstance(data.get("axes"), dict) and data["axes"]:
+        first = next(iter(data["axes"]))
+        raise UserError(
+            "axes is a list with one entry per axis, not a mapping",
+            file=str(p),
+            path="axes",
+            hint=f"start each axis with a dash: axes: [{{{first}: [...]}}, ...], or in block "
+            f"form '- {first}: [...]' under axes:",
+        )
     try:
         spec = SweepSpec.model_validate(data)
     except ValidationError as exc:
