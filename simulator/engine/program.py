@@ -247,6 +247,10 @@ def build_program(
             if op.kind != "collective" or op.group != "cp" or not op.overlapped:
                 break
             keys.append(key(op))
+            if timer.host_coll_s > 0:
+                # the host issues the next one after a span of its own (its Python around the
+                # call), so it starts under that span, not with this one: as through the flows
+                break
         if together is not None:
             ends = together(keys)
         else:
