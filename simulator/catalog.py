@@ -105,14 +105,16 @@ _PROFILE_GLOBS = tuple(f"{'*/' * depth}*.{ext}" for depth in range(3) for ext in
 
 def _unread_file(name: str) -> tuple[Path, Path] | None:
     """A file named for profile ``name`` in a profile folder that the catalog does not read
-    (deeper than two folders, or ending in .YAML), and where it would be read."""
+    (one folder deeper than it looks, or ending in .YAML), and where it would be read."""
+    wanted = {f"{name}.yaml", f"{name}.yml"}
     for d in profile_dirs():
         seen = set(profile_files(d))
-        for depth in range(7):
-            for p in sorted(d.glob("*/" * depth + f"{name}.*")):
-                if p not in seen and p.suffix.lower() in (".yaml", ".yml") and p.is_file():
-                    rel = p.relative_to(d).parts
-                    return p, d.joinpath(*rel[: min(len(rel) - 1, 2)], f"{name}.yaml")
+        for depth in range(4):  # (no deeper: a profile folder of / must not walk the disk)
+            for ext in ("[yY][aA][mM][lL]", "[yY][mM][lL]"):
+                for p in sorted(d.glob("*/" * depth + f"*.{ext}")):
+                    if p.name.lower() in wanted and p not in seen and p.is_file():
+                        rel = p.relative_to(d).parts
+                        return p, d.joinpath(*rel[: min(len(rel) - 1, 2)], f"{name}.yaml")
     return None
 
 
@@ -199,8 +201,11 @@ def load_profile_file(path: Path) -> _Profile:
         files = [p for d in reversed(profile_dirs()) for p in profile_files(d) if p.stem == name]
         if name != asking.stem:
             return files[0] if files else None
-        below = [i for i, p in enumerate(files) if p.resolve() == asking.resolve()]
-        return files[below[0] + 1] if below and below[0] + 1 < len(files) else None
+        me = os.path.realpath(asking)
+        at = [i for i, p in enumerate(files) if os.path.realpath(p) == me]
+        # (the same file reached through another folder, or a link to it, is not below it)
+        below = [p for p in files[at[0] + 1 :] if os.path.realpath(p) != me] if at else []
+        return below[0] if below else None
 
     def names() -> list[str]:  # a base is of the profile's kind: those of its folder first
         every = [p for d in profile_dirs() for p in profile_files(d)]

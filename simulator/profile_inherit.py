@@ -7,6 +7,7 @@ field."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -51,7 +52,7 @@ def with_base(
     read: Callable[[Path], Any],
     names: Callable[[], list[str]],
     seen: tuple[str, ...] = (),
-    files: tuple[Path, ...] = (),
+    files: tuple[str, ...] = (),
 ) -> Any:
     """``data`` (a profile file's mapping) with its ``base`` merged under it; ``find`` gives a
     profile's file by name as the file ``path`` sees it (a file that names its own profile
@@ -69,7 +70,7 @@ def with_base(
         )
     own = {k: v for k, v in data.items() if k != "base"}
     chain = (*seen, str(data.get("name", path.stem)))
-    files = (*files, path.resolve())
+    files = (*files, os.path.realpath(path))
     found = find(name, path)
     if found is None:
         if name == path.stem:
@@ -88,7 +89,7 @@ def with_base(
             path="base",
             hint=f"did you mean {', '.join(near)}?" if near else "see `clustersim profiles list`",
         )
-    if found.resolve() in files:
+    if os.path.realpath(found) in files:
         raise UserError(
             f"'{name}' leads back to this profile ({' -> '.join((*chain, name))})",
             file=str(path),
@@ -133,7 +134,7 @@ def read_profile_data(path: Path, shipped: bool) -> Any:
             f"refused: the file {exc}", file=str(path), hint="fix or remove the profile file"
         ) from None
     except OSError as exc:  # a broken link, a file removed or unreadable
-        why = "a link to nothing" if path.is_symlink() and not path.exists() else exc.strerror
+        why = "a link that leads to no file" if path.is_symlink() else exc.strerror
         raise UserError(
             f"cannot read the profile file: {why}",
             file=str(path),

@@ -1,6 +1,7 @@
 """`simulate`: a pure function from a resolved scenario to metrics and cost.
 
-No global state: sweeps may call it thousands of times, in any process.
+No global state: sweeps may call it thousands of times, in any process (today's date is read
+only for a note on a price quoted after it).
 """
 
 from __future__ import annotations

@@ -210,10 +210,13 @@ def test_a_control_character_in_a_field_name_is_shown_escaped() -> None:
     assert res.returncode == 2 and "unknown field 'g\\x01pu'" in res.stderr, res.stderr
 
 
-def test_an_output_path_with_a_control_character_is_refused(tmp_path: Path) -> None:
+@pytest.mark.parametrize("odd", ["\x01", "\x85", "\u202e"])
+def test_an_output_path_with_a_control_character_is_refused(tmp_path: Path, odd: str) -> None:
     """'trace written to ab.json' was printed for a file actually named a\\x01b.json."""
     res = run_cli(
-        "simulate", "llama3-8b-8xh100", "--no-scaling", "--trace", f"{tmp_path}/a\x01b.json"
+        "simulate", "llama3-8b-8xh100", "--no-scaling", "--trace", f"{tmp_path}/a{odd}b.json"
     )
     assert res.returncode == 2 and "control character" in res.stderr, res.stderr
     assert list(tmp_path.iterdir()) == []
+    ok = run_cli("simulate", "llama3-8b-8xh100", "--no-scaling", "--trace", f"{tmp_path}/é.json")
+    assert ok.returncode == 0, ok.stderr

@@ -36,6 +36,7 @@ def test_the_bundled_price_profiles_get_no_note() -> None:
     [
         ({"on_demand_usd_per_gpu_hour": _figure(55.04)}, "not the instance's hourly price"),
         ({"spot_usd_per_gpu_hour": _figure(9.0)}, "more spot"),
+        ({"reserved_usd_per_gpu_hour": _figure(9.0)}, "more reserved"),
         ({"as_of": dt.date(2099, 1, 1)}, "after today"),
     ],
 )
@@ -52,3 +53,14 @@ def test_electricity_in_cents_is_noted() -> None:
     assert isinstance(own, OwnershipPrice)
     slipped = OwnershipPrice.model_validate({**own.model_dump(), "usd_per_kwh": _figure(8.06)})
     assert any("not cents" in n for n in price_slips(slipped, TODAY))
+
+
+def test_an_instance_price_typed_per_gpu_is_one_note_however_many_tiers() -> None:
+    aws = load_profile_file(AWS)
+    assert isinstance(aws, CloudPrice)
+    rates = {"on_demand_usd_per_gpu_hour": 55.0, "reserved_usd_per_gpu_hour": 35.0}
+    slipped = CloudPrice.model_validate(
+        {**aws.model_dump(), **{k: _figure(v) for k, v in rates.items()}}
+    )
+    notes = [n for n in price_slips(slipped, TODAY) if "per GPU, not" in n]
+    assert len(notes) == 1 and "55" in notes[0]

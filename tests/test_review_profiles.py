@@ -337,3 +337,18 @@ def test_a_local_copy_of_a_bundled_profile_may_start_from_it(
     res = run_cli("simulate", str(base), "--no-scaling", "--format", "json")
     assert res.returncode == 0, res.stderr
     assert any("megatron-core" in n for n in json.loads(res.stdout)["notes"])
+
+
+def test_a_local_copy_reached_through_two_profile_folders_still_starts_from_the_bundled(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same file found again through $CLUSTERSIM_PROFILE_PATH pointing inside
+    ./hardware_profiles is not the profile below it: that was refused as a loop."""
+    gpus = tmp_path / "hardware_profiles" / "gpus"
+    gpus.mkdir(parents=True)
+    (gpus / "h100-sxm-80gb.yaml").write_text(
+        "kind: gpu\nname: h100-sxm-80gb\nbase: h100-sxm-80gb\ndisplay_name: local H100\n"
+    )
+    monkeypatch.setenv("CLUSTERSIM_PROFILE_PATH", str(gpus))
+    res = run_cli("check", str(REPO / "scenarios" / "llama3-8b-8xh100.yaml"), cwd=tmp_path)
+    assert res.returncode == 0, res.stderr

@@ -157,5 +157,31 @@ def test_a_broken_link_in_a_profile_folder_is_not_called_bad_yaml(
     (tmp_path / "gpus" / "gone.yaml").symlink_to(tmp_path / "nowhere.yaml")
     monkeypatch.setenv("CLUSTERSIM_PROFILE_PATH", str(tmp_path))
     res = run_cli("check", "llama3-8b-8xh100", "--set", "cluster.gpu=gone")
-    assert_user_error(res, file=None, path="cluster.gpu", says=("a link to nothing",))
+    assert_user_error(res, file=None, path="cluster.gpu", says=("a link that leads to no file",))
     assert "YAML" not in res.stderr
+
+
+@pytest.mark.parametrize("name", ["a**b", "*", "x[1"])
+def test_a_profile_name_with_glob_characters_is_unknown_not_a_crash(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str
+) -> None:
+    deep = tmp_path / "gpus" / "a" / "b" / "c"
+    deep.mkdir(parents=True)
+    (deep / "foo.bak.yaml").write_text("kind: gpu\n")
+    monkeypatch.setenv("CLUSTERSIM_PROFILE_PATH", str(tmp_path))
+    for asked in (name, "foo"):  # foo.bak.yaml is not a file named foo
+        res = run_cli("check", "llama3-8b-8xh100", "--set", f"cluster.gpu={asked}")
+        assert_user_error(res, file=None, path="cluster.gpu", says=("unknown gpu profile",))
+        assert "is not read" not in res.stderr
+
+
+def test_a_link_looping_on_itself_as_a_base_is_one_message(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "gpus").mkdir()
+    (tmp_path / "gpus" / "loopy.yaml").symlink_to("loopy.yaml")
+    (tmp_path / "gpus" / "mine.yaml").write_text("kind: gpu\nname: mine\nbase: loopy\n")
+    monkeypatch.setenv("CLUSTERSIM_PROFILE_PATH", str(tmp_path))
+    assert run_cli("check", "llama3-8b-8xh100").returncode == 0
+    res = run_cli("check", "llama3-8b-8xh100", "--set", "cluster.gpu=mine")
+    assert_user_error(res, file=None, path="cluster.gpu", says=("leads to no file",))

@@ -108,14 +108,13 @@ def price_slips(price: CloudPrice | OwnershipPrice | None, today: dt.date) -> li
         )
     if isinstance(price, CloudPrice):
         rates = {t: r.value for t, r in price.tier_rates().items() if r is not None}
-        for tier, rate in rates.items():
-            if rate > MAX_PLAUSIBLE_USD_PER_GPU_HOUR:
-                out.append(
-                    f"pricing profile '{price.name}' charges {rate:g} $ per GPU-hour "
-                    f"{tier.replace('_', ' ')}, "
-                    f"over twice the dearest bundled rate: check it is per GPU, not the "
-                    f"instance's hourly price (divide that by its GPUs)"
-                )
+        tier, rate = max(rates.items(), key=lambda tr: tr[1])
+        if rate > MAX_PLAUSIBLE_USD_PER_GPU_HOUR:  # (one note, for the dearest tier)
+            out.append(
+                f"pricing profile '{price.name}' charges {rate:g} $ per GPU-hour "
+                f"{tier.replace('_', ' ')}, over twice the dearest bundled rate: check it is "
+                "per GPU, not the instance's hourly price (divide that by its GPUs)"
+            )
         on_demand = rates["on_demand"]
         for tier in ("reserved", "spot"):
             if rates.get(tier, 0.0) > on_demand:

@@ -17,6 +17,13 @@ from typing import Any
 from ..errors import UserError
 
 
+def _unshowable(c: str) -> bool:
+    """A control character (C0, DEL, C1) or a bidirectional override: a file name holding one
+    cannot be shown as it is."""
+    o = ord(c)
+    return o < 32 or 127 <= o < 160 or 0x202A <= o <= 0x202E or 0x2066 <= o <= 0x2069
+
+
 def output_path(path: str | Path, option: str, folder: bool = False) -> Path:
     """Check, before any work, that ``path`` can be written as a file (or, with ``folder``,
     used as a folder): not empty, not the wrong kind of thing, its folder creatable and
@@ -29,10 +36,11 @@ def output_path(path: str | Path, option: str, folder: bool = False) -> Path:
             path=option,
             hint="give a folder" if folder else "give a file path",
         )
-    if any(ord(c) < 32 or ord(c) == 127 for c in raw):
+    if any(_unshowable(c) for c in raw):
         # a tab or an escape in a file name is a shell slip, and messages could not show it
+        shown = "".join(f"\\x{ord(c):02x}" if _unshowable(c) else c for c in raw)
         raise UserError(
-            f"the path {raw.encode('unicode_escape').decode()} holds a control character",
+            f"the path {shown} holds a control character",
             path=option,
             hint="give a path of printable characters",
         )
