@@ -39,7 +39,6 @@ def check(
     when the plan does not fit."""
     from .check import check as run_check
     from .config.loading import load_scenario
-    from .report.tables import print_check
     from .scenario_paths import find_scenario
 
     rs = load_scenario(find_scenario(scenario), set_ or [])
@@ -54,6 +53,8 @@ def check(
         flat = rep.as_row()
         _csv(flat)
     else:
+        from .report.tables import print_check
+
         print_check(rep, out)
     if not rep.fits:
         raise typer.Exit(1)  # as a gate in scripts: 0 fits, 1 does not, 2 bad input
@@ -71,7 +72,6 @@ def simulate(
     """Simulate one training step: time, throughput, MFU, idle breakdown, cost."""
     from .config.loading import load_scenario
     from .report.files import output_path
-    from .report.tables import print_simulation
     from .report.trace import check_trace_target, write_trace
     from .scenario_paths import find_scenario
     from .simulate import simulate as run_sim
@@ -126,6 +126,8 @@ def simulate(
             err.print(f"note: {safe(note)}")
         _csv(simulate_csv_row(d))
     else:
+        from .report.tables import print_simulation
+
         print_simulation(d, out)
 
 
