@@ -1,4 +1,5 @@
-"""A fat tree whose leaf size the tool derives (half a switch's ports over the NICs per node)
+"""A fat tree whose leaf size the tool derives (a switch's down-facing ports over the NICs per
+node: radix x o/(1+o) of them at o:1 oversubscription)
 says so where it matters, behind oversubscribed up-links: more NICs per node then mean fewer
 nodes per leaf and more traffic across the spine, which can slow a step (a reviewer's
 "more NICs, slower" case)."""
@@ -23,8 +24,17 @@ def _notes(**topo: Any) -> list[str]:
 
 def test_the_derived_leaf_is_named_behind_oversubscribed_up_links() -> None:
     (note,) = _notes(oversubscription=4.0)
-    assert "take 4 nodes each" in note and "32-port" in note and "4 NICs" in note
+    # 4:1: 25 of the 32 ports face down (4/5), 6 nodes of 4 NICs (half the ports took 4)
+    assert "take 6 nodes each" in note and "25 of a 32-port" in note and "4 NICs" in note
     assert "nodes_per_leaf" in note
+
+
+@pytest.mark.parametrize(("o", "down"), [(1.0, 32), (2.0, 42), (3.0, 48), (1000.0, 63)])
+def test_an_oversubscribed_leaf_turns_its_ports_down_in_its_ratio(o: float, down: int) -> None:
+    from simulator.config.cluster import default_nodes_per_leaf, down_ports
+
+    assert down_ports(64, o) == down
+    assert default_nodes_per_leaf(64, 8, o) == down // 8
 
 
 @pytest.mark.parametrize(

@@ -44,14 +44,24 @@ class FatTree(BaseModel):
         strict=True,
         ge=1,
         le=MAX_NODES,
-        description="none: half the switch radix / NICs per node",
+        description="none: the switch's down-facing ports (half of them, more when "
+        "oversubscribed: radix x o/(1+o)) / NICs per node",
     )
 
 
-def default_nodes_per_leaf(switch_ports: int, nics_per_node: int) -> int:
-    """Nodes under one leaf switch of a fat tree whose leaves are not given: half its ports face
-    down, to every NIC of each node."""
-    return max(1, switch_ports // (2 * max(1, nics_per_node)))
+def down_ports(switch_ports: int, oversubscription: float = 1.0) -> int:
+    """A leaf switch's ports facing down when the rest face up in the ratio
+    ``oversubscription`` (down : up): half of them without oversubscription, two thirds at
+    2:1 (an oversubscribed leaf exists to take more nodes, not to leave ports unused)."""
+    return int(switch_ports * oversubscription / (1.0 + oversubscription) + 1e-9)
+
+
+def default_nodes_per_leaf(
+    switch_ports: int, nics_per_node: int, oversubscription: float = 1.0
+) -> int:
+    """Nodes under one leaf switch of a fat tree whose leaves are not given: its down-facing
+    ports (:func:`down_ports`) go to every NIC of each node."""
+    return max(1, down_ports(switch_ports, oversubscription) // max(1, nics_per_node))
 
 
 class RailOptimized(BaseModel):
@@ -62,7 +72,11 @@ class RailOptimized(BaseModel):
     kind: Literal["rail_optimized"] = "rail_optimized"
     oversubscription: float = Field(default=1.0, strict=True, ge=1.0, le=1000.0)
     nodes_per_rail_group: int | None = Field(
-        default=None, strict=True, ge=1, le=MAX_NODES, description="none: half the switch radix"
+        default=None,
+        strict=True,
+        ge=1,
+        le=MAX_NODES,
+        description="none: the switch's down-facing ports (radix x o/(1+o))",
     )
 
 

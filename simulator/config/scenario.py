@@ -18,6 +18,7 @@ from .cluster import (
     Ref,
     Topology,
     default_nodes_per_leaf,
+    down_ports,
 )
 from .hardware import (
     FabricProfile,
@@ -264,11 +265,14 @@ class ResolvedScenario(BaseModel):
         link, f = self.gpu.nvlink_gbps, self.fabric
         topo = self.topology
         if net is not None and isinstance(topo, FatTree) and topo.nodes_per_leaf is None:
-            npl = default_nodes_per_leaf(net.switch_ports.value, self.nics_per_node)
+            npl = default_nodes_per_leaf(
+                net.switch_ports.value, self.nics_per_node, topo.oversubscription
+            )
             if topo.oversubscription > 1.0 and self.nodes > npl:
+                down = down_ports(net.switch_ports.value, topo.oversubscription)
                 out.append(
-                    f"the fat tree's leaf switches take {npl} nodes each (half of a "
-                    f"{net.switch_ports.value}-port '{net.name}' switch down to "
+                    f"the fat tree's leaf switches take {npl} nodes each ({down} of a "
+                    f"{net.switch_ports.value}-port '{net.name}' switch's ports down to "
                     f"{self.nics_per_node} NICs per node), and traffic between leaves shares their "
                     f"{topo.oversubscription:g}:1 up-links: more NICs per node mean fewer "
                     "nodes per leaf (cluster.network.topology.nodes_per_leaf sets another "

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from ..config.cluster import FatTree, RailOptimized, default_nodes_per_leaf
+from ..config.cluster import FatTree, RailOptimized, default_nodes_per_leaf, down_ports
 from ..config.hardware import Fitted
 from ..config.scenario import ResolvedScenario
 from .collectives import GroupShape
@@ -66,10 +66,15 @@ class Topology:
         self.nodes_per_leaf = rs.nodes  # single switch: everything under one
         if isinstance(topo, FatTree):
             self.oversubscription = topo.oversubscription
-            self.nodes_per_leaf = topo.nodes_per_leaf or default_nodes_per_leaf(radix, self.nics)
+            self.nodes_per_leaf = topo.nodes_per_leaf or default_nodes_per_leaf(
+                radix, self.nics, topo.oversubscription
+            )
         elif isinstance(topo, RailOptimized):
             self.oversubscription = topo.oversubscription
-            self.nodes_per_leaf = topo.nodes_per_rail_group or max(1, radix // 2)
+            # a rail switch takes one port of each node of its group
+            self.nodes_per_leaf = topo.nodes_per_rail_group or max(
+                1, down_ports(radix, topo.oversubscription)
+            )
         self.leaves = -(-rs.nodes // self.nodes_per_leaf)
         self._shapes: dict[tuple[str, int], GroupShape] = {}
         self._spanned: dict[tuple[str, int], int] = {}
