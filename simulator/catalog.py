@@ -248,11 +248,25 @@ def validate_profile(data: Any, file: str) -> _Profile:
 
 @lru_cache(maxsize=8)
 def _load(dirs: tuple[Path, ...]) -> Catalog:
+    return _load_files(dirs, None)
+
+
+@lru_cache(maxsize=512)
+def _load_named(dirs: tuple[Path, ...], name: str) -> Catalog:
+    return _load_files(dirs, name)
+
+
+def _load_files(dirs: tuple[Path, ...], only: str | None) -> Catalog:
+    """The catalogue of every profile file in ``dirs``; with ``only``, of the files named for
+    that profile alone: what the catalogue holds for a name depends on those files only (a
+    profile's name is its file's), so a scenario reads the few profiles it names, not all."""
     cat = Catalog()
     for d in dirs:
         here: dict[str, Path] = {}  # this folder's file for each name
         # (.yml too: a profile a user names that way is not silently left out)
         for path in profile_files(d):
+            if only is not None and path.stem != only:
+                continue
             try:
                 prof = load_profile_file(path)
                 if prof.name != path.stem:
@@ -305,21 +319,35 @@ def _load(dirs: tuple[Path, ...]) -> Catalog:
     return cat
 
 
-def load_catalog() -> Catalog:
-    """The catalogue from every profile folder (cached per set of folders)."""
-    return _load(profile_dirs())
+def load_catalog(name: str | None = None) -> Catalog:
+    """The catalogue from every profile folder (cached per set of folders); with ``name``, what
+    it holds for that name alone (see :func:`get_profile`)."""
+    if name is None:
+        return _load(profile_dirs())
+    return _load_named(profile_dirs(), name)
+
+
+def get_profile(name: str, *kinds: str) -> _Profile:
+    """The profile ``name`` of one of ``kinds``, reading only the files named for it; an unknown
+    or broken one is reported from the whole catalogue (whose names the hint suggests)."""
+    try:
+        return load_catalog(name).get(name, *kinds)
+    except UserError:
+        return load_catalog().get(name, *kinds)
 
 
 def replacement_notes(names: list[str]) -> list[str]:
     """A note for each of ``names`` read from a file that replaces another of the same name
     (``./hardware_profiles`` or ``$CLUSTERSIM_PROFILE_PATH`` over the bundled catalogue), so a
     stray local copy never changes a prediction unannounced."""
-    cat = load_catalog()
-    return [
-        f"profile '{n}' is read from {cat.files[n]}, which replaces {cat.replaced[n]}"
-        for n in dict.fromkeys(names)
-        if n in cat.replaced and n in cat.files
-    ]
+    out = []
+    for n in dict.fromkeys(names):
+        cat = load_catalog(n)
+        if n in cat.replaced and n in cat.files:
+            out.append(
+                f"profile '{n}' is read from {cat.files[n]}, which replaces {cat.replaced[n]}"
+            )
+    return out
 
 
 def bundled_scenarios() -> list[Path]:

@@ -15,6 +15,7 @@ from conftest import REPO, run_cli
 from simulator.catalog import bundled_profiles_dir, load_catalog, load_profile_file
 from simulator.config.hardware import Sourced
 from simulator.config.profiles import PROFILE_KINDS
+from simulator.errors import UserError
 
 EXPECTED_PROFILES = {
     "gpu": [
@@ -281,3 +282,37 @@ def test_calibrated_profiles_in_the_bundled_folder_are_read_as_a_users(
     if yaml.__with_libyaml__:
         with pytest.raises(catalog.UserError):
             catalog.load_profile_file(tmp_path / "storage" / "lustre.yaml")
+
+
+def test_a_name_read_alone_is_what_the_whole_catalogue_holds_for_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A scenario reads only the files named for its profiles (cold start); for every name the
+    result, its file and what it replaced are the whole catalogue's, a local copy, a clash of
+    kinds and a broken file included."""
+    from simulator.catalog import get_profile
+
+    local = tmp_path / "profiles"
+    (local / "gpus").mkdir(parents=True)
+    h100 = REPO / "hardware_profiles" / "gpus" / "h100-sxm-80gb.yaml"
+    (local / "gpus" / "h100-sxm-80gb.yaml").write_text(
+        h100.read_text().replace("display_name:", "display_name: local", 1)
+    )
+    (local / "gpus" / "broken.yaml").write_text("kind: gpu\nname: broken\n")
+    (local / "gpus" / "lustre.yaml").write_text(h100.read_text().replace("h100-sxm-80gb", "lustre"))
+    monkeypatch.setenv("CLUSTERSIM_PROFILE_PATH", str(local))
+    whole = load_catalog()
+    names = [*whole.profiles, *whole.broken, *whole.clashes]
+    assert {"h100-sxm-80gb", "broken", "lustre"} <= set(names)
+    for name in names:
+        one = load_catalog(name)
+        assert one.profiles.get(name) == whole.profiles.get(name), name
+        assert one.files.get(name) == whole.files.get(name), name
+        assert one.replaced.get(name) == whole.replaced.get(name), name
+        assert (name in one.broken, name in one.clashes) == (
+            name in whole.broken,
+            name in whole.clashes,
+        ), name
+    assert get_profile("h100-sxm-80gb", "gpu") == whole.get("h100-sxm-80gb", "gpu")
+    with pytest.raises(UserError, match="did you mean"):
+        get_profile("h100-sxm-80", "gpu")  # the whole catalogue's suggestion

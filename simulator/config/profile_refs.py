@@ -17,7 +17,7 @@ from .validation import validation_error
 def resolve_profile(
     ref: Any, cls: type[BaseModel], kinds: tuple[str, ...], file: str | None, path: str
 ) -> Any:
-    from ..catalog import load_catalog
+    from ..catalog import get_profile
 
     if isinstance(ref, str):
         ref = ProfileRef(profile=ref)
@@ -33,7 +33,7 @@ def resolve_profile(
         data = {"kind": kinds[0], **overrides}
     else:
         try:
-            base = load_catalog().get(ref.profile, *kinds)
+            base = get_profile(ref.profile, *kinds)
         except UserError as err:
             raise err.located(file, f"{path}.profile" if overrides else path) from None
         if not overrides:

@@ -208,7 +208,7 @@ def names_ownership_price(name: Any) -> bool:
         return False
     from ..catalog import load_catalog  # the catalogue reads YAML: loaded only when asked
 
-    prof = load_catalog().profiles.get(name)
+    prof = load_catalog(name).profiles.get(name)
     return getattr(prof, "kind", None) == "ownership_price"
 
 
