@@ -44,8 +44,13 @@ def _values(d: dict[str, Any]) -> dict[str, float | None]:
         "goodput": d.get("goodput"),
         "time_to_train_days": d.get("time_to_train_days"),
         "usd_total": c.get("usd_total"),
-        # a purchase or a reserved term; a priced on-demand or spot run commits nothing
-        "usd_commitment": (c.get("usd_commitment") or 0.0) if c else None,
+        # a purchase or a reserved term; a priced on-demand or spot run commits nothing (a
+        # reserved rate without its term commits an amount not known: none)
+        "usd_commitment": (
+            c.get("usd_commitment")
+            if not c or c.get("usd_commitment") is not None or c.get("model") == "cloud:reserved"
+            else 0.0
+        ),
     }
 
 

@@ -8,6 +8,7 @@ import io
 import json
 from pathlib import Path
 
+import pytest
 import yaml
 from conftest import REPO, run_cli
 
@@ -108,3 +109,33 @@ def test_commitment_and_goodput_verdicts_give_their_own_reasons(tmp_path: Path) 
     m = {x["metric"]: x for x in json.loads(res.stdout)["metrics"]}
     v = m["goodput"]["verdict"]
     assert m["goodput"]["best"] == SC.stem and "checkpoint written in" in v, v
+
+
+def test_a_reserved_rate_without_its_term_commits_an_unknown_amount_not_zero(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """simulate gives no commitment for a reserved rate whose term the profile leaves out;
+    compare showed it as $0 committed, as if it were on demand."""
+    gcp = REPO / "hardware_profiles" / "prices" / "gcp-a3-h100.yaml"
+    text = "\n".join(
+        line.replace("name: gcp-a3-h100", "name: noterm", 1)
+        for line in gcp.read_text().splitlines()
+        if not line.startswith("reserved_term_years")
+    )
+    (tmp_path / "prices").mkdir()
+    (tmp_path / "prices" / "noterm.yaml").write_text(text + "\n")
+    monkeypatch.setenv("CLUSTERSIM_PROFILE_PATH", str(tmp_path))
+    data = read_yaml(SC)
+    paths = []
+    for name, pricing in (
+        ("od", {"profile": "noterm", "tier": "on_demand"}),
+        ("res", {"profile": "noterm", "tier": "reserved"}),
+    ):
+        d = dict(data, name=name)
+        d["cluster"] = dict(data["cluster"], pricing=pricing)
+        paths.append(tmp_path / f"{name}.yaml")
+        paths[-1].write_text(yaml.safe_dump(d))
+    res = run_cli("compare", *map(str, paths), "--format", "json")
+    assert res.returncode == 0, res.stderr
+    m = {x["metric"]: x for x in json.loads(res.stdout)["metrics"]}
+    assert m["usd_commitment"]["values"] == [0.0, None]
