@@ -115,7 +115,41 @@ def load_probe(path: str | Path) -> dict[str, Any]:
             hint="re-run `clustersim probe --nproc 2` (or more) to completion",
         )
     _check_timings(data, file)
+    _check_train_times(data, file)
     return data
+
+
+def _check_train_times(data: dict[str, Any], file: str) -> None:
+    """Every time of the training-step section (``*_s``: a number, or lists of them per rank)
+    is a positive number of seconds: calibrate fits the in-step factors from them and validate
+    reruns the job; a string or a negative time gave 'in-step factor ±0.0%' and a record
+    validate then refused."""
+    import math
+
+    train = data.get("train")
+    if not isinstance(train, dict):
+        return
+    for key, value in train.items():
+        if not key.endswith("_s"):
+            continue
+        stack: list[tuple[str, Any]] = [(f"train.{key}", value)]
+        while stack:
+            where, v = stack.pop()
+            if isinstance(v, list) and key.endswith("times_s"):
+                stack.extend((f"{where}[{i}]", x) for i, x in enumerate(v))
+                continue
+            if (
+                isinstance(v, bool)
+                or not isinstance(v, int | float)
+                or not math.isfinite(v)
+                or not 0 < v <= MAX_TIMING_S
+            ):
+                raise UserError(
+                    f"the training step's time {v!r} is not a positive number of seconds",
+                    file=file,
+                    path=where,
+                    hint="re-run `clustersim probe`; a probe file is not meant to be edited",
+                )
 
 
 # No probe timing lasts a day: the probe's whole run is budgeted in minutes.

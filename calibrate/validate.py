@@ -165,6 +165,20 @@ def validate(
             hint="give fewer processes, or calibrate from a probe run with fewer threads "
             "per process (clustersim probe --threads)",
         )
+    # Every prediction before any live run: a calibrated profile missing or broken (a deleted
+    # fabric file) is refused now, not after minutes of live jobs.
+    try:
+        for w in wls:
+            for lay in todo:
+                predict(profile, w.cfg, lay["nproc_per_node"], lay["nodes"])
+    except UserError as exc:
+        where = f"{exc.path}: " if exc.path else ""
+        raise UserError(
+            f"the profiles calibrated as '{profile}' cannot be simulated ({where}{exc.message})",
+            file=str(path),
+            hint="re-run `clustersim calibrate` into the folder that holds its profiles, or "
+            "restore the profile file it names",
+        ) from None
     speed = dict(side.get("speed_variation") or {})
     if not speed.get("shape"):  # older calibrations: the probe job's MLP shape
         speed["shape"] = [base["batch"] * base["seq"], base["hidden"]]

@@ -157,6 +157,17 @@ def calibrate(
     check_name(name)
     check_free(name, out_dir)
     data = load_probe(probe_file)
+    if data.get("complete") is not True:
+        # every section the fits need is there (load_probe), but the probe stopped before its
+        # end: what it did not reach is fitted from less, or left out
+        stop = (data.get("error") or {}).get("message") if isinstance(data, dict) else None
+        err.print(
+            "warning: the probe did not complete"
+            + (f" ({safe(str(stop))})" if stop else "")
+            + ": the profiles are fitted from the phases it finished; re-run `clustersim "
+            "probe` to completion for the rest",
+            highlight=False,
+        )
     try:
         cal = fit(data, probe_file, name)
     except UserError as exc:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import REPO, h100_probe_two_ranks, run_cli
+from conftest import REPO, h100_probe_two_ranks, run_cli, run_cli_process
 from test_errors import assert_user_error
 
 
@@ -57,6 +57,11 @@ def _probe(tmp_path: Path, edit=None, name: str = "p.json") -> Path:  # type: ig
          "speed_variation.block_times_s[0]"),
         (lambda d: d.update(train_speed_check={"reps": 4, "block_times_s": [[0.1, -0.1]]}),
          "train_speed_check.block_times_s[0][1]"),
+        (lambda d: d["train"].update(compute_step_times_s="x"), "train.compute_step_times_s"),
+        (lambda d: d["train"].update(compute_step_times_s=[[0.1, -0.1]]),
+         "train.compute_step_times_s[0][1]"),
+        (lambda d: d["train"].update(alone_compute_step_median_s="0.1"),
+         "train.alone_compute_step_median_s"),
     ],
 )  # fmt: skip
 def test_a_damaged_probe_file_names_the_field(tmp_path: Path, edit, path: str) -> None:  # type: ignore[no-untyped-def]
@@ -348,3 +353,34 @@ def test_a_probe_measured_on_a_busy_machine_is_warned_about(tmp_path: Path) -> N
     # the bundled H100 probe: not busy, but its blocks step from 89 to 66 ms mid-probe (19%)
     assert res.returncode == 0 and "busy machine" not in res.stderr
     assert "varied by 19%" in res.stderr and "run.stragglers: off" in res.stderr
+
+
+def test_an_incomplete_probe_is_calibrated_with_a_warning(tmp_path: Path) -> None:
+    """A probe that stopped after every section the fits need is still calibrated, but no
+    longer silently: the warning says it stopped and why."""
+
+    def stopped(d: dict) -> None:  # type: ignore[type-arg]
+        d.update(complete=False, error={"message": "rank 1 died in phase storage"})
+
+    f = _probe(tmp_path, stopped)
+    res = run_cli("calibrate", str(f), "--name", "inc", "--out-dir", str(tmp_path / "out"))
+    assert res.returncode == 0, res.stderr
+    assert "did not complete (rank 1 died in phase storage)" in res.stderr
+
+
+def test_validate_refuses_a_missing_calibrated_profile_before_any_live_run(
+    calibrated: Path,
+) -> None:
+    """A calibration whose fabric profile was deleted ran 33 s of live jobs before failing on
+    'unknown fabric profile'; every prediction is now made first."""
+    side = json.loads(calibrated.read_text())
+    side["threads_per_process"] = 1  # (the H100 probe's 16 would fit no layout on this host)
+    calibrated.write_text(json.dumps(side))
+    (calibrated.parent / "vcal-fabric.yaml").unlink()
+    # a fresh process (this one has the catalogue with the fabric file cached)
+    env = {"CLUSTERSIM_PROFILE_PATH": str(calibrated.parent)}
+    res = run_cli_process("validate", "--profile", "vcal", "--nproc", "1", env=env, timeout=120)
+    assert_user_error(
+        res, file=calibrated, path=None, says=("cannot be simulated",), hint=("calibrate",)
+    )
+    assert "live run" not in res.stderr
