@@ -53,8 +53,19 @@ SCALARS: dict[str, str] = {
     "nodes": INT,
     "procs_per_node": INT,
     "threads_per_process": INT,
+    "cpu_count": INT,
+    "memory_bytes": NUM,
     "devices": LIST,  # the device names the probe read (a list, one per device)
 }
+NULLABLE = ("cpu_count", "memory_bytes")
+# The values a row's name field takes: the collectives the probe times (probe_base.COLLECTIVES)
+# and its memory-bound kernels (probe_device); another is an edit the fits cannot place.
+NAMES: dict[tuple[str, str], tuple[str, ...]] = {
+    ("collectives", "op"): (
+        "all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all", "p2p",
+    ),
+    ("memory", "kind"): ("copy", "gelu+copy"),
+}  # fmt: skip
 TRAIN_MODEL = ("layers", "hidden", "heads", "vocab", "seq", "batch")
 
 
@@ -160,6 +171,8 @@ def check_shape(data: dict[str, Any], file: str) -> None:
     """Refuse (exit 2, with the field's path) a probe file whose sections or rows do not have
     the types the calibration reads. Absent sections are left to the caller's checks."""
     for key, want in SCALARS.items():
+        if key in NULLABLE and data.get(key) is None:
+            continue  # (os.cpu_count() may say it does not know)
         if key in data and not _type_ok(data[key], want):
             raise _refuse(file, key, data[key], want)
     for i, name in enumerate(data.get("devices") or []):
@@ -175,6 +188,29 @@ def check_shape(data: dict[str, Any], file: str) -> None:
             if not isinstance(row, dict):
                 raise _refuse(file, f"{section}[{i}]", row, DICT)
             _check_fields(row, fields, file, f"{section}[{i}]")
+            for (sec, key), known in NAMES.items():
+                if sec == section and row[key] not in known:
+                    raise UserError(
+                        f"probe file field is {row[key]!r}, which the probe never writes "
+                        f"(one of {', '.join(known)}): the file is damaged or was edited",
+                        file=file,
+                        path=f"{section}[{i}].{key}",
+                        hint=PROBE[1],
+                    )
+            world = data.get("world_size")
+            if (
+                section == "collectives"
+                and isinstance(world, int)
+                and not isinstance(world, bool)
+                and row["group_size"] > world
+            ):
+                raise UserError(
+                    f"probe file field is {row['group_size']!r}, more ranks than the probe's "
+                    f"world_size of {world}: the file is damaged or was edited",
+                    file=file,
+                    path=f"collectives[{i}].group_size",
+                    hint=PROBE[1],
+                )
             if section == "collectives" and row["group_size"] < 2:
                 raise UserError(
                     f"probe file field should be 2 or more (got {row['group_size']!r}): a "

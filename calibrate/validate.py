@@ -180,6 +180,8 @@ def validate(
             "restore the profile file it names",
         ) from None
     speed = dict(side.get("speed_variation") or {})
+    if speed.get("note") and log:  # calibrate's warning, where the corrections rest on it
+        log(f"warning: drift reference: {speed['note']}")
     if not speed.get("shape"):  # older calibrations: the probe job's MLP shape
         speed["shape"] = [base["batch"] * base["seq"], base["hidden"]]
     runs: dict[tuple[str, str], list[dict[str, Any]]] = {}
@@ -241,6 +243,7 @@ def validate(
         "interval_level": LEVEL,
         "prediction_errors": sigma_what,
         "drift_work": speed.get("work"),
+        "drift_reference_note": speed.get("note"),
         "scaling": "weak (batch per process fixed); reference: the smallest run of each workload",
         "rows": rows,
         "max_abs_error_pct": max((abs(r["error_pct"]) for r in done), default=None),

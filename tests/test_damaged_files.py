@@ -62,6 +62,11 @@ def _probe(tmp_path: Path, edit=None, name: str = "p.json") -> Path:  # type: ig
          "train.compute_step_times_s[0][1]"),
         (lambda d: d["train"].update(alone_compute_step_median_s="0.1"),
          "train.alone_compute_step_median_s"),
+        (lambda d: d["collectives"][0].update(op="all_reduce_coalesced"), "collectives[0].op"),
+        (lambda d: d["collectives"][0].update(group_size=3), "collectives[0].group_size"),
+        (lambda d: d["memory"][0].update(kind="scale"), "memory[0].kind"),
+        (lambda d: d.update(cpu_count="two"), "cpu_count"),
+        (lambda d: d.update(memory_bytes="25GB"), "memory_bytes"),
     ],
 )  # fmt: skip
 def test_a_damaged_probe_file_names_the_field(tmp_path: Path, edit, path: str) -> None:  # type: ignore[no-untyped-def]

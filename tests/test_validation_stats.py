@@ -175,7 +175,7 @@ def test_validate_warns_where_its_intervals_make_any_row_pass() -> None:
 
     from simulator.report.validation import print_validation
 
-    def report(width_pct: float) -> str:
+    def report(width_pct: float, note: str | None = None) -> str:
         row = {
             "workload": "comm-heavy", "in_sample": False, "nodes": 2, "nproc_per_node": 1,
             "measured_s": 0.10, "measured_interval_s": [0.095, 0.105], "predicted_s": 0.075,
@@ -187,7 +187,7 @@ def test_validate_warns_where_its_intervals_make_any_row_pass() -> None:
         rep = {
             "profile": "p", "threads_per_process": 1, "interval_level": 0.9, "rows": [row],
             "repeats": 3, "steps": 4, "drift_work": "w", "prediction_errors": "e",
-            "scaling": "weak",
+            "scaling": "weak", "drift_reference_note": note,
             "out_of_sample": {"rows": 1, "passed": 1, "max_abs_corrected_error_pct": 25.0,
                               "max_scaling_gap_points": None,
                               "max_interval_half_width_pct": width_pct},
@@ -198,3 +198,7 @@ def test_validate_warns_where_its_intervals_make_any_row_pass() -> None:
 
     assert "intervals reach ±48%" in report(48.0)
     assert "intervals reach" not in report(10.0)
+    # calibrate's warning that the drift reference moved during the probe is repeated where
+    # the corrections that rest on it are shown
+    assert "warning: drift reference: it ran +71%" in report(10.0, "it ran +71%")
+    assert "drift reference" not in report(10.0)

@@ -81,6 +81,8 @@ def print_validation(out: Console, rep: dict[str, Any]) -> None:
             f"|error| {oos['max_abs_corrected_error_pct']:.1f}%"
             + (f"; largest scaling gap {gap:.1f} points" if gap is not None else "")
         )
+        if rep.get("drift_reference_note"):
+            out.print(safe(f"warning: drift reference: {rep['drift_reference_note']}"))
         wide = oos.get("max_interval_half_width_pct")
         if wide is not None and wide > WIDE_INTERVAL_PCT:
             out.print(
