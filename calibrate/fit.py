@@ -215,6 +215,14 @@ def calibrate(probe: dict[str, Any], file: str, name: str) -> Calibration:
     mem_bytes = float(probe.get("memory_bytes") or 0)
     device = (probe.get("cpu_model") if is_cpu else (probe.get("devices") or ["?"])[0]) or "?"
     if is_cpu:
+        if mem_bytes <= 0:  # (sysconf said nothing): a 0.1 GB floor would fit no scenario
+            raise UserError(
+                "the probe file records no host memory (memory_bytes)",
+                file=file,
+                path="memory_bytes",
+                hint="re-run the probe on a host whose memory size it can read, or give the "
+                "calibrated GPU profile's memory_gb by hand",
+            )
         gpu_mem = mem_bytes / max(1, ppn) / 1e9
         held_what = f"host memory {mem_bytes / 1e9:.1f} GB (sysconf) split over {ppn} processes"
     else:

@@ -31,10 +31,17 @@ def storage_profile(S: Figure, st: dict[str, Any], name: str) -> dict[str, Any]:
             "display_name": f"{name}: storage",
             "technology": "local_nvme",
             "read_gbps_per_client": S(
-                1.0, "not measured (probe ran without the storage phase): placeholder"
+                1.0,
+                "estimate: not measured (the probe ran without its storage phase); 1 GB/s, "
+                "the order of a local NVMe drive's sequential rate; re-probe with "
+                "--storage-path to measure it",
             ),
-            "write_gbps_per_client": S(1.0, "not measured: placeholder"),
-            "latency_ms": S(0.1, "not measured: placeholder"),
+            "write_gbps_per_client": S(
+                1.0, "estimate: not measured (no storage phase); as the read rate"
+            ),
+            "latency_ms": S(
+                0.1, "estimate: not measured (no storage phase); a local NVMe read's 0.1 ms"
+            ),
         }
     return {
         "kind": "storage",

@@ -389,3 +389,27 @@ def test_validate_refuses_a_missing_calibrated_profile_before_any_live_run(
         res, file=calibrated, path=None, says=("cannot be simulated",), hint=("calibrate",)
     )
     assert "live run" not in res.stderr
+
+
+def test_a_probe_without_its_storage_phase_gives_estimates_that_say_so(tmp_path: Path) -> None:
+    """The storage profile of a probe run without its storage phase cites its figures as
+    estimates, with the reasoning (they were "not measured: placeholder")."""
+    f = _probe(tmp_path, lambda d: d.pop("storage", None))
+    out = tmp_path / "out"
+    res = run_cli("calibrate", str(f), "--name", "nost", "--out-dir", str(out))
+    assert res.returncode == 0, res.stderr
+    st = yaml.safe_load((out / "nost-storage.yaml").read_text())
+    for key in ("read_gbps_per_client", "write_gbps_per_client", "latency_ms"):
+        assert "estimate: not measured" in st[key]["source"], st[key]
+
+
+def test_a_cpu_probe_without_its_host_memory_is_refused(tmp_path: Path) -> None:
+    """With no host memory size (sysconf said nothing) the calibrated device got a 0.1 GB
+    floor, so no scenario on it fit; it is refused, naming the field."""
+
+    def cpu_without_memory(d: dict) -> None:  # type: ignore[type-arg]
+        d.update(device_type="cpu", cpu_model="a CPU", memory_bytes=None)
+
+    f = _probe(tmp_path, cpu_without_memory)
+    res = run_cli("calibrate", str(f), "--name", "nomem", "--out-dir", str(tmp_path / "out"))
+    assert_user_error(res, file=f, path="memory_bytes", says=("no host memory",))
