@@ -262,7 +262,10 @@ def calibrate(probe: dict[str, Any], file: str, name: str) -> Calibration:
                 "forward+backward on the training job's shape: "
                 f"{att.get('tflops', 0):.4g} "
                 "TFLOP/s in the simulator's FLOP convention, over the peak"
-                + (" (faster than the peak: held at 1)" if att_eff > 1.0 else ""),
+                + (" (faster than the peak: held at 1)" if att_eff > 1.0 else "")
+                if att
+                else "estimate: not measured (the probe ran without its attention phase); "
+                "half the matmul peak, as a fused attention kernel reaches on long sequences",
             ),
             "memory_bandwidth": S(max(mem_eff, 1e-3), mem_what),
             "kernel_launch_us": S(*launch_fit(probe, ovh)),

@@ -413,3 +413,18 @@ def test_a_cpu_probe_without_its_host_memory_is_refused(tmp_path: Path) -> None:
     f = _probe(tmp_path, cpu_without_memory)
     res = run_cli("calibrate", str(f), "--name", "nomem", "--out-dir", str(tmp_path / "out"))
     assert_user_error(res, file=f, path="memory_bytes", says=("no host memory",))
+
+
+def test_a_probe_without_its_attention_phase_says_the_figure_is_an_estimate(
+    tmp_path: Path,
+) -> None:
+    def no_attention(d: dict) -> None:  # type: ignore[type-arg]
+        d.pop("attention", None)
+        d.pop("attention_curve", None)
+
+    f = _probe(tmp_path, no_attention)
+    out = tmp_path / "out"
+    res = run_cli("calibrate", str(f), "--name", "noatt", "--out-dir", str(out))
+    assert res.returncode == 0, res.stderr
+    gpu = yaml.safe_load((out / "noatt.yaml").read_text())
+    assert "estimate: not measured" in gpu["efficiency"]["attention_max"]["source"]
