@@ -105,7 +105,7 @@ def load_probe(path: str | Path) -> dict[str, Any]:
         missing.append("intra-node all-reduce at two or more message sizes")
     if missing:
         why = ""
-        if data.get("error"):
+        if isinstance(data.get("error"), dict):
             why = f" (the probe stopped: {data['error'].get('message')})"
         elif data.get("world_size", 2) < 2:
             why = " (the probe ran on one process: collectives need --nproc 2 or more)"

@@ -160,7 +160,8 @@ def calibrate(
     if data.get("complete") is not True:
         # every section the fits need is there (load_probe), but the probe stopped before its
         # end: what it did not reach is fitted from less, or left out
-        stop = (data.get("error") or {}).get("message") if isinstance(data, dict) else None
+        fault = data.get("error")
+        stop = fault.get("message") if isinstance(fault, dict) else None
         err.print(
             "warning: the probe did not complete"
             + (f" ({safe(str(stop))})" if stop else "")
