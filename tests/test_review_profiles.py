@@ -66,7 +66,10 @@ def test_an_identical_copy_in_the_same_folder_is_harmless(
     assert run_cli("profiles", "show", "h100-copy").returncode == 0
 
 
-@pytest.mark.parametrize("source", ["TBD", "todo: find it", "estimate", "n/a", "datasheet"])
+@pytest.mark.parametrize(
+    "source",
+    ["TBD", "todo: find it", "estimate", "n/a", "datasheet", "x" * 32, "datasheet2024"],
+)
 def test_a_placeholder_source_is_refused_in_a_profile_file(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, source: str
 ) -> None:

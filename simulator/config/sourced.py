@@ -36,10 +36,13 @@ MIN_SOURCE_CHARS = 10
 
 def _real_source(v: str, info: ValidationInfo) -> str:
     """In a profile file, a source names a datasheet, a paper table, a probe run or the
-    reasoning behind an estimate: at least MIN_SOURCE_CHARS characters, no placeholder."""
+    reasoning behind an estimate: at least MIN_SOURCE_CHARS characters and two words, no
+    placeholder."""
     if info.context and info.context.get(PROFILE_FILE):
         text = v.strip()
-        if len(text) < MIN_SOURCE_CHARS or _PLACEHOLDER.search(text.lower()):
+        # (two words at least: 'xxxxxxxxxxxx' or 'datasheet2024' names nothing one can find)
+        words = len(re.findall(r"[^\W\d_]{2,}", text))
+        if len(text) < MIN_SOURCE_CHARS or _PLACEHOLDER.search(text.lower()) or words < 2:
             raise ValueError(
                 "the source does not say where the figure comes from: name the datasheet, "
                 "paper table or probe run (or, for an estimate, 'estimate: ' and the reasoning)"
