@@ -110,6 +110,17 @@ def _refuse(file: str, path: str, v: Any, want: str, kind: tuple[str, str] = PRO
     )
 
 
+def _edited(file: str, path: str, why: str) -> UserError:
+    """A probe file field whose value the probe never writes: ``why``, then that the file is
+    damaged or was edited."""
+    return UserError(
+        f"probe file field {why}: the file is damaged or was edited",
+        file=file,
+        path=path,
+        hint=PROBE[1],
+    )
+
+
 _MISSING = object()
 
 
@@ -190,34 +201,25 @@ def check_shape(data: dict[str, Any], file: str) -> None:
             _check_fields(row, fields, file, f"{section}[{i}]")
             for (sec, key), known in NAMES.items():
                 if sec == section and row[key] not in known:
-                    raise UserError(
-                        f"probe file field is {row[key]!r}, which the probe never writes "
-                        f"(one of {', '.join(known)}): the file is damaged or was edited",
-                        file=file,
-                        path=f"{section}[{i}].{key}",
-                        hint=PROBE[1],
+                    raise _edited(
+                        file,
+                        f"{section}[{i}].{key}",
+                        f"is {row[key]!r}, which the probe never writes (one of "
+                        f"{', '.join(known)})",
                     )
-            world = data.get("world_size")
-            if (
-                section == "collectives"
-                and isinstance(world, int)
-                and not isinstance(world, bool)
-                and row["group_size"] > world
-            ):
-                raise UserError(
-                    f"probe file field is {row['group_size']!r}, more ranks than the probe's "
-                    f"world_size of {world}: the file is damaged or was edited",
-                    file=file,
-                    path=f"collectives[{i}].group_size",
-                    hint=PROBE[1],
+            if section != "collectives":
+                continue
+            world, n = data.get("world_size"), row["group_size"]
+            at = f"collectives[{i}].group_size"
+            if isinstance(world, int) and not isinstance(world, bool) and n > world:
+                raise _edited(
+                    file, at, f"is {n!r}, more ranks than the probe's world_size of {world}"
                 )
-            if section == "collectives" and row["group_size"] < 2:
-                raise UserError(
-                    f"probe file field should be 2 or more (got {row['group_size']!r}): a "
-                    "collective runs over at least two ranks; the file is damaged or was edited",
-                    file=file,
-                    path=f"collectives[{i}].group_size",
-                    hint=PROBE[1],
+            if n < 2:
+                raise _edited(
+                    file,
+                    at,
+                    f"should be 2 or more (got {n!r}): a collective runs over at least two ranks",
                 )
     for section, fields in MAPPINGS.items():
         if section not in data or data[section] is None:

@@ -7,6 +7,7 @@ import csv
 import io
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -60,26 +61,32 @@ def test_two_level_at_the_top_of_three_name_no_best(tmp_path: Path) -> None:
     assert step["best"] is None and "tie for best" in step["verdict"]
 
 
-def test_an_owned_cluster_named_cheapest_shows_its_commitment_and_spot_its_lost_time(
-    tmp_path: Path,
-) -> None:
-    """Owned hardware is charged only the run's own hours of its life: compare shows what it
-    commits up front and says so where it names it cheapest; spot's throughput per step is
-    the same, but the share of wall time making progress is not."""
+def _compare_priced(tmp_path: Path, **pricings: dict[str, str]) -> dict[str, Any]:
+    """`compare` of the scenario under each pricing (by name, in order): its metrics by name."""
     data = read_yaml(SC)
     paths = []
-    for name, pricing in (
-        ("od", {"profile": "aws-p5-h100", "tier": "on_demand"}),
-        ("spot", {"profile": "aws-p5-h100", "tier": "spot"}),
-        ("own", {"profile": "own-dgx-h100"}),
-    ):
+    for name, pricing in pricings.items():
         d = dict(data, name=name)
         d["cluster"] = dict(data["cluster"], pricing=pricing)
         paths.append(tmp_path / f"{name}.yaml")
         paths[-1].write_text(yaml.safe_dump(d))
     res = run_cli("compare", *map(str, paths), "--format", "json")
     assert res.returncode == 0, res.stderr
-    m = {x["metric"]: x for x in json.loads(res.stdout)["metrics"]}
+    return {x["metric"]: x for x in json.loads(res.stdout)["metrics"]}
+
+
+def test_an_owned_cluster_named_cheapest_shows_its_commitment_and_spot_its_lost_time(
+    tmp_path: Path,
+) -> None:
+    """Owned hardware is charged only the run's own hours of its life: compare shows what it
+    commits up front and says so where it names it cheapest; spot's throughput per step is
+    the same, but the share of wall time making progress is not."""
+    m = _compare_priced(
+        tmp_path,
+        od={"profile": "aws-p5-h100", "tier": "on_demand"},
+        spot={"profile": "aws-p5-h100", "tier": "spot"},
+        own={"profile": "own-dgx-h100"},
+    )
     held = m["usd_commitment"]["values"]
     assert held[0] == held[1] == 0 and held[2] > 1e6
     assert m["usd_total"]["best"] == "own" and "committed up front" in m["usd_total"]["verdict"]
@@ -125,17 +132,9 @@ def test_a_reserved_rate_without_its_term_commits_an_unknown_amount_not_zero(
     (tmp_path / "prices").mkdir()
     (tmp_path / "prices" / "noterm.yaml").write_text(text + "\n")
     monkeypatch.setenv("CLUSTERSIM_PROFILE_PATH", str(tmp_path))
-    data = read_yaml(SC)
-    paths = []
-    for name, pricing in (
-        ("od", {"profile": "noterm", "tier": "on_demand"}),
-        ("res", {"profile": "noterm", "tier": "reserved"}),
-    ):
-        d = dict(data, name=name)
-        d["cluster"] = dict(data["cluster"], pricing=pricing)
-        paths.append(tmp_path / f"{name}.yaml")
-        paths[-1].write_text(yaml.safe_dump(d))
-    res = run_cli("compare", *map(str, paths), "--format", "json")
-    assert res.returncode == 0, res.stderr
-    m = {x["metric"]: x for x in json.loads(res.stdout)["metrics"]}
+    m = _compare_priced(
+        tmp_path,
+        od={"profile": "noterm", "tier": "on_demand"},
+        res={"profile": "noterm", "tier": "reserved"},
+    )
     assert m["usd_commitment"]["values"] == [0.0, None]
