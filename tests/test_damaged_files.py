@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import REPO, h100_probe_two_ranks, run_cli, run_cli_process
+from conftest import h100_probe_two_ranks, run_cli, run_cli_process
 from test_errors import assert_user_error
 
 
@@ -273,52 +273,6 @@ def test_probe_options_are_checked_before_launching(
     assert not list(tmp_path.iterdir())
 
 
-def test_a_trace_never_replaces_the_scenario(tmp_path: Path) -> None:
-    sc = tmp_path / "s.yaml"
-    sc.write_bytes((REPO / "scenarios" / "llama3-8b-8xh100.yaml").read_bytes())
-    before = sc.read_bytes()
-    res = run_cli("simulate", str(sc), "--trace", str(sc))
-    assert_user_error(res, file=None, path="--trace", says=("scenario file itself",))
-    assert sc.read_bytes() == before
-
-
-def test_a_trace_never_replaces_another_file_but_replaces_its_own_trace(tmp_path: Path) -> None:
-    sc = tmp_path / "s.yaml"
-    sc.write_bytes((REPO / "scenarios" / "llama3-8b-8xh100.yaml").read_bytes())
-    mine = tmp_path / "notes.yaml"
-    mine.write_text("my notes\n")
-    res = run_cli("simulate", str(sc), "--trace", str(mine))
-    assert_user_error(res, file=None, path="--trace", says=("not a trace",), hint=("own file",))
-    assert mine.read_text() == "my notes\n"
-    # a trace another tool wrote (PyTorch's profiler, json.dump) is the user's too
-    other = tmp_path / "profiler.json"
-    for text in ('{"traceEvents": []}\n', '{"traceEvents":[{"ph":"X","ts":0,"dur":1}]}\n'):
-        other.write_text(text)
-        res = run_cli("simulate", str(sc), "--trace", str(other))
-        assert_user_error(res, file=None, path="--trace", says=("not a trace",))
-        assert other.read_text() == text
-    trace = tmp_path / "t.json"
-    for _ in range(2):  # a trace of its own is replaced by the next run's
-        res = run_cli("simulate", str(sc), "--trace", str(trace))
-        assert res.returncode == 0, res.stderr
-        assert trace.read_bytes().startswith(b'{"traceEvents":')
-
-
-def test_a_trace_too_large_to_write_is_refused_before_simulating(tmp_path: Path) -> None:
-    res = run_cli(
-        "simulate",
-        "llama3-8b-8xh100",
-        "--set",
-        "training.global_batch=16777216",
-        "--set",
-        "run.tokens=1e15",
-        "--trace",
-        str(tmp_path / "t.json"),
-    )
-    assert_user_error(res, file=None, path="--trace", says=("events",), hint=("micro-batches",))
-    assert not (tmp_path / "t.json").exists()
-
-
 def test_a_probe_figure_out_of_every_profiles_range_names_the_probe_file(tmp_path: Path) -> None:
     """A GEMM rate of 1e300 TFLOP/s builds a GPU profile that cannot load: the probe file is
     named, not a scenario field of a scenario the user never wrote."""
@@ -360,19 +314,6 @@ def test_a_probe_measured_on_a_busy_machine_is_warned_about(tmp_path: Path) -> N
     assert "varied by 19%" in res.stderr and "run.stragglers: off" in res.stderr
 
 
-def test_an_incomplete_probe_is_calibrated_with_a_warning(tmp_path: Path) -> None:
-    """A probe that stopped after every section the fits need is still calibrated, but no
-    longer silently: the warning says it stopped and why."""
-
-    def stopped(d: dict) -> None:  # type: ignore[type-arg]
-        d.update(complete=False, error={"message": "rank 1 died in phase storage"})
-
-    f = _probe(tmp_path, stopped)
-    res = run_cli("calibrate", str(f), "--name", "inc", "--out-dir", str(tmp_path / "out"))
-    assert res.returncode == 0, res.stderr
-    assert "did not complete (rank 1 died in phase storage)" in res.stderr
-
-
 def test_validate_refuses_a_missing_calibrated_profile_before_any_live_run(
     calibrated: Path,
 ) -> None:
@@ -389,42 +330,3 @@ def test_validate_refuses_a_missing_calibrated_profile_before_any_live_run(
         res, file=calibrated, path=None, says=("cannot be simulated",), hint=("calibrate",)
     )
     assert "live run" not in res.stderr
-
-
-def test_a_probe_without_its_storage_phase_gives_estimates_that_say_so(tmp_path: Path) -> None:
-    """The storage profile of a probe run without its storage phase cites its figures as
-    estimates, with the reasoning (they were "not measured: placeholder")."""
-    f = _probe(tmp_path, lambda d: d.pop("storage", None))
-    out = tmp_path / "out"
-    res = run_cli("calibrate", str(f), "--name", "nost", "--out-dir", str(out))
-    assert res.returncode == 0, res.stderr
-    st = yaml.safe_load((out / "nost-storage.yaml").read_text())
-    for key in ("read_gbps_per_client", "write_gbps_per_client", "latency_ms"):
-        assert "estimate: not measured" in st[key]["source"], st[key]
-
-
-def test_a_cpu_probe_without_its_host_memory_is_refused(tmp_path: Path) -> None:
-    """With no host memory size (sysconf said nothing) the calibrated device got a 0.1 GB
-    floor, so no scenario on it fit; it is refused, naming the field."""
-
-    def cpu_without_memory(d: dict) -> None:  # type: ignore[type-arg]
-        d.update(device_type="cpu", cpu_model="a CPU", memory_bytes=None)
-
-    f = _probe(tmp_path, cpu_without_memory)
-    res = run_cli("calibrate", str(f), "--name", "nomem", "--out-dir", str(tmp_path / "out"))
-    assert_user_error(res, file=f, path="memory_bytes", says=("no host memory",))
-
-
-def test_a_probe_without_its_attention_phase_says_the_figure_is_an_estimate(
-    tmp_path: Path,
-) -> None:
-    def no_attention(d: dict) -> None:  # type: ignore[type-arg]
-        d.pop("attention", None)
-        d.pop("attention_curve", None)
-
-    f = _probe(tmp_path, no_attention)
-    out = tmp_path / "out"
-    res = run_cli("calibrate", str(f), "--name", "noatt", "--out-dir", str(out))
-    assert res.returncode == 0, res.stderr
-    gpu = yaml.safe_load((out / "noatt.yaml").read_text())
-    assert "estimate: not measured" in gpu["efficiency"]["attention_max"]["source"]
