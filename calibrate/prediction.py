@@ -4,9 +4,10 @@ the host is and how fast the machine runs now."""
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
-from .scenario import job_scenario
+from .scenario import cpu_comm_overlaps, job_scenario
 
 
 def loopback_network(profile: str) -> dict[str, Any]:
@@ -127,3 +128,30 @@ def between_alone_and_full(alone: float, full: float, busy: int, procs: int) -> 
     """A figure measured with one of a host's ``procs`` processes busy (``alone``) and with all
     (``full``), at ``busy`` of them: linear in between."""
     return alone + (full - alone) * (busy - 1) / max(1, procs - 1)
+
+
+Predicted = tuple[float, list[str], dict[str, float]]
+
+
+def layout_prediction(
+    profile: str,
+    side: dict[str, Any],
+    cfg: dict[str, int],
+    lay: dict[str, Any],
+    speed: dict[str, Any],
+) -> Predicted:
+    """The step predicted for ``cfg`` at layout ``lay``, its notes and its shares by category."""
+    nodes, nproc, world = lay["nodes"], lay["nproc_per_node"], lay["world_size"]
+    threads = int(side.get("threads_per_process") or 1)
+    cores = os.cpu_count() or 1
+    overlap = cpu_comm_overlaps(str(side.get("device_type")), world, threads, cores)
+    factor = host_occupancy_factor(side, world)
+    pred, note, shares = predict(
+        profile, cfg, nproc, nodes, overlap, bool(speed.get("cv")), factor[:2] if factor else None
+    )
+    notes = [note] if note else []
+    if factor:
+        notes.append(factor[2])
+    if not overlap:
+        notes.append("no comm/compute overlap: every core computes")
+    return pred, notes, shares

@@ -24,9 +24,15 @@ from simulator.errors import UserError
 from .fits import unit_seconds
 from .intervals import LEVEL, Z, bootstrap_median, passed, prediction_sd, robust_rel_sd, verdict
 from .launch import ProbeFailed, launch
-from .prediction import drift_reference, host_occupancy_factor, loopback_network, predict
+from .prediction import (
+    Predicted,
+    drift_reference,
+    host_occupancy_factor,
+    layout_prediction,
+    loopback_network,
+    predict,
+)
 from .probe_shape import load_sidecar
-from .scenario import cpu_comm_overlaps
 from .workloads import KEYS, check_names, select, workloads
 
 __all__ = [
@@ -165,12 +171,17 @@ def validate(
             hint="give fewer processes, or calibrate from a probe run with fewer threads "
             "per process (clustersim probe --threads)",
         )
+    speed = dict(side.get("speed_variation") or {})
+    if speed.get("note") and log:  # calibrate's warning, where the corrections rest on it
+        log(f"warning: drift reference: {speed['note']}")
     # Every prediction before any live run: a calibrated profile missing or broken (a deleted
     # fabric file) is refused now, not after minutes of live jobs.
     try:
-        for w in wls:
-            for lay in todo:
-                predict(profile, w.cfg, lay["nproc_per_node"], lay["nodes"])
+        preds = {
+            (w.name, _key(lay)): layout_prediction(profile, side, w.cfg, lay, speed)
+            for w in wls
+            for lay in todo
+        }
     except UserError as exc:
         where = f"{exc.path}: " if exc.path else ""
         raise UserError(
@@ -179,9 +190,6 @@ def validate(
             hint="re-run `clustersim calibrate` into the folder that holds its profiles, or "
             "restore the profile file it names",
         ) from None
-    speed = dict(side.get("speed_variation") or {})
-    if speed.get("note") and log:  # calibrate's warning, where the corrections rest on it
-        log(f"warning: drift reference: {speed['note']}")
     if not speed.get("shape"):  # older calibrations: the probe job's MLP shape
         speed["shape"] = [base["batch"] * base["seq"], base["hidden"]]
     runs: dict[tuple[str, str], list[dict[str, Any]]] = {}
@@ -193,7 +201,7 @@ def validate(
             j = rep % len(wls)
             jobs = [w.job() for w in wls[j:] + wls[:j]]
             for lay in todo[k:] + todo[:k]:
-                key = f"{lay['nodes']}x{lay['nproc_per_node']}"
+                key = _key(lay)
                 order.append(key)
                 if log:
                     log(
@@ -222,8 +230,8 @@ def validate(
             rows.append(row)
             if "skipped" in lay:
                 continue
-            key = f"{lay['nodes']}x{lay['nproc_per_node']}"
-            row.update(_row(profile, side, w.cfg, lay, runs[(w.name, key)], speed, sigmas))
+            key = _key(lay)
+            row.update(_row(side, lay, preds[(w.name, key)], runs[(w.name, key)], speed, sigmas))
     _anchor(rows)
     _scaling(rows)
     done = [r for r in rows if "measured_s" in r]
@@ -271,28 +279,20 @@ def _half_width_pct(r: dict[str, Any]) -> float:
     return 100.0 * (hi - lo) / 2.0 / r["corrected_predicted_s"]
 
 
+def _key(lay: dict[str, Any]) -> str:
+    return f"{lay['nodes']}x{lay['nproc_per_node']}"
+
+
 def _row(
-    profile: str,
     side: dict[str, Any],
-    cfg: dict[str, int],
     lay: dict[str, Any],
+    predicted: Predicted,
     lives: list[dict[str, Any]],
     speed: dict[str, Any],
     sigmas: dict[str, float],
 ) -> dict[str, Any]:
-    nodes, nproc, world = lay["nodes"], lay["nproc_per_node"], lay["world_size"]
-    threads = int(side.get("threads_per_process") or 1)
-    cores = os.cpu_count() or 1
-    overlap = cpu_comm_overlaps(str(side.get("device_type")), world, threads, cores)
-    factor = host_occupancy_factor(side, world)
-    pred, note, shares = predict(
-        profile, cfg, nproc, nodes, overlap, bool(speed.get("cv")), factor[:2] if factor else None
-    )
-    notes = [note] if note else []
-    if factor:
-        notes.append(factor[2])
-    if not overlap:
-        notes.append("no comm/compute overlap: every core computes")
+    nproc, world = lay["nproc_per_node"], lay["world_size"]
+    pred, notes, shares = predicted[0], list(predicted[1]), predicted[2]
     all_steps = [t for live in lives for t in live["step_times_s"]]
     meas = statistics.median(all_steps)
     ci = bootstrap_median([live["step_times_s"] for live in lives])
