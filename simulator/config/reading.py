@@ -21,6 +21,7 @@ from .yamlio import (
     MAX_NODES,
     YamlDuplicateKey,
     YamlLimit,
+    YamlTooLarge,
     check_text,
     load_text,
     read_file_text,
@@ -31,7 +32,7 @@ def read_yaml(path: Path) -> dict[str, Any]:
     try:
         text = read_file_text(path, 4 * MAX_BYTES)  # past MAX_BYTES load_text says why
     except YamlLimit as exc:
-        big = "larger than" in str(exc)
+        big = isinstance(exc, YamlTooLarge)
         raise UserError(
             f"refused: the file {exc}",
             file=str(path),

@@ -28,6 +28,10 @@ class YamlLimit(ValueError):
     """The document is larger, deeper or expands further than a scenario reasonably does."""
 
 
+class YamlTooLarge(YamlLimit):
+    """The file itself is larger than a scenario reasonably is (not its nesting or aliases)."""
+
+
 class YamlDuplicateKey(ValueError):
     """A mapping gives the same key twice; YAML says keys are unique, and PyYAML would keep the
     last one silently."""
@@ -167,7 +171,7 @@ def read_file_text(path: Path, limit: int = MAX_BYTES) -> str:
     with open(path, "rb") as fh:
         raw = fh.read(limit + 1)
     if len(raw) > limit:  # (a limit past MAX_BYTES only lets load_text say more)
-        raise YamlLimit(f"is larger than {min(limit, MAX_BYTES) // 1000:,} kB")
+        raise YamlTooLarge(f"is larger than {min(limit, MAX_BYTES) // 1000:,} kB")
     return raw.decode("utf-8")
 
 
@@ -177,7 +181,7 @@ def load_text(text: str, shipped: bool = False) -> Any:
     parsed by libyaml without the alias and duplicate-key walk (its own files: a test reads
     every one through the bounded loader with the walk, test_catalogue)."""
     if len(text.encode("utf-8", "surrogatepass")) > MAX_BYTES:
-        raise YamlLimit(f"is larger than {MAX_BYTES // 1000:,} kB")
+        raise YamlTooLarge(f"is larger than {MAX_BYTES // 1000:,} kB")
     loader = _ShippedLoader(text) if shipped and _ShippedLoader is not None else BoundedLoader(text)
     try:
         node = loader.get_single_node()
@@ -218,6 +222,7 @@ __all__ = [
     "MAX_DEPTH",
     "MAX_NODES",
     "YamlLimit",
+    "YamlTooLarge",
     "check_text",
     "load_text",
     "read_file_text",
