@@ -17,6 +17,7 @@ from conftest import REPO, fig, inline_scenario
 
 from simulator.config.loading import resolve_dict
 from simulator.engine.compute import OpTimer
+from simulator.errors import UserError
 from simulator.simulate import simulate
 from simulator.workload.ops import Op, backward_op, layer_ops
 
@@ -198,6 +199,44 @@ def test_h100_attention_curve_reproduces_the_device_run() -> None:
         fwd, bwd = t.time(op) - t.launch, t.time(backward_op(op)) - t.launch
         assert fwd + bwd == pytest.approx(a["sdpa_fwd_bwd_s"], rel=0.06), a
         assert fwd == pytest.approx(a["sdpa_fwd_s"], rel=0.35), a  # one share, 0.17-0.27 measured
+
+
+# cuDNN 9.10.2 through PyTorch SDPA on one B200 (NVIDIA/cudnn-frontend, benchmark/
+# sdpa_benchmark_bf16_training/artifacts/sdpa_benchmark_results_NVIDIA_B200.csv @87a1bcd):
+# batch 1, 128 query heads, head dim 128, causal; (seq, forward ms, backward ms)
+B200_CUDNN = ((2048, 0.262, 0.895), (8192, 1.816, 5.815), (16384, 6.475, 20.466),
+              (32768, 24.518, 77.677))  # fmt: skip
+
+
+@pytest.mark.parametrize("name", ["b200", "gb200"])
+def test_blackwell_attention_reproduces_the_cited_cudnn_timings(name: str) -> None:
+    """The Blackwell profiles' cuDNN attention curve against the kernel timings it cites. The
+    source counts a causal run at half the scores and the backward at 2.5x; the engine counts
+    the full s x s and the backward at 2x, so the same time is 12/7 of the source's TFLOP/s."""
+    from simulator.catalog import load_catalog
+
+    gpu = load_catalog().get(name, "gpu")
+    t = OpTimer(gpu, "bf16", 0.0, "flash3")
+    clock = gpu.peak_flops("bf16") / 2250e12  # GB200: the same share of a higher peak
+    for s, fwd_ms, bwd_ms in B200_CUDNN:
+        op = Op("attention", "attention", flops=4.0 * s * s * 128 * 128, bytes=0.0, kv_len=s)
+        fwd, bwd = t.time(op) - t.launch, t.time(backward_op(op)) - t.launch
+        # the fit's residuals: 2k runs 12% slower than the curve through 8k-32k
+        assert (fwd + bwd) * clock == pytest.approx((fwd_ms + bwd_ms) * 1e-3, rel=0.13), s
+        assert fwd / (fwd + bwd) == pytest.approx(fwd_ms / (fwd_ms + bwd_ms), abs=0.02)
+        flash_attn_tflops = 3.5 * (4.0 * s * s * 128 * 128 / 2) / ((fwd_ms + bwd_ms) * 1e-3)
+        engine_tflops = 3.0 * 4.0 * s * s * 128 * 128 / ((fwd_ms + bwd_ms) * 1e-3)
+        assert engine_tflops / flash_attn_tflops == pytest.approx(12 / 7)
+
+
+def test_attention_efficiency_may_pass_one_but_not_twelve_sevenths() -> None:
+    """A causal kernel computes about half the s x s scores the engine counts: efficiencies up
+    to 12/7 are figures, beyond that a slip."""
+    assert OpTimer(_gpu(attention_max=0.5, attention_flash3_max=1.5), "bf16").attn_eff == 0.5
+    data = inline_scenario()
+    data["cluster"]["gpu"]["efficiency"]["attention_flash3_max"] = fig(1.8)
+    with pytest.raises(UserError, match="attention_flash3_max"):
+        resolve_dict(data)
 
 
 def test_backward_gemm_is_its_two_products() -> None:

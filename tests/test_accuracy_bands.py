@@ -76,7 +76,7 @@ BANDS = {
     "mlperf-gpt3-h100": 0.05,
     # Held out, 2026-12-07: MLPerf Training v5.0 Llama 3.1 405B, NVIDIA on 512-8,192 H100 and
     # 256 GB200 NVL72 (NeMo 25.01/25.04, fp8, CP 2, 24-288 micro-batches): H100 +2.9..+4.1% at
-    # every scale, GB200 -6.8%
+    # every scale, GB200 -7.8% (-6.8% before the measured Blackwell attention, 2026-12-07)
     "mlperf-llama31-405b": 0.055,
     # Held out, 2026-12-07: one BERT-large layer in eager PyTorch on a V100 SXM2 (spcl/substation,
     # Ivanov et al. 2021): 15% optimistic at both shapes, as the Megatron-LM 2019 rows are

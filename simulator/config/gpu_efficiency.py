@@ -44,7 +44,9 @@ class GPUEfficiency(BaseModel):
     )
     attention_max: Num = Field(
         description="fraction of dense peak reached by the portable fused attention kernel "
-        "(FlashAttention-2 class), forward and backward"
+        "(FlashAttention-2 class), forward and backward, its FLOPs counted over the full s×s "
+        "scores with the backward at twice the forward (so a causal kernel, which computes "
+        "about half the scores, can pass 1: at most 12/7)"
     )
     attention_flash3_max: Num | None = Field(
         default=None,
