@@ -74,6 +74,7 @@ SETS = (
     "mlperf-llama31-405b",
     "v100-eager-layers",
     "heldout-2023",
+    "heldout-2024",
     "ultrascale-nanotron-1node",
     "ultrascale-nanotron-tp",
     "ultrascale-nanotron-2node",

@@ -65,6 +65,10 @@ BANDS = {
     # Volta rows: a known miss, 12-42% optimistic (39 TFLOPS on one GPU published, 52
     # modelled) with the 2019 stack's unfused kernels (README "Accuracy")
     "megatron-2019": 0.33,
+    # Held out, 2026-12-07: an independent search's 19 rows of 2023-2026 stacks (FlagPerf,
+    # Megatron-LLaMA, BigScience tr1-13B, NeMo's long-sequence tables, Megatron-Bridge 26.02):
+    # known misses, 26.1% mean (README "Accuracy")
+    "heldout-2024": 0.28,
     # Held out, 2026-12-07: a second 4-node 8x H100 InfiniBand nccl-tests curve (Voltage Park,
     # NCCL 2.24.3): 15.7% while the model took its own fastest algorithm, 8.7% with NCCL's
     # tuner's choice and NVLSTree's chunk pipeline; 2 MiB is still 28% fast (both 4-node
