@@ -74,12 +74,28 @@ OK_FIGURES = (
 PRICED_FIGURES = ("usd_per_gpu_hour", "usd_per_million_tokens")
 
 
-def _sound(row: Any) -> bool:
-    """Whether a row read back from ``--out`` can stand for its point: a mapping whose number
-    columns hold numbers (an edited or damaged file may hold text, NaN or a negative time),
-    with every figure an evaluated point has."""
-    if not isinstance(row, dict):
+# Columns of whole counts: a resumed row holds an integer there (an edited 1.5 is damage).
+INT_COLUMNS = frozenset(
+    {"point", "point_rows", "gpus_per_node", "nodes", "gpus", "nics_per_node", "tp", "pp"}
+    | {"dp", "cp", "micro_batch", "micro_batches", "virtual_stages", "plans_valid"}
+    | {"plans_simulated", "plans_dropped_memory", "plans_dropped_invalid"}
+)
+# What an evaluated row names (never blank): the reports index them.
+OK_NAMES = ("sweep", "gpu", "fabric", "software", "schedule", "sharding", "recompute")
+# The columns every sweep output starts with: a file without them all is not one.
+HEAD = ("sweep", "point", "point_key", "point_rows", "status")
+_DAMAGED = "\x00damaged"  # marks a CSV row with too few or too many cells
+
+
+def sound(row: Any, cols: list[str] | None = None) -> bool:
+    """Whether a row read back from ``--out`` can stand for its point: a mapping with every
+    column of ``cols`` (axis columns aside: a point is relabelled as the spec has it now),
+    whose number columns hold numbers (an edited or damaged file may hold text, NaN, a
+    fraction of a count or a negative time), with every figure an evaluated point has."""
+    if not isinstance(row, dict) or _DAMAGED in row:
         return False
+    if cols is not None and any(c not in row for c in cols if not c.startswith("axis_")):
+        return False  # a column deleted (or an older clustersim's file): evaluated again
     n = row.get("point_rows")
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         return False
@@ -93,51 +109,84 @@ def _sound(row: Any) -> bool:
             continue
         if isinstance(v, bool) or not isinstance(v, (int, float)):
             return False
-        if not math.isfinite(v) or v < 0:
+        if not math.isfinite(v) or v < 0 or (c in INT_COLUMNS and v != int(v)):
             return False
-    if row.get("status") == "ok":
-        wanted = list(OK_FIGURES)
-        if row.get("pricing"):
-            wanted += PRICED_FIGURES
-            if row.get("time_to_train_days") is not None:
-                wanted += ("usd_total", "usd_idle")
-        if any(row.get(c) is None for c in wanted):
-            return False
+    return row.get("status") != "ok" or _evaluated(row)
+
+
+def _evaluated(row: dict[str, Any]) -> bool:
+    """An evaluated ("ok") row names its parts, holds every figure (and a priced one its
+    cost), a step that takes time, and a layout whose GPUs add up."""
+    if any(not isinstance(row.get(c), str) or not row[c] for c in OK_NAMES):
+        return False
+    wanted = list(OK_FIGURES)
+    if row.get("pricing"):
+        wanted += PRICED_FIGURES
+        if row.get("time_to_train_days") is not None:
+            wanted += ("usd_total", "usd_idle")
+    if any(row.get(c) is None for c in wanted):
+        return False
+    if not (row["step_time_s"] > 0 and row["tokens_per_s"] > 0):
+        return False
+    counts = [row.get(c) for c in ("tp", "pp", "dp", "cp", "nodes", "gpus_per_node", "gpus")]
+    if all(isinstance(v, int) for v in counts):
+        tp, pp, dp, cp, nodes, per, gpus = (int(v) for v in counts)  # type: ignore[arg-type]
+        return gpus == tp * pp * dp * cp == nodes * per
     return True
 
 
-def read_rows(path: Path) -> Rows:
-    """Rows already in ``path`` (a torn last line from an interruption is ignored): the
-    journal of an unfinished Parquet sweep, else the finished file."""
+def read_all(path: Path) -> list[Any]:
+    """Every row in ``path``, sound or not (a torn last line from an interruption, or a line
+    that is not JSON, aside): the journal of an unfinished Parquet sweep, else the finished
+    file. A CSV row with too few or too many cells is marked damaged."""
     j = journal(path)
     if not j.exists():
         if j != path and path.exists():
             try:
                 import pyarrow.parquet as pq
 
-                return [r for r in pq.read_table(path).to_pylist() if _sound(r)]
+                return list(pq.read_table(path).to_pylist())
             except Exception:  # not readable as Parquet (or no pyarrow): evaluate afresh
                 return []
         return []
     raw = j.read_bytes()
-    rows: Rows = []
+    rows: list[Any] = []
     if _fmt(j) == "csv":
         # A torn last line (no newline yet) is dropped as bytes: it may end inside a multi-byte
-        # character; a damaged byte elsewhere spoils only its own row's values.
-        written = raw[: raw.rfind(b"\n") + 1].decode("utf-8", errors="replace")
+        # character; a damaged byte elsewhere spoils only its own row's values. A byte-order
+        # mark (a spreadsheet's "CSV UTF-8") is no part of the first column's name.
+        written = raw[: raw.rfind(b"\n") + 1].decode("utf-8-sig", errors="replace")
         for r in csv.DictReader(io.StringIO(written)):
             if None in r or any(v is None for v in r.values()):
+                rows.append({"point_key": r.get("point_key"), _DAMAGED: True})
                 continue
             # Text columns stay text: a point key such as '004201359279' or '37876569e336'
             # is not a number.
             rows.append({k: v if k in TEXT_COLUMNS else _parse(v) for k, v in r.items()})
     else:
-        for line in raw.decode("utf-8", errors="replace").splitlines():
+        for line in raw.decode("utf-8-sig", errors="replace").splitlines():
             try:
                 rows.append(json.loads(line))
             except (ValueError, RecursionError):  # damaged (or an integer past Python's limit)
                 continue
-    return [r for r in rows if _sound(r)]
+    return rows
+
+
+def read_rows(path: Path, cols: list[str] | None = None) -> Rows:
+    """The rows of ``path`` (:func:`read_all`) that can stand for their points."""
+    return [r for r in read_all(path) if sound(r, cols)]
+
+
+def unmatched(rows: list[Any], keys: set[str]) -> int:
+    """How many of ``rows``, sound or not, stand for no point of ``keys``: a run may drop
+    them only when told to (``--replace``)."""
+    return sum(
+        1
+        for r in rows
+        if not isinstance(r, dict)
+        or not isinstance(r.get("point_key"), str)
+        or r["point_key"] not in keys
+    )
 
 
 def check_output(path: Path) -> None:
@@ -152,18 +201,19 @@ def check_output(path: Path) -> None:
         if _fmt(target) == "parquet":
             import pyarrow.parquet as pq
 
-            ok = "point_key" in pq.read_schema(target).names
+            ok = set(HEAD) <= set(pq.read_schema(target).names)
         else:
             # the first line alone: damage further on (a crash's binary tail) leaves the file
             # ours, its sound rows kept by read_rows
             with open(target, "rb") as fh:
-                first = fh.readline(1 << 20).decode("utf-8")  # a header is a few KB
+                first = fh.readline(1 << 20).decode("utf-8-sig")  # a header is a few KB
             if _fmt(target) == "csv":
-                ok = "point_key" in next(csv.reader([first]), [])
+                ok = set(HEAD) <= set(next(csv.reader([first]), []))
             elif not first.endswith("\n") and first.startswith('{"sweep": '):
                 ok = True  # our first row, torn by an interruption: resumed without it
             else:
-                ok = isinstance(json.loads(first), dict) and "point_key" in json.loads(first)
+                line = json.loads(first)
+                ok = isinstance(line, dict) and set(HEAD) <= set(line)
     except Exception:  # unreadable, not UTF-8, not JSON, no pyarrow: not ours to replace
         ok = False
     if not ok:
@@ -309,10 +359,13 @@ __all__ = [
     "is_owner",
     "journal",
     "keep_until_finished",
+    "read_all",
     "read_rows",
     "release_kept",
     "replaced_copy",
     "replaced_owner",
     "run_id",
+    "sound",
     "text",
+    "unmatched",
 ]

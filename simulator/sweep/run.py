@@ -31,12 +31,15 @@ from .rows import (
     is_owner,
     journal,
     keep_until_finished,
+    read_all,
     read_rows,
     release_kept,
     replaced_copy,
     replaced_owner,
     run_id,
+    sound,
     text,
+    unmatched,
 )
 from .spec import Point, SweepSpec
 
@@ -202,13 +205,15 @@ def run_sweep(
             p.model_copy(update={"salt": salt})
             for p, salt in zip(pts, point_salts(spec, base, pts), strict=True)
         ]
-        old = read_rows(out)
-        have = complete_points(old)
+        read = read_all(out)
+        have = complete_points([r for r in read if sound(r, cols)])
         keys = {p.key for p in pts}
-        stale = sum(1 for r in old if str(r.get("point_key")) not in keys)
+        # every row read that stands for no point of this run, sound or not (a deleted
+        # column, another program's rows): dropping it is the user's call
+        stale = unmatched(read, keys)
         if stale and not replace:
             raise UserError(
-                f"{stale} of the {len(old)} row(s) in '{out}' match no point of this run (another "
+                f"{stale} of the {len(read)} row(s) in '{out}' match no point of this run (another "
                 "spec or base scenario, other sweep settings, a profile it names changed, "
                 "clustersim's code changed, or the file was damaged): the run would drop them",
                 path="--out",
