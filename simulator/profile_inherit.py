@@ -45,6 +45,31 @@ def merge_fields(
     return out
 
 
+def scale_usable_memory(
+    base: dict[str, Any], data: dict[str, Any], overrides: dict[str, Any]
+) -> None:
+    """A what-if GPU with another datasheet capacity exposes the same share of it: the base
+    profile's usable memory scales with an overridden ``memory_gb`` unless that is given too
+    (an inline override, or a profile file with ``base:``)."""
+    usable, mem = base.get("memory_usable_gb"), base.get("memory_gb")
+    if not (isinstance(usable, dict) and isinstance(mem, dict)) or "memory_usable_gb" in overrides:
+        return
+    new = data.get("memory_gb")
+    new_value = new.get("value") if isinstance(new, dict) else new
+    if "memory_gb" not in overrides or not isinstance(new_value, int | float):
+        return
+    try:
+        float(new_value)
+    except OverflowError:
+        return  # the profile's own validation refuses it, naming the field
+    share = usable["value"] / mem["value"]
+    data["memory_usable_gb"] = {
+        "value": usable["value"] * float(new_value) / mem["value"],
+        "source": f"the base profile's usable share of memory_gb ({share:.4f}) applied to "
+        "the overridden memory_gb",
+    }
+
+
 def with_base(
     data: Any,
     path: Path,
@@ -117,6 +142,7 @@ def with_base(
         )
     kept = {k: v for k, v in base.items() if k not in ("name", "display_name", "description")}
     merged = merge_fields(kept, own, str(path))
+    scale_usable_memory(kept, merged, own)
     merged.setdefault("description", f"a variant of {name}")
     return merged
 

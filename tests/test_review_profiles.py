@@ -355,3 +355,27 @@ def test_a_local_copy_reached_through_two_profile_folders_still_starts_from_the_
     monkeypatch.setenv("CLUSTERSIM_PROFILE_PATH", str(gpus))
     res = run_cli("check", str(REPO / "scenarios" / "llama3-8b-8xh100.yaml"), cwd=tmp_path)
     assert res.returncode == 0, res.stderr
+
+
+@pytest.mark.parametrize("memory_gb", [94.0, 40.0])
+def test_a_gpu_variant_with_other_memory_exposes_the_bases_usable_share(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, memory_gb: float
+) -> None:
+    """``base: h100-sxm-80gb`` with another ``memory_gb`` usable as the inline what-if's: the
+    base's usable share of the datasheet figure (it kept 85 GB of a 94 GB part, and a 40 GB
+    variant was refused as exposing more than it has)."""
+    gpus = tmp_path / "gpus"
+    gpus.mkdir()
+    mem = {"value": memory_gb, "source": "a variant of the H100 with other memory"}
+    (gpus / "h100-var.yaml").write_text(
+        yaml.safe_dump(
+            {"kind": "gpu", "name": "h100-var", "display_name": "H100 variant"}
+            | {"base": "h100-sxm-80gb", "memory_gb": mem}
+        )
+    )
+    _use(monkeypatch, tmp_path)
+    base = REPO / "scenarios" / "llama3-8b-8xh100.yaml"
+    variant = load_scenario(base, ["cluster.gpu=h100-var", "cluster.pricing=null"])
+    inline = load_scenario(base, [f"cluster.gpu.memory_gb={memory_gb}"])
+    assert variant.gpu.capacity_gb == pytest.approx(inline.gpu.capacity_gb)
+    assert variant.gpu.capacity_gb < memory_gb * 1.07

@@ -9,7 +9,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from ..errors import UserError, colon_hint
-from ..profile_inherit import merge_fields
+from ..profile_inherit import merge_fields, scale_usable_memory
 from .cluster import ProfileRef
 from .validation import validation_error
 
@@ -48,7 +48,7 @@ def resolve_profile(
             )
         dumped = base.model_dump(mode="json")
         data = merge_fields(dumped, overrides, file, path)
-        _scale_usable_memory(dumped, data, overrides)
+        scale_usable_memory(dumped, data, overrides)
         _one_bucket_rule(data, overrides)
     try:
         return cls.model_validate(data)
@@ -81,30 +81,6 @@ def _has_path(data: Any, dotted: str) -> bool:
             return False
         data = data[key]
     return True
-
-
-def _scale_usable_memory(
-    base: dict[str, Any], data: dict[str, Any], overrides: dict[str, Any]
-) -> None:
-    """A what-if GPU with another datasheet capacity exposes the same share of it: the base
-    profile's usable memory scales with an overridden ``memory_gb`` unless that is given too."""
-    usable, mem = base.get("memory_usable_gb"), base.get("memory_gb")
-    if not (isinstance(usable, dict) and isinstance(mem, dict)) or "memory_usable_gb" in overrides:
-        return
-    new = data.get("memory_gb")
-    new_value = new.get("value") if isinstance(new, dict) else new
-    if "memory_gb" not in overrides or not isinstance(new_value, int | float):
-        return
-    try:
-        float(new_value)
-    except OverflowError:
-        return  # the profile's own validation refuses it, naming the field
-    share = usable["value"] / mem["value"]
-    data["memory_usable_gb"] = {
-        "value": usable["value"] * float(new_value) / mem["value"],
-        "source": f"the base profile's usable share of memory_gb ({share:.4f}) applied to "
-        "the overridden memory_gb",
-    }
 
 
 def _one_bucket_rule(data: dict[str, Any], overrides: dict[str, Any]) -> None:
