@@ -45,7 +45,7 @@ MAPPINGS: dict[str, dict[str, str]] = {
     "op_overhead": {"time_s": POS},
     "step_overhead": {"time_s": NUM},
     "train_speed_check": {},
-    "train_sync_cost": {},
+    "train_sync_cost": {"median_s": NUM, "differences_s": LIST},
 }
 # Top-level figures.
 SCALARS: dict[str, str] = {
@@ -237,6 +237,18 @@ def check_shape(data: dict[str, Any], file: str) -> None:
     times = train.get("step_times_s")
     if times is not None:
         _check_blocks(times, False, file, "train.step_times_s")
+    sync = data.get("train_sync_cost") or {}
+    for i, d in enumerate(sync.get("differences_s") or []):
+        if not _type_ok(d, NUM):
+            raise _refuse(file, f"train_sync_cost.differences_s[{i}]", d, NUM)
+    step = train.get("step_time_median_s")
+    if _type_ok(sync.get("median_s"), NUM) and _type_ok(step, POS) and sync["median_s"] > step:
+        raise _edited(
+            file,
+            "train_sync_cost.median_s",
+            f"is {sync['median_s']!r} s, longer than the training step it is part of "
+            f"({step!r} s)",
+        )
     for name, job in (data.get("job_ops") or {}).items():
         if not isinstance(job, dict):
             raise _refuse(file, f"job_ops.{name}", job, DICT)
@@ -311,11 +323,22 @@ def check_sidecar(side: Any, file: str) -> None:
         for i, f in enumerate(fits):
             if not isinstance(f, dict):
                 raise refuse(f"fits[{i}]", f, DICT)
-    steps = (side.get("train") or {}).get("compute_step_times_s")
-    if steps is not None and not (
-        isinstance(steps, list) and all(isinstance(r, list) for r in steps)
-    ):
-        raise refuse("train.compute_step_times_s", steps, "list of lists")
+    # the figures validate's error bands read (after the live runs: checked before them)
+    errs = [("compute_fit", side.get("compute_fit") or {})]
+    errs += [(f"fits[{i}]", f) for i, f in enumerate(fits or [])]
+    for at, block in errs:
+        if block.get("rms_rel_err") is not None and not _type_ok(block["rms_rel_err"], NUM):
+            raise refuse(f"{at}.rms_rel_err", block["rms_rel_err"], NUM)
+    for key in ("compute_step_times_s", "compute_half_step_times_s"):
+        steps = side["train"].get(key)
+        if steps is not None and not (
+            isinstance(steps, list) and all(isinstance(r, list) for r in steps)
+        ):
+            raise refuse(f"train.{key}", steps, "list of lists")
+        for i, r in enumerate(steps or []):
+            for j, t in enumerate(r):
+                if not _type_ok(t, POS):
+                    raise refuse(f"train.{key}[{i}][{j}]", t, POS)
 
 
 def load_sidecar(profile: str) -> tuple[dict[str, Any], Path]:

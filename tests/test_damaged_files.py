@@ -67,6 +67,12 @@ def _probe(tmp_path: Path, edit=None, name: str = "p.json") -> Path:  # type: ig
         (lambda d: d["memory"][0].update(kind="scale"), "memory[0].kind"),
         (lambda d: d.update(cpu_count="two"), "cpu_count"),
         (lambda d: d.update(memory_bytes="25GB"), "memory_bytes"),
+        (lambda d: d.update(train_sync_cost={"median_s": float("nan"), "differences_s": [1e-3]}),
+         "train_sync_cost.median_s"),
+        (lambda d: d.update(train_sync_cost={"median_s": 1e6, "differences_s": [1e6]}),
+         "train_sync_cost.median_s"),
+        (lambda d: d.update(train_sync_cost={"median_s": 1e-3, "differences_s": ["x"]}),
+         "train_sync_cost.differences_s[0]"),
     ],
 )  # fmt: skip
 def test_a_damaged_probe_file_names_the_field(tmp_path: Path, edit, path: str) -> None:  # type: ignore[no-untyped-def]
@@ -171,6 +177,10 @@ def calibrated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
         (lambda d: d["train"]["model"].update(layers=-1), "train.model.layers"),
         (lambda d: d.update(threads_per_process=0), "threads_per_process"),
         (lambda d: d.update(version=2), "version"),
+        (lambda d: d["compute_fit"].update(rms_rel_err="x"), "compute_fit.rms_rel_err"),
+        (lambda d: d["fits"][0].update(rms_rel_err="x"), "fits[0].rms_rel_err"),
+        (lambda d: d["train"].update(compute_step_times_s=[["a", "b"]]),
+         "train.compute_step_times_s[0][0]"),
     ],
 )
 def test_a_damaged_calibration_record_stops_validate_before_any_run(
