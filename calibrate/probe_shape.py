@@ -246,8 +246,7 @@ def check_shape(data: dict[str, Any], file: str) -> None:
         raise _edited(
             file,
             "train_sync_cost.median_s",
-            f"is {sync['median_s']!r} s, longer than the training step it is part of "
-            f"({step!r} s)",
+            f"is {sync['median_s']!r} s, longer than the training step it is part of ({step!r} s)",
         )
     for name, job in (data.get("job_ops") or {}).items():
         if not isinstance(job, dict):

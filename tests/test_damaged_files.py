@@ -179,8 +179,10 @@ def calibrated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
         (lambda d: d.update(version=2), "version"),
         (lambda d: d["compute_fit"].update(rms_rel_err="x"), "compute_fit.rms_rel_err"),
         (lambda d: d["fits"][0].update(rms_rel_err="x"), "fits[0].rms_rel_err"),
-        (lambda d: d["train"].update(compute_step_times_s=[["a", "b"]]),
-         "train.compute_step_times_s[0][0]"),
+        (
+            lambda d: d["train"].update(compute_step_times_s=[["a", "b"]]),
+            "train.compute_step_times_s[0][0]",
+        ),
     ],
 )
 def test_a_damaged_calibration_record_stops_validate_before_any_run(
