@@ -199,3 +199,17 @@ def test_a_profile_file_starting_from_a_base_refuses_a_figure_without_its_value(
     assert res.returncode == 2 and "memory_gb: this override of a figure gives no value" in (
         res.stderr
     )
+
+
+def test_nics_beyond_one_per_gpu_are_a_note_as_they_carry_nothing() -> None:
+    """A GPU sends through one NIC at most: more NICs than GPUs leave the step as it is (and a
+    price profile still counts them), which the notes say."""
+    from simulator.config.loading import load_scenario
+    from simulator.simulate import simulate
+
+    base = REPO / "scenarios" / "llama3-70b-64xh100.yaml"
+    eight = simulate(load_scenario(base), scaling=False)
+    more = simulate(load_scenario(base, ["cluster.network.nics_per_node=16"]), scaling=False)
+    assert more.metrics.step_time_s == eight.metrics.step_time_s
+    assert any("16 NICs per node for 8 GPUs" in n for n in more.notes)
+    assert not any("NICs per node for" in n for n in eight.notes)

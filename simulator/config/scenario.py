@@ -262,6 +262,12 @@ class ResolvedScenario(BaseModel):
                     "non-blocking switch all the same (cluster.network.topology: "
                     "{kind: fat_tree} models the leaves and spines it needs)"
                 )
+        if net is not None and self.nodes > 1 and self.nics_per_node > self.gpus_per_node:
+            out.append(
+                f"{self.nics_per_node} NICs per node for {self.gpus_per_node} GPUs: each GPU "
+                "sends through one NIC at most (its rail), so the rest carry no traffic here, "
+                "though a price profile counts their ports"
+            )
         link, f = self.gpu.nvlink_gbps, self.fabric
         topo = self.topology
         if net is not None and isinstance(topo, FatTree) and topo.nodes_per_leaf is None:
