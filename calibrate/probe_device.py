@@ -316,6 +316,14 @@ class DevicePhases(ProbeBase):
                 "note": "sequential write with fsync, then read after posix_fadvise "
                 "DONTNEED (the page cache may still serve part of the read)",
             }
+        except OSError as exc:  # no room, no permission: storage is not measured, the rest is
+            rows = {}
+            if self.node == 0:
+                self.result["notes"].append(
+                    f"storage not measured: {size:,} bytes could not be written and read back "
+                    f"under {base} ({exc.strerror or exc}); calibrate then estimates it (give "
+                    "--storage-path a folder with room)"
+                )
         finally:
             try:
                 path.unlink()

@@ -71,6 +71,13 @@ def probe_args(
     args = ["--max-bytes", str(max_bytes), "--time-budget", str(time_budget)]
     args += ["--started-at", repr(time.time())]
     if storage_path:
+        if not os.path.isdir(storage_path):
+            raise UserError(
+                f"'{storage_path}' is not a folder"
+                + (" (it is a file)" if os.path.exists(storage_path) else " (it does not exist)"),
+                path="--storage-path",
+                hint="give the folder (on the storage to measure) the test file is written in",
+            )
         args += ["--storage-path", storage_path]
     if threads:
         args += ["--threads", str(threads)]

@@ -62,3 +62,23 @@ def test_a_probe_without_its_attention_phase_says_the_figure_is_an_estimate(
     assert res.returncode == 0, res.stderr
     gpu = yaml.safe_load((out / "noatt.yaml").read_text())
     assert "estimate: not measured" in gpu["efficiency"]["attention_max"]["source"]
+
+
+def test_a_storage_test_that_cannot_write_leaves_storage_unmeasured(tmp_path: Path) -> None:
+    """A storage folder that refuses the test file (no room, here a folder in the file's way)
+    is a note and no storage figures, not a dead rank that loses the probe's other phases."""
+    import os
+    import socket
+
+    from calibrate.probe import Probe, parser
+
+    folder = tmp_path / "store"
+    folder.mkdir()
+    (folder / f"clustersim-probe-{socket.gethostname()}-{os.getpid()}.bin").mkdir()
+    args = parser().parse_args(["--out", str(tmp_path / "p.json"), "--storage-path", str(folder)])
+    probe = Probe(args)
+    probe.result = {"notes": []}
+    probe.phase_storage()
+    assert probe.result["storage"] == {}
+    (note,) = probe.result["notes"]
+    assert note.startswith("storage not measured") and str(folder) in note
