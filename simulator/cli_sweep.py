@@ -233,6 +233,8 @@ def sweep(
     needs_price = (
         "--best " + best if best in ("cost", "usd-per-token") else None,
         "--budget-usd" if budget_usd is not None else None,
+        # owned or rented is said by a price profile: without one no point is either
+        None if own is None else ("--own" if own else "--rent"),
     )
     if str(spec.keep) == "cheapest" and not priced and not all_plans:
         err.print(

@@ -286,3 +286,32 @@ def test_a_budget_met_by_the_runs_charge_but_not_by_its_commitment_says_so(
     assert res.returncode == 0, res.stderr
     text = " ".join(res.stdout.split())
     assert "commits $" in text and "above the budget" in text
+
+
+@pytest.mark.parametrize("flag", ["--own", "--rent"])
+def test_owned_or_rented_without_any_price_is_refused_before_the_run(
+    tmp_path: Path, flag: str
+) -> None:
+    """Owned or rented is said by a price profile: with none, --own/--rent is bad input (2),
+    not a constraint no layout met (1)."""
+    base = yaml.safe_load(BASE.read_text())
+    base["cluster"].pop("pricing", None)
+    b = tmp_path / "base.yaml"
+    b.write_text(yaml.safe_dump(base))
+    spec = _write(tmp_path, base=str(b), axes=[{"training.global_batch": [32]}])
+    out = tmp_path / "o.csv"
+    res = run_cli("sweep", str(spec), "--out", str(out), "--best", "time", flag)
+    assert res.returncode == 2 and f"{flag} needs prices" in res.stderr
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("values", [[-5, 600], ["500", 600], [600, 1e9]])
+def test_a_figure_an_axis_sets_out_of_its_range_is_refused_before_the_run(
+    tmp_path: Path, values: list[Any]
+) -> None:
+    spec = _write(tmp_path, axes=[{"cluster.gpu.power_limit_w": values}])
+    out = tmp_path / "o.csv"
+    res = run_cli("sweep", str(spec), "--out", str(out))
+    assert res.returncode == 2, res.stderr
+    assert "axis 'cluster.gpu.power_limit_w'" in res.stderr and "fix or drop" in res.stderr
+    assert not out.exists()

@@ -89,14 +89,18 @@ _INTRINSIC = (
 
 
 def _own_figure(opt: dict[str, Any], err: UserError) -> bool:
-    """Whether ``err`` is a figure out of range inside a section an axis value gives whole
-    (``cluster.gpu: {profile: ..., memory_gb: -1}``): the value's own fault, whatever the other
-    axes choose."""
+    """Whether ``err`` is a figure out of range (or not a number) that an axis value sets, by its
+    path or inside a section it gives whole (``cluster.gpu.power_limit_w: -5``, ``cluster.gpu:
+    {profile: ..., memory_gb: -1}``): the value's own fault, whatever the other axes choose."""
+    own = ("must be within", "gives no value", "expected a number")
     for field, value in opt.items():
-        if not isinstance(value, dict) or not (err.path or "").startswith(field + "."):
+        at = err.path or ""
+        if at == field and any(t in err.message for t in own):
+            return True  # the figure the axis sets itself (cluster.gpu.power_limit_w: -5)
+        if not isinstance(value, dict) or not at.startswith(field + "."):
             continue
-        inner = (err.path or "")[len(field) + 1 :].split(".")[0]
-        if inner in value and ("must be within" in err.message or "gives no value" in err.message):
+        inner = at[len(field) + 1 :].split(".")[0]
+        if inner in value and any(t in err.message for t in own):
             return True
     return False
 
