@@ -162,7 +162,7 @@ def test_recalibrating_removes_the_earlier_network_profile(tmp_path: Path) -> No
     from conftest import collective_rows, h100_probe_two_ranks, run_cli
 
     two = h100_probe_two_ranks()
-    two.update(world_size=4, procs_per_node=2)
+    two.update(world_size=4, procs_per_node=2, nodes=2)
     two["collectives"] += collective_rows("all_reduce", "inter", lambda b: 2e-4 + b / 5e8)
     one = h100_probe_two_ranks()
     for name, data in (("two.json", two), ("one.json", one)):

@@ -67,6 +67,7 @@ def _probe(tmp_path: Path, edit=None, name: str = "p.json") -> Path:  # type: ig
         (lambda d: d["memory"][0].update(kind="scale"), "memory[0].kind"),
         (lambda d: d.update(cpu_count="two"), "cpu_count"),
         (lambda d: d.update(memory_bytes="25GB"), "memory_bytes"),
+        (lambda d: d.update(procs_per_node=3), "procs_per_node"),
         (lambda d: d.update(train_sync_cost={"median_s": float("nan"), "differences_s": [1e-3]}),
          "train_sync_cost.median_s"),
         (lambda d: d.update(train_sync_cost={"median_s": 1e6, "differences_s": [1e6]}),
