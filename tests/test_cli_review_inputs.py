@@ -183,6 +183,7 @@ def test_a_file_this_tool_wrote_is_named_where_a_scenario_belongs(tmp_path: Path
         (probe, "a probe file", "clustersim calibrate"),
         (result, "a result", "scenario that made it"),
         (trace, "a timeline trace", "Perfetto"),
+        (REPO / "scenarios" / "scenario.schema.json", "a JSON Schema", "editor"),
     ):
         for cmd in (["simulate", str(path)], ["compare", str(path), "llama3-8b-8xh100"]):
             got = run_cli(*cmd)

@@ -32,6 +32,11 @@ def _clustersim_output(raw: Any) -> tuple[str, str] | None:
     fmt = raw.get("format")
     if isinstance(fmt, str) and fmt in _OUTPUTS:
         return _OUTPUTS[fmt]
+    if "$defs" in raw or "$schema" in raw:
+        return (
+            "a JSON Schema (clustersim schema)",
+            "point your editor's YAML support at it for completion; simulate takes a scenario",
+        )
     if "traceEvents" in raw:
         return (
             "a timeline trace (simulate --trace)",
