@@ -243,7 +243,29 @@ def validate_profile(data: Any, file: str) -> _Profile:
     except ValidationError as exc:
         from .config.loading import validation_error
 
+        fits = _kind_its_fields_fit(data, kind, exc) if cls is not None else None
+        if fits is not None:
+            raise UserError(
+                f"the file says kind: {kind}, but its fields are a {fits} profile's",
+                file=file,
+                path="kind",
+                hint=f"write kind: {fits}",
+            ) from None
         raise validation_error(exc, file, root=cls or _Profile) from None
+
+
+def _kind_its_fields_fit(data: dict[str, Any], kind: str, exc: ValidationError) -> str | None:
+    """The one other kind whose fields are all of ``data``'s, where ``kind``'s model finds
+    fields it does not know (a GPU file written kind: fabric); None otherwise."""
+    if not any(e["type"] == "extra_forbidden" for e in exc.errors()):
+        return None
+    own = set(data) - {"kind", "base"}
+    fit = [
+        k
+        for k, c in PROFILE_KINDS.items()
+        if k != kind and own <= set(c.model_fields) and own & set(c.model_fields) - {"name"}
+    ]
+    return fit[0] if len(fit) == 1 else None
 
 
 @lru_cache(maxsize=8)

@@ -379,3 +379,15 @@ def test_a_gpu_variant_with_other_memory_exposes_the_bases_usable_share(
     inline = load_scenario(base, [f"cluster.gpu.memory_gb={memory_gb}"])
     assert variant.gpu.capacity_gb == pytest.approx(inline.gpu.capacity_gb)
     assert variant.gpu.capacity_gb < memory_gb * 1.07
+
+
+def test_a_profile_whose_kind_is_wrong_is_told_the_kind_its_fields_are(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A GPU file written kind: fabric was answered 'memory_bandwidth_gbps: unknown field ...
+    did you mean bandwidth_gbps?'."""
+    path = _gpu(tmp_path / "gpus", "hk", {"kind": "fabric"})
+    _use(monkeypatch, tmp_path)
+    res = run_cli("profiles", "show", "hk")
+    assert_user_error(res, file=path, path="kind", says=("fields are a gpu profile's",))
+    assert "did you mean" not in res.stderr
