@@ -186,7 +186,7 @@ def check_shape(data: dict[str, Any], file: str) -> None:
             continue  # (os.cpu_count() may say it does not know)
         if key in data and not _type_ok(data[key], want):
             raise _refuse(file, key, data[key], want)
-    world, ppn, nodes = (data.get(k) for k in ("world_size", "procs_per_node", "nodes"))
+    world, ppn, nodes = (data.get(k, 0) for k in ("world_size", "procs_per_node", "nodes"))
     if all(_type_ok(v, INT) for v in (world, ppn, nodes)) and ppn * nodes != world:
         raise _edited(
             file, "procs_per_node", f"is {ppn!r} on {nodes!r} node(s), not world_size {world!r}"

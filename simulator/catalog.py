@@ -243,7 +243,7 @@ def validate_profile(data: Any, file: str) -> _Profile:
     except ValidationError as exc:
         from .config.loading import validation_error
 
-        fits = _kind_its_fields_fit(data, kind, exc) if cls is not None else None
+        fits = _kind_its_fields_fit(data, str(kind), exc) if cls is not None else None
         if fits is not None:
             raise UserError(
                 f"the file says kind: {kind}, but its fields are a {fits} profile's",
