@@ -37,9 +37,10 @@ def test_a_fast_enough_host_link_hides_the_copies() -> None:
     _, none = _run("parallelism.offload_activation_layers=0")
     assert off.breakdown_s["offload"] == 0.0
     assert off.step_time_s == pytest.approx(none.step_time_s, rel=1e-12)
-    # at the superchip's shared NVLink-C2C the copies stall the step a little
+    # at the superchip's shared NVLink-C2C the copies stall the step a little (6.5% of the
+    # 70B row's step since Blackwell attention is timed from measured cuDNN, 5% before)
     _, c2c = _run()
-    assert 0 < c2c.breakdown_s["offload"] < 0.05 * c2c.step_time_s
+    assert 0 < c2c.breakdown_s["offload"] < 0.1 * c2c.step_time_s
 
 
 def test_a_stalled_offload_draws_in_the_trace(tmp_path: Any) -> None:
