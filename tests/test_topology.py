@@ -214,3 +214,25 @@ def test_more_oversubscription_is_never_faster() -> None:
         steps.append(simulate(topo.rs, scaling=False).engine.step_time)
     assert all(b >= a * (1 - 1e-9) for a, b in zip(steps, steps[1:], strict=False)), steps
     assert steps[-1] > steps[0]
+
+
+def test_a_fabric_file_may_write_its_sockets_with_a_source() -> None:
+    """Every count in a profile file may be written ``{value, source}``; sockets was refused so
+    ('Input should be a valid integer')."""
+    from simulator.catalog import validate_profile
+
+    fab = validate_profile(
+        {
+            "kind": "fabric",
+            "name": "two-socket",
+            "display_name": "PCIe through two sockets",
+            "technology": "pcie_host",
+            "bandwidth_gbps": {"value": 32, "source": "PCIe Gen4 x16 specification"},
+            "latency_us": {"value": 10, "source": "estimate: a root complex hop"},
+            "achievable_fraction": {"value": 0.6, "source": "estimate: host-staged copies"},
+            "max_gpus": {"value": 8, "source": "the server's eight slots"},
+            "sockets": {"value": 2, "source": "the server's two EPYC sockets"},
+        },
+        "two-socket.yaml",
+    )
+    assert fab.sockets == 2  # type: ignore[union-attr]

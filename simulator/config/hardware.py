@@ -8,7 +8,7 @@ so no peak is ever used raw.
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
@@ -261,6 +261,13 @@ class Fitted(BaseModel):
     collectives: dict[FittedColl, CollectiveFit] = Field(default_factory=dict)
 
 
+def _count_written_sourced(v: Any) -> Any:
+    """A count a profile file writes ``{value: N, source: ...}``, as its figures: the number."""
+    if isinstance(v, dict) and set(v) <= {"value", "source", "note"} and "value" in v:
+        return v["value"]
+    return v
+
+
 class FabricProfile(_Profile):
     """Intra-node GPU interconnect."""
 
@@ -284,7 +291,7 @@ class FabricProfile(_Profile):
         "(pcie_switch), the switch's uplink to the CPU, which the host traffic of all the "
         "node's GPUs shares (activation offloading; peer and NIC traffic stay in the switch)",
     )
-    sockets: int = Field(
+    sockets: Annotated[int, BeforeValidator(_count_written_sourced)] = Field(
         default=2,
         strict=True,
         ge=1,

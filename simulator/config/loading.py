@@ -202,13 +202,13 @@ def resolve(
     check_offload(par, model, gpu, file)
     name = sc.name or (Path(file).stem if file else "scenario")
     check_stack(par, software, model, tr.global_batch // (dp * tr.micro_batch), file)
-    if gpu.sm_count is not None and software.comm_sms.value > gpu.sm_count.value:
+    if gpu.sm_count is not None and software.comm_sms.value >= gpu.sm_count.value:
         raise UserError(
-            f"software.comm_sms {software.comm_sms.value:g} is more SMs than '{gpu.name}' has "
-            f"({gpu.sm_count.value:g}): a collective cannot hold them",
+            f"software.comm_sms {software.comm_sms.value:g} is every SM '{gpu.name}' has or "
+            f"more ({gpu.sm_count.value:g}): a collective holding them leaves compute none",
             file=file,
             path="software.comm_sms",
-            hint=f"give at most {gpu.sm_count.value:g} (NCCL holds one SM per channel, "
+            hint=f"give fewer than {gpu.sm_count.value:g} (NCCL holds one SM per channel, "
             "typically 8-32)",
         )
     once = gathers_once(par, software)
