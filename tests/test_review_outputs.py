@@ -39,6 +39,19 @@ def test_a_second_sweep_on_the_same_output_is_refused(tmp_path: Path) -> None:
     assert not (tmp_path / ".o.csv.lock").exists()  # a finished run leaves no lock behind
 
 
+def test_a_link_to_an_output_being_written_is_refused_too(tmp_path: Path) -> None:
+    out, link = tmp_path / "o.csv", tmp_path / "l.csv"
+    out.write_text("")
+    link.symlink_to(out)
+    fd = os.open(tmp_path / ".o.csv.lock", os.O_CREAT | os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # as a sweep writing o.csv holds it
+        res = run_cli("sweep", str(_spec(tmp_path)), "--out", str(link), "--executor", "serial")
+        assert_user_error(res, file=None, path="--out", says=("another clustersim sweep",))
+    finally:
+        os.close(fd)
+
+
 def test_best_with_nothing_meeting_the_constraints_exits_1(tmp_path: Path) -> None:
     out = str(tmp_path / "o.csv")
     common = ["sweep", str(_spec(tmp_path)), "--out", out, "--executor", "serial"]

@@ -161,7 +161,8 @@ def _only_writer(out: Path) -> Iterator[None]:
     except ImportError:  # (no flock: not a POSIX system) nothing to hold
         yield
         return
-    lock = out.with_name(f".{out.name[:200]}.lock")
+    real = Path(os.path.realpath(out))  # one lock for a file, whichever link names it
+    lock = real.with_name(f".{real.name[:200]}.lock")
     fd = os.open(lock, os.O_CREAT | os.O_RDWR, 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
