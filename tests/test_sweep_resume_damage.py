@@ -10,6 +10,7 @@ import io
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 from conftest import REPO, run_cli
 
@@ -120,3 +121,24 @@ def test_a_file_with_a_point_key_column_alone_is_not_a_sweep_output(tmp_path: Pa
     assert res.returncode == 2, res.stderr
     assert "match no point of this run" in " ".join(res.stderr.split())
     assert f.read_text().startswith("sweep,point,point_key,point_rows,status\nmine,0,abc")
+
+
+def test_a_whole_parquet_file_of_other_data_is_not_called_damaged(tmp_path: Path) -> None:
+    pa = pytest.importorskip("pyarrow")
+    import pyarrow.parquet as pq
+
+    f = tmp_path / "mine.parquet"
+    pq.write_table(pa.Table.from_pylist([{"point_key": "abc", "a": 1}]), f)
+    res = run_cli("sweep", str(_spec(tmp_path, "pw", [400])), "--out", str(f))
+    assert res.returncode == 2
+    msg = " ".join(res.stderr.split())
+    assert "is not a clustersim sweep output" in msg and "damaged" not in msg
+
+
+def test_a_full_disk_asks_for_room_not_another_path() -> None:
+    import errno
+
+    from simulator.report.files import _hint_for
+
+    assert "free some space" in _hint_for(OSError(errno.ENOSPC, "No space left on device"))
+    assert _hint_for(OSError(errno.EACCES, "Permission denied")) == "pick a writable path"

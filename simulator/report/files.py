@@ -7,6 +7,7 @@ file it replaces), not the private mode of the temporary file.
 
 from __future__ import annotations
 
+import errno
 import json
 import math
 import os
@@ -116,6 +117,14 @@ def _refuse_special(p: Path, option: str | None = None) -> None:
         )
 
 
+def _hint_for(exc: OSError) -> str:
+    """What to do where a write failed: a full disk needs room, not another path (the file as
+    it was is kept, and a sweep's finished points are in its journal)."""
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return "free some space there and run the same command again (nothing written is lost)"
+    return "pick a writable path"
+
+
 def write_atomic(path: str | Path, text: str | bytes) -> Path:
     """Write ``text`` (or bytes) to ``path`` atomically; through a symbolic link, to the file it
     names (the link stays)."""
@@ -131,7 +140,7 @@ def write_atomic(path: str | Path, text: str | bytes) -> Path:
         fd, tmp = tempfile.mkstemp(prefix=f".{p.name[:200]}.", dir=p.parent)
     except OSError as exc:
         raise UserError(
-            f"cannot write: {exc.strerror}", file=str(p), hint="pick a writable path"
+            f"cannot write: {exc.strerror}", file=str(p), hint=_hint_for(exc)
         ) from None
     try:
         os.fchmod(fd, _mode_for(p))
@@ -144,7 +153,7 @@ def write_atomic(path: str | Path, text: str | bytes) -> Path:
     except OSError as exc:
         Path(tmp).unlink(missing_ok=True)
         raise UserError(
-            f"cannot write: {exc.strerror}", file=str(p), hint="pick a writable path"
+            f"cannot write: {exc.strerror}", file=str(p), hint=_hint_for(exc)
         ) from None
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

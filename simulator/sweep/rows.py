@@ -196,12 +196,14 @@ def check_output(path: Path) -> None:
     target = j if j.exists() else path
     if not target.is_file() or target.stat().st_size == 0:
         return
-    ok = False
+    ok = read = False
     try:
         if _fmt(target) == "parquet":
             import pyarrow.parquet as pq
 
-            ok = set(HEAD) <= set(pq.read_schema(target).names)
+            names = pq.read_schema(target).names
+            read = True  # a Parquet file, whole: another program's if not ours
+            ok = set(HEAD) <= set(names)
         else:
             # the first line alone: damage further on (a crash's binary tail) leaves the file
             # ours, its sound rows kept by read_rows
@@ -219,7 +221,7 @@ def check_output(path: Path) -> None:
     if not ok:
         try:
             with open(target, "rb") as fh:
-                damaged = _fmt(target) == "parquet" and fh.read(4) == b"PAR1"
+                damaged = _fmt(target) == "parquet" and not read and fh.read(4) == b"PAR1"
         except OSError:  # unreadable: named as not a sweep output, like any other
             damaged = False
         what = (
