@@ -139,9 +139,7 @@ def write_atomic(path: str | Path, text: str | bytes) -> Path:
         # (a bounded prefix: a long file name still leaves room for the random part)
         fd, tmp = tempfile.mkstemp(prefix=f".{p.name[:200]}.", dir=p.parent)
     except OSError as exc:
-        raise UserError(
-            f"cannot write: {exc.strerror}", file=str(p), hint=_hint_for(exc)
-        ) from None
+        raise UserError(f"cannot write: {exc.strerror}", file=str(p), hint=_hint_for(exc)) from None
     try:
         os.fchmod(fd, _mode_for(p))
         data = text.encode("utf-8") if isinstance(text, str) else text
@@ -152,9 +150,7 @@ def write_atomic(path: str | Path, text: str | bytes) -> Path:
         os.replace(tmp, p)
     except OSError as exc:
         Path(tmp).unlink(missing_ok=True)
-        raise UserError(
-            f"cannot write: {exc.strerror}", file=str(p), hint=_hint_for(exc)
-        ) from None
+        raise UserError(f"cannot write: {exc.strerror}", file=str(p), hint=_hint_for(exc)) from None
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
