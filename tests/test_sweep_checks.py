@@ -196,6 +196,16 @@ def test_a_bundled_sweep_runs_by_name(tmp_path: Path) -> None:
     assert res.returncode == 2 and "no-such-sweep" in res.stderr
 
 
+def test_a_spec_may_name_a_bundled_scenario_as_its_base(tmp_path: Path) -> None:
+    """``base: llama3-8b-8xh100``, as simulate takes it (it was 'not found'); a file of that
+    name beside the spec comes first."""
+    spec, base, path = load_spec(_write(tmp_path, base="llama3-8b-8xh100"))
+    assert path == BASE.resolve() and base == yaml.safe_load(BASE.read_text())
+    (tmp_path / "llama3-8b-8xh100").write_text(yaml.safe_dump({"name": "mine"}))
+    with pytest.raises(UserError):  # the file beside it, read as the scenario it is not
+        load_spec(_write(tmp_path, base="llama3-8b-8xh100"))
+
+
 def test_an_unknown_axis_path_is_refused_before_any_output_is_touched(tmp_path: Path) -> None:
     out = tmp_path / "o.csv"
     good = _write(tmp_path, "good.yaml", axes=[{"cluster.nodes": [1]}])

@@ -277,6 +277,13 @@ def load_spec(path: str | Path) -> tuple[SweepSpec, dict[str, Any], Path]:
             hint="give the path of the scenario file, relative to the spec",
         )
     base_path = (p.parent / spec.base).resolve()
+    if not base_path.exists() and "/" not in spec.base and "\\" not in spec.base:
+        # a bare name no file beside the spec has: a bundled scenario, as simulate takes one
+        from ..catalog import bundled_scenarios_dir
+
+        name = spec.base if spec.base.endswith((".yaml", ".yml")) else f"{spec.base}.yaml"
+        if (bundled_scenarios_dir() / name).is_file():
+            base_path = (bundled_scenarios_dir() / name).resolve()
     if not base_path.is_file():
         raise UserError(
             f"base scenario '{spec.base}' is a folder (looked at {base_path})"
@@ -286,7 +293,8 @@ def load_spec(path: str | Path) -> tuple[SweepSpec, dict[str, Any], Path]:
             else f"base scenario '{spec.base}' not found (looked for {base_path})",
             file=str(p),
             path="base",
-            hint="give the scenario file's path relative to the sweep file",
+            hint="give the scenario file's path relative to the sweep file, or a bundled "
+            "scenario's name (clustersim simulate takes the same names)",
         )
     if base_path == p.resolve():
         raise UserError(
