@@ -194,9 +194,14 @@ def launch(
                         beats.get(q, {}).get("progress", 0),
                     ),
                 )
-                failure = _failure(
-                    beats, r, f"no progress for {timeout:g} s: rank {r} hung", hb / f"rank{r}.err"
-                )
+                what = f"no progress for {timeout:g} s: rank {r} hung"
+                if r not in beats:  # never reported: still starting (importing torch)
+                    what = (
+                        f"rank {r} had not started after --timeout {timeout:g} s (a rank "
+                        "takes several seconds to import torch and join: give a longer "
+                        "--timeout)"
+                    )
+                failure = _failure(beats, r, what, hb / f"rank{r}.err")
                 break
             time.sleep(0.1)
     finally:

@@ -328,3 +328,10 @@ def test_a_killed_launcher_takes_its_ranks_with_it(tmp_path: Path) -> None:
     while _ranks_writing(out) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not _ranks_writing(out)
+
+
+def test_a_timeout_shorter_than_start_up_says_so_not_hung(tmp_path: Path) -> None:
+    out = tmp_path / "p.json"
+    r = clustersim("probe", "--nproc", "1", "--out", str(out), "--timeout", "0.5", cwd=tmp_path)
+    assert r.returncode == 3
+    assert "had not started after --timeout 0.5 s" in r.stderr and "longer --timeout" in r.stderr
