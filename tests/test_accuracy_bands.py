@@ -90,15 +90,17 @@ BANDS = {
     # 40GB (+18%), OLMo-core on H100 (0..+10%), TinyLlama on 16 A100 40GB (+1%)
     "heldout-2023": 0.085,
     # Held out, 2026-12-07: the Ultra-Scale Playbook's single-node nanotron runs (1B, 8 H100,
-    # every DP/TP/PP/ZeRO mix it ran): 7.8% mean; TP 2-8 at micro-batch 1 is host-bound, whose
-    # per-call host time comes from one 2-node row outside the set
+    # every DP/TP/PP/ZeRO mix it ran): 7.4% mean (7.8% before the host kept its lead across
+    # spans); TP 2-8 at micro-batch 1 is host-bound, whose per-call host time comes from one
+    # 2-node row outside the set
     "ultrascale-nanotron-1node": 0.09,
     # Held out, 2026-12-07: the Playbook's TP scaling figures (3B, TP 2-8 on one node, with and
-    # without sequence parallelism, the largest micro-batch that fit): +0.7..+15%, all fast
+    # without sequence parallelism, the largest micro-batch that fit): +0.7..+15.6%, all fast
     "ultrascale-nanotron-tp": 0.11,
     # Held out, 2026-12-07: the Playbook's 8B runs on 2 nodes where only the gradient reduction
-    # crosses them (DP 2 x TP 8 at micro-batch 2-8, DP 4 x TP 4 at 1): 6.6% mean, 13% max
-    "ultrascale-nanotron-2node": 0.08,
+    # crosses them (DP 2 x TP 8 at micro-batch 2-8, DP 4 x TP 4 at 1): 2.9% mean, 5.2% max
+    # (6.6% and 13% before the host kept its lead across spans)
+    "ultrascale-nanotron-2node": 0.05,
 }
 
 
