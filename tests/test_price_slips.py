@@ -64,3 +64,15 @@ def test_an_instance_price_typed_per_gpu_is_one_note_however_many_tiers() -> Non
     )
     notes = [n for n in price_slips(slipped, TODAY) if "per GPU, not" in n]
     assert len(notes) == 1 and "55" in notes[0]
+
+
+@pytest.mark.parametrize("cls", [CloudPrice, OwnershipPrice])
+def test_a_date_written_as_a_number_is_refused_with_the_form_to_write(cls: type) -> None:
+    """``as_of: 20240822`` was read as seconds since 1970 and refused in pydantic's words
+    ('Datetimes provided to dates should have zero time')."""
+    from pydantic import ValidationError
+
+    data = load_profile_file(AWS if cls is CloudPrice else OWN).model_dump()
+    with pytest.raises(ValidationError, match="write the date as YYYY-MM-DD"):
+        cls.model_validate({**data, "as_of": 20240822})
+    assert cls.model_validate({**data, "as_of": "2024-08-22"}).as_of == dt.date(2024, 8, 22)

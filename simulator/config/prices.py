@@ -4,11 +4,22 @@ cluster costs (capex amortised, energy, opex). Every figure is sourced, as in :m
 from __future__ import annotations
 
 import datetime as dt
-from typing import Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import Field
+from pydantic import BeforeValidator, Field
 
 from .sourced import Num, _Profile
+
+
+def _a_date(v: Any) -> Any:
+    """A date written as one (YAML reads 2024-08-22 as a date): a number such as 20240822 would
+    be taken for seconds since 1970."""
+    if isinstance(v, int | float) and not isinstance(v, bool):
+        raise ValueError("write the date as YYYY-MM-DD, e.g. 2024-08-22")
+    return v
+
+
+AsOf = Annotated[dt.date, BeforeValidator(_a_date)]
 
 
 class CloudPrice(_Profile):
@@ -16,7 +27,7 @@ class CloudPrice(_Profile):
     provider: str = Field(max_length=200)
     instance: str = Field(max_length=200)
     gpu: str = Field(description="GPU profile name this price is for")
-    as_of: dt.date
+    as_of: AsOf
     on_demand_usd_per_gpu_hour: Num
     reserved_usd_per_gpu_hour: Num | None = None
     reserved_term_years: Num | None = Field(
@@ -55,7 +66,7 @@ class CloudPrice(_Profile):
 class OwnershipPrice(_Profile):
     kind: Literal["ownership_price"] = "ownership_price"
     gpu: str = Field(description="GPU profile name this price is for")
-    as_of: dt.date
+    as_of: AsOf
     capex_per_node_usd: Num = Field(description="server with GPUs, CPUs, memory, local disk")
     capex_per_network_port_usd: Num = Field(description="NIC + switch port + cable share")
     power_per_gpu_w: Num = Field(
