@@ -126,6 +126,7 @@ def sweep(
         )
     from .report.files import output_path, refuse_foreign
 
+    output_path(out_file, "--out")
     if not Path(out_file).is_dir() and Path(out_file).suffix.lower() not in (
         ".csv",
         ".jsonl",
@@ -136,7 +137,6 @@ def sweep(
             path="--out",
             hint="end the file name in .csv, .jsonl or .parquet",
         )
-    output_path(out_file, "--out")
     if answer_file is not None:
         if Path(answer_file).suffix.lower() != ".json":
             raise UserError(

@@ -220,3 +220,17 @@ def test_an_output_path_with_a_control_character_is_refused(tmp_path: Path, odd:
     assert list(tmp_path.iterdir()) == []
     ok = run_cli("simulate", "llama3-8b-8xh100", "--no-scaling", "--trace", f"{tmp_path}/é.json")
     assert ok.returncode == 0, ok.stderr
+
+
+@pytest.mark.parametrize("option", ["--trace", "--out"])
+def test_an_output_name_too_long_for_a_file_system_names_the_option(
+    tmp_path: Path, option: str
+) -> None:
+    """A 305-character file name gave 'File name too long' without the option's name."""
+    long = f"{tmp_path}/{'a' * 300}.json"
+    if option == "--trace":
+        res = run_cli("simulate", "llama3-8b-8xh100", "--no-scaling", "--trace", long)
+    else:
+        res = run_cli("sweep", "gpu-generations", "--out", long[:-5] + ".csv")
+    assert res.returncode == 2, res.stderr
+    assert f"{option}:" in res.stderr and "more than a file system allows" in res.stderr

@@ -45,6 +45,13 @@ def output_path(path: str | Path, option: str, folder: bool = False) -> Path:
             path=option,
             hint="give a path of printable characters",
         )
+    longest = max((len(part.encode()) for part in p.parts), default=0)
+    if longest > 255:  # NAME_MAX of the common file systems
+        raise UserError(
+            f"a name in the path is {longest} bytes long, more than a file system allows (255)",
+            path=option,
+            hint="give a shorter name",
+        )
     if folder:
         if p.exists() and not p.is_dir():
             raise UserError(
