@@ -268,15 +268,21 @@ def test_tp_overlap_never_gets_slower_with_a_faster_gemm() -> None:
 
     tiny = [Op(f"k{i}", "memory", bytes=1e3) for i in range(20)]
     coll = Op("rs", "collective", collective="reduce_scatter", group="tp", msg_bytes=1e6)
-    totals = []
-    for m in (4096, 2048, 1024, 512, 256):
-        ops = [*tiny, Op("g", "gemm", flops=2.0 * m * 4096 * 4096, dims=(1, m, 4096, 4096)), coll]
-        prog = build_program(
-            ops, OpTimer(_gpu(), "bf16", 30.0), {"tp:reduce_scatter:1000000.0": 400e-6},
-            overlap_tp=True,
-        )  # fmt: skip
-        totals.append(prog.duration)
-    assert totals == sorted(totals, reverse=True), totals
+    by_pace = []
+    for pace in (1.0, 1.2):  # and the straggler's stretch never shortens the step
+        totals = []
+        for m in (4096, 2048, 1024, 512, 256):
+            gemm = Op("g", "gemm", flops=2.0 * m * 4096 * 4096, dims=(1, m, 4096, 4096))
+            # four GEMM spans whose collectives the GEMMs hide, then short kernels
+            ops = [*tiny, gemm, coll] * 4 + tiny * 3
+            prog = build_program(
+                ops, OpTimer(_gpu(), "bf16", 30.0), {"tp:reduce_scatter:1000000.0": 400e-6},
+                overlap_tp=True, pace=pace,
+            )  # fmt: skip
+            totals.append(prog.duration)
+        assert totals == sorted(totals, reverse=True), totals
+        by_pace.append(totals)
+    assert all(b >= a for a, b in zip(*by_pace, strict=True)), by_pace
 
 
 def test_hiding_a_tp_collective_never_slows_a_host_bound_step() -> None:
@@ -294,3 +300,51 @@ def test_hiding_a_tp_collective_never_slows_a_host_bound_step() -> None:
     off, backward, both = (s.metrics.step_time_s for s in steps)
     assert both <= backward <= off
     assert steps[0].metrics.breakdown_s["host"] > 0.05 * off  # host-bound indeed
+
+
+def _program_time(
+    shape: list[tuple[str, float, bool]],
+    coll_time: dict[str, float],
+    host: float,
+    pace: float,
+    scale: float = 1.0,
+    overlap: bool = False,
+) -> float:
+    """How long a program of ``shape`` (GEMMs, short kernels, TP collectives) takes."""
+    from simulator.engine.program import build_program
+
+    ops = []
+    for kind, x, overlapped in shape:
+        if kind == "gemm":
+            m = max(16, int(4096 * x * scale))
+            ops.append(Op("g", "gemm", flops=2.0 * m * 4096**2, dims=(1, m, 4096, 4096)))
+        elif kind == "memory":
+            ops.append(Op("k", "memory", bytes=1e8 * x))
+        else:
+            ops.append(Op("c", "collective", collective="all_reduce", group="tp",
+                          msg_bytes=x, overlapped=overlapped))  # fmt: skip
+    timer = OpTimer(_gpu(), "bf16", host)
+    return build_program(ops, timer, coll_time, overlap_tp=overlap, pace=pace).duration
+
+
+def test_random_programs_are_monotone_in_gpu_speed_overlap_and_pace() -> None:
+    """Programs of GEMMs, short kernels and TP collectives (some the stack overlaps) at random
+    host speeds: smaller GEMMs, the TP overlap on, or a smaller straggler stretch never make
+    one longer (a review found all three broken once the host's lead crossed spans)."""
+    import random
+
+    rnd = random.Random(7)
+    for _ in range(300):
+        shape: list[tuple[str, float, bool]] = []
+        coll_time: dict[str, float] = {}
+        for i in range(rnd.randint(2, 12)):
+            r = rnd.random()
+            kind = "gemm" if r < 0.35 else "memory" if r < 0.7 else "coll"
+            shape.append((kind, rnd.uniform(0.1, 1.0) if kind != "coll" else i, rnd.random() < 0.3))
+            if kind == "coll":
+                coll_time[f"tp:all_reduce:{float(i)}"] = rnd.uniform(0.0, 2e-3)
+        host, pace = rnd.uniform(0.0, 200.0), rnd.choice([1.0, 1.1, 1.5])
+        base = _program_time(shape, coll_time, host, pace)
+        assert _program_time(shape, coll_time, host, pace, scale=0.5) <= base * (1 + 1e-9)
+        assert _program_time(shape, coll_time, host, pace, overlap=True) <= base * (1 + 1e-9)
+        assert _program_time(shape, coll_time, host, pace * 1.2) >= base * (1 - 1e-9)

@@ -90,7 +90,7 @@ BANDS = {
     # 40GB (+18%), OLMo-core on H100 (0..+10%), TinyLlama on 16 A100 40GB (+1%)
     "heldout-2023": 0.085,
     # Held out, 2026-12-07: the Ultra-Scale Playbook's single-node nanotron runs (1B, 8 H100,
-    # every DP/TP/PP/ZeRO mix it ran): 7.4% mean (7.8% before the host kept its lead across
+    # every DP/TP/PP/ZeRO mix it ran): 7.3% mean (7.8% before the host kept its lead across
     # spans); TP 2-8 at micro-batch 1 is host-bound, whose per-call host time comes from one
     # 2-node row outside the set
     "ultrascale-nanotron-1node": 0.09,

@@ -229,8 +229,10 @@ def build_program(
         # start; a lead passes through a span without kernels), and so it does while this
         # span's kernels outlast their issue: that lead is carried too. (It was not: a TP
         # collective the stack hides behind its GEMM then took the host's lead with it, and a
-        # host-bound step ran up to 4% slower with the overlap on than off.)
-        issued = -then + (issued if end == 0.0 else min(0.0, issued - end) * pace)
+        # host-bound step ran up to 4% slower with the overlap on than off.) The clock is the
+        # span's own, which ``pace`` stretches at its end: ``then``, in seconds, enters it
+        # unstretched.
+        issued = -then / pace + (issued if end == 0.0 else min(0.0, issued - end))
         end = gpu = 0.0
         gemm_at = None
         pending_name = []
