@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from simulator.config.bounds import ATTENTION_MAX
 from simulator.errors import UserError
 
 from .fits import (
@@ -257,12 +258,12 @@ def calibrate(probe: dict[str, Any], file: str, name: str) -> Calibration:
                 f"{train_dtype} matmul throughputs (R²={eff_r2:.3f})",
             ),
             "attention_max": S(
-                min(1.0, max(att_eff, 1e-4)),
+                min(ATTENTION_MAX, max(att_eff, 1e-4)),
                 "scaled_dot_product_attention (causal) "
                 "forward+backward on the training job's shape: "
                 f"{att.get('tflops', 0):.4g} "
                 "TFLOP/s in the simulator's FLOP convention, over the peak"
-                + (" (faster than the peak: held at 1)" if att_eff > 1.0 else "")
+                + (" (held at 12/7)" if att_eff > ATTENTION_MAX else "")
                 if att
                 else "estimate: not measured (the probe ran without its attention phase); "
                 "half the matmul peak, as a fused attention kernel reaches on long sequences",

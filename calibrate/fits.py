@@ -14,6 +14,8 @@ from typing import Any
 import numpy as np
 from scipy.optimize import least_squares
 
+from simulator.config.bounds import ATTENTION_MAX
+
 COEFFS = {
     "all_reduce": lambda n: (2.0 * (n - 1), 2.0 * (n - 1) / n),
     "all_gather": lambda n: (n - 1.0, (n - 1.0) / n),
@@ -188,7 +190,7 @@ def fit_attention(rows: list[dict[str, Any]], peak_tflops: float) -> dict[str, A
     seqs = np.array([p[0] for p in pts], dtype=float)
     effs = np.array([p[1] for p in pts], dtype=float)
     m, half, r2 = fit_efficiency(seqs, effs)
-    if half <= 0.0 or r2 < 0.8 or m > 1.0 or half > 4.0 * seqs[-1]:
+    if half <= 0.0 or r2 < 0.8 or m > ATTENTION_MAX or half > 4.0 * seqs[-1]:
         return None
     rms = efficiency_quality(seqs, effs, m, half, r2)["rms_rel_err"]
     return {

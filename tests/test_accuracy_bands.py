@@ -67,7 +67,7 @@ BANDS = {
     "megatron-2019": 0.33,
     # Held out, 2026-12-07: an independent search's 19 rows of 2023-2026 stacks (FlagPerf,
     # Megatron-LLaMA, BigScience tr1-13B, NeMo's long-sequence tables, Megatron-Bridge 26.02):
-    # known misses, 26.1% mean (README "Accuracy")
+    # known misses, 25.1% mean (README "Accuracy")
     "heldout-2024": 0.28,
     # Held out, 2026-12-07: a second 4-node 8x H100 InfiniBand nccl-tests curve (Voltage Park,
     # NCCL 2.24.3): 15.7% while the model took its own fastest algorithm, 8.7% with NCCL's
@@ -80,7 +80,7 @@ BANDS = {
     "mlperf-gpt3-h100": 0.05,
     # Held out, 2026-12-07: MLPerf Training v5.0 Llama 3.1 405B, NVIDIA on 512-8,192 H100 and
     # 256 GB200 NVL72 (NeMo 25.01/25.04, fp8, CP 2, 24-288 micro-batches): H100 +2.9..+4.1% at
-    # every scale, GB200 -7.8% (-6.8% before the measured Blackwell attention, 2026-12-07)
+    # every scale, GB200 -6.9% (-6.8% before the measured Blackwell attention, 2026-12-07)
     "mlperf-llama31-405b": 0.055,
     # Held out, 2026-12-07: one BERT-large layer in eager PyTorch on a V100 SXM2 (spcl/substation,
     # Ivanov et al. 2021): 15% optimistic at both shapes, as the Megatron-LM 2019 rows are
