@@ -142,3 +142,24 @@ def test_a_full_disk_asks_for_room_not_another_path() -> None:
 
     assert "free some space" in _hint_for(OSError(errno.ENOSPC, "No space left on device"))
     assert _hint_for(OSError(errno.EACCES, "Permission denied")) == "pick a writable path"
+
+
+def test_a_damaged_json_line_counts_among_the_rows_a_run_would_drop(tmp_path: Path) -> None:
+    out = tmp_path / "d.jsonl"
+    _run(_spec(tmp_path, "pw", [400, 500]), out)
+    lines = out.read_text().splitlines()
+    lines[1] = lines[1][:-1] + ","  # the 500 W row, no longer JSON
+    out.write_text("\n".join(lines) + "\n")
+    res = run_cli("sweep", str(_spec(tmp_path, "pw", [400])), "--out", str(out))
+    assert res.returncode == 2, res.stderr
+    assert "1 of the 2 row(s)" in " ".join(res.stderr.split())
+    assert out.read_text().splitlines()[1] == lines[1]  # kept as it was
+
+
+def test_a_link_into_a_folder_not_made_yet_is_written_through(tmp_path: Path) -> None:
+    (tmp_path / "lk").mkdir()
+    link = tmp_path / "lk" / "l.csv"
+    link.symlink_to(tmp_path / "nodir" / "o.csv")
+    res = run_cli("sweep", str(_spec(tmp_path, "pw", [400])), "--out", str(link))
+    assert res.returncode == 0, res.stderr
+    assert (tmp_path / "nodir" / "o.csv").is_file() and link.is_symlink()

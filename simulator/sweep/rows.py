@@ -164,11 +164,14 @@ def read_all(path: Path) -> list[Any]:
             # is not a number.
             rows.append({k: v if k in TEXT_COLUMNS else _parse(v) for k, v in r.items()})
     else:
-        for line in raw.decode("utf-8-sig", errors="replace").splitlines():
+        lines = raw.decode("utf-8-sig", errors="replace").splitlines()
+        torn = not raw.endswith(b"\n")  # an interruption's last line, still being written
+        for i, line in enumerate(lines):
             try:
                 rows.append(json.loads(line))
             except (ValueError, RecursionError):  # damaged (or an integer past Python's limit)
-                continue
+                if line.strip() and not (torn and i == len(lines) - 1):
+                    rows.append({_DAMAGED: True})  # a row this run would drop: counted
     return rows
 
 
@@ -218,6 +221,12 @@ def check_output(path: Path) -> None:
                 ok = isinstance(line, dict) and set(HEAD) <= set(line)
     except Exception:  # unreadable, not UTF-8, not JSON, no pyarrow: not ours to replace
         ok = False
+    if not ok and _fmt(target) == "parquet" and not _has_pyarrow():
+        raise UserError(
+            f"'{target}' is a Parquet file, which needs pyarrow to read (and to write)",
+            path="--out",
+            hint='pip install "clustersim[parquet]", or write .csv or .jsonl',
+        )
     if not ok:
         try:
             with open(target, "rb") as fh:
@@ -234,6 +243,12 @@ def check_output(path: Path) -> None:
             path="--out",
             hint="give another --out, or move that file away",
         )
+
+
+def _has_pyarrow() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("pyarrow") is not None
 
 
 def complete_points(rows: Rows) -> dict[str, Rows]:

@@ -162,6 +162,7 @@ def _only_writer(out: Path) -> Iterator[None]:
         yield
         return
     real = Path(os.path.realpath(out))  # one lock for a file, whichever link names it
+    real.parent.mkdir(parents=True, exist_ok=True)  # (a link into a folder not made yet)
     lock = real.with_name(f".{real.name[:200]}.lock")
     fd = os.open(lock, os.O_CREAT | os.O_RDWR, 0o644)
     try:
