@@ -201,9 +201,11 @@ def test_a_spec_may_name_a_bundled_scenario_as_its_base(tmp_path: Path) -> None:
     name beside the spec comes first."""
     spec, base, path = load_spec(_write(tmp_path, base="llama3-8b-8xh100"))
     assert path == BASE.resolve() and base == yaml.safe_load(BASE.read_text())
+    assert load_spec(_write(tmp_path, base="llama3-8b-8xh100.yml"))[2] == BASE.resolve()
     (tmp_path / "llama3-8b-8xh100").write_text(yaml.safe_dump({"name": "mine"}))
-    with pytest.raises(UserError):  # the file beside it, read as the scenario it is not
+    with pytest.raises(UserError) as err:  # the file beside it, read as the scenario it is not
         load_spec(_write(tmp_path, base="llama3-8b-8xh100"))
+    assert str(tmp_path / "llama3-8b-8xh100") in str(err.value)
 
 
 def test_an_unknown_axis_path_is_refused_before_any_output_is_touched(tmp_path: Path) -> None:

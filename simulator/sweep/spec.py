@@ -281,9 +281,9 @@ def load_spec(path: str | Path) -> tuple[SweepSpec, dict[str, Any], Path]:
         # a bare name no file beside the spec has: a bundled scenario, as simulate takes one
         from ..catalog import bundled_scenarios_dir
 
-        name = spec.base if spec.base.endswith((".yaml", ".yml")) else f"{spec.base}.yaml"
-        if (bundled_scenarios_dir() / name).is_file():
-            base_path = (bundled_scenarios_dir() / name).resolve()
+        b, stem = bundled_scenarios_dir(), Path(spec.base).stem
+        found = (b / spec.base, b / f"{spec.base}.yaml", b / f"{stem}.yaml")
+        base_path = next((c.resolve() for c in found if c.is_file()), base_path)
     if not base_path.is_file():
         raise UserError(
             f"base scenario '{spec.base}' is a folder (looked at {base_path})"
