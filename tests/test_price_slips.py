@@ -73,6 +73,7 @@ def test_a_date_written_as_a_number_is_refused_with_the_form_to_write(cls: type)
     from pydantic import ValidationError
 
     data = load_profile_file(AWS if cls is CloudPrice else OWN).model_dump()
-    with pytest.raises(ValidationError, match="write the date as YYYY-MM-DD"):
-        cls.model_validate({**data, "as_of": 20240822})
+    for number in (20240822, "20240822", "1724284800"):
+        with pytest.raises(ValidationError, match="write the date as YYYY-MM-DD"):
+            cls.model_validate({**data, "as_of": number})
     assert cls.model_validate({**data, "as_of": "2024-08-22"}).as_of == dt.date(2024, 8, 22)

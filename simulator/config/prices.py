@@ -14,7 +14,9 @@ from .sourced import Num, _Profile
 def _a_date(v: Any) -> Any:
     """A date written as one (YAML reads 2024-08-22 as a date): a number such as 20240822 would
     be taken for seconds since 1970."""
-    if isinstance(v, int | float) and not isinstance(v, bool):
+    if (isinstance(v, int | float) and not isinstance(v, bool)) or (
+        isinstance(v, str) and v.strip().isdigit()
+    ):
         raise ValueError("write the date as YYYY-MM-DD, e.g. 2024-08-22")
     return v
 

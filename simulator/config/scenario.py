@@ -266,7 +266,7 @@ class ResolvedScenario(BaseModel):
             out.append(
                 f"{self.nics_per_node} NICs per node for {self.gpus_per_node} GPUs: each GPU "
                 "sends through one NIC at most (its rail), so the rest carry no traffic here, "
-                "though a price profile counts their ports"
+                "though an ownership price counts their ports"
             )
         link, f = self.gpu.nvlink_gbps, self.fabric
         topo = self.topology
