@@ -10,6 +10,7 @@ import io
 import json
 import math
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -84,7 +85,8 @@ INT_COLUMNS = frozenset(
 OK_NAMES = ("sweep", "gpu", "fabric", "software", "schedule", "sharding", "recompute")
 # The columns every sweep output starts with: a file without them all is not one.
 HEAD = ("sweep", "point", "point_key", "point_rows", "status")
-_DAMAGED = "\x00damaged"  # marks a CSV row with too few or too many cells
+_DAMAGED = "\x00damaged"  # marks a row that does not parse (a CSV row's cells miscounted)
+_KEY = re.compile(r'"point_key": "([0-9a-f]+)"')  # a damaged JSON line's key, as we write it
 
 
 def sound(row: Any, cols: list[str] | None = None) -> bool:
@@ -171,7 +173,10 @@ def read_all(path: Path) -> list[Any]:
                 rows.append(json.loads(line))
             except (ValueError, RecursionError):  # damaged (or an integer past Python's limit)
                 if line.strip() and not (torn and i == len(lines) - 1):
-                    rows.append({_DAMAGED: True})  # a row this run would drop: counted
+                    # damaged: evaluated again where its key names a point of the run, else a
+                    # row the run would drop (counted), as a damaged CSV row is
+                    key = _KEY.search(line)
+                    rows.append({"point_key": key.group(1) if key else None, _DAMAGED: True})
     return rows
 
 
