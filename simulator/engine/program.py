@@ -196,7 +196,7 @@ def build_program(
     # A CP ring's exchange hides behind the attention kernel before it (``attn``: its
     # duration, paced); ``ring``: the exposed time of each analytic collective of the run
     # started behind it, in order.
-    attn = 0.0
+    attn = attn_at = 0.0
     ring: list[float] = []
     in_attn = False  # within the attention's kernels (one fused, or scores-softmax-values)
     pending_name: list[str] = []
@@ -258,7 +258,9 @@ def build_program(
             ends = together(keys)
         else:
             ends = list(accumulate(coll_time.get(k) or 0.0 for k in keys))
-        hidden = min(attn * ops[i].cover, end * pace)
+        # the exchange runs beside everything from the attention's start to the span's end
+        # (the kernel, and the host's issue of what follows where that takes longer)
+        hidden = min(max(attn, (end - attn_at) * pace) * ops[i].cover, end * pace)
         out, waited = [], hidden
         for e in ends:
             out.append(max(0.0, e - waited))
@@ -284,7 +286,8 @@ def build_program(
                     if exposed > 0:
                         prog.items.append(Item("span", op.name, exposed, "comm_cp"))
                     continue
-                covered = attn * op.cover  # through the flows: each beside the kernel
+                # through the flows: each beside the kernel (and what follows it in the span)
+                covered = max(attn, (end - attn_at) * pace) * op.cover
                 then = 0.0
             else:
                 covered = hide() if op.overlapped or (overlap_tp and op.group == "tp") else 0.0
@@ -313,7 +316,10 @@ def build_program(
                 prog.items.append(Item("span", op.name, t, f"comm_{op.group}"))
             continue
         dt = timer.time(op)
+        start = max(end, issued)
         if op.kind == "attention" or op.name.startswith(ATTENTION_OPS):
+            if not in_attn:
+                attn_at = start
             attn = (attn if in_attn else 0.0) + dt * pace
             in_attn = True
         elif op.kind != "memory":
@@ -321,7 +327,6 @@ def build_program(
         # An op starts when the GPU is free and the host has issued it, and ends no sooner
         # than the host has issued all its kernels: a span of short kernels runs at the
         # host's pace, not the GPU's (the stack's host_us_per_kernel).
-        start = max(end, issued)
         both = op.kind == "gemm" and op.backward and op.part == "both"
         issued += (2 if both else 1) * timer.host_s
         end = max(start + dt, issued)
