@@ -127,6 +127,14 @@ def sweep(
     from .report.files import output_path, refuse_foreign
 
     output_path(out_file, "--out")
+    if len(Path(out_file).name.encode()) > 255 - len(".partial.jsonl"):
+        raise UserError(
+            f"the file name is {len(Path(out_file).name.encode())} bytes long, and the sweep "
+            "writes files beside it named after it (OUT.partial.jsonl, OUT.replaced.run): "
+            f"at most {255 - len('.partial.jsonl')} bytes",
+            path="--out",
+            hint="give a shorter name",
+        )
     if not Path(out_file).is_dir() and Path(out_file).suffix.lower() not in (
         ".csv",
         ".jsonl",

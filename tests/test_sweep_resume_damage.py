@@ -163,3 +163,24 @@ def test_a_link_into_a_folder_not_made_yet_is_written_through(tmp_path: Path) ->
     res = run_cli("sweep", str(_spec(tmp_path, "pw", [400])), "--out", str(link))
     assert res.returncode == 0, res.stderr
     assert (tmp_path / "nodir" / "o.csv").is_file() and link.is_symlink()
+
+
+def test_a_parquet_output_through_a_link_writes_the_file_the_link_names(tmp_path: Path) -> None:
+    pytest.importorskip("pyarrow")
+    import pyarrow.parquet as pq
+
+    (tmp_path / "tgt").mkdir()
+    (tmp_path / "lnk").mkdir()
+    link = tmp_path / "lnk" / "o.parquet"
+    link.symlink_to(tmp_path / "tgt" / "o.parquet")
+    res = run_cli("sweep", str(_spec(tmp_path, "pw", [400, 500])), "--out", str(link))
+    assert res.returncode == 0, res.stderr
+    assert link.is_symlink() and pq.read_table(tmp_path / "tgt" / "o.parquet").num_rows == 2
+
+
+def test_an_output_name_leaving_no_room_for_the_sweeps_own_files_is_refused(
+    tmp_path: Path,
+) -> None:
+    out = tmp_path / f"{'a' * 242}.csv"  # 246 bytes: OUT.partial.jsonl would be 260
+    res = run_cli("sweep", str(_spec(tmp_path, "pw", [400])), "--out", str(out))
+    assert res.returncode == 2 and "--out:" in res.stderr and "at most 241 bytes" in res.stderr

@@ -200,6 +200,8 @@ def run_sweep(
     ``on_stale`` is told how many rows of ``out`` match no point of this run (they are
     dropped; without ``replace`` the run refuses instead, writing nothing). One sweep at a
     time writes ``out``: a second is refused while the first runs."""
+    if out.is_symlink():  # its journal, kept copies and final file go beside the file it names
+        out = Path(os.path.realpath(out))
     out.parent.mkdir(parents=True, exist_ok=True)
     with _only_writer(out):
         cols = columns(spec)
