@@ -124,14 +124,15 @@ def sweep(
             path="--deadline-days",
             hint="the days the run may take, e.g. 30",
         )
-    from .report.files import output_path, refuse_foreign
+    from .report.files import NAME_MAX, output_path, refuse_foreign
 
     output_path(out_file, "--out")
-    if len(Path(out_file).name.encode()) > 255 - len(".partial.jsonl"):
+    room = NAME_MAX - len(".partial.jsonl")  # the longest name the sweep writes beside it
+    if len(Path(out_file).name.encode()) > room:
         raise UserError(
             f"the file name is {len(Path(out_file).name.encode())} bytes long, and the sweep "
             "writes files beside it named after it (OUT.partial.jsonl, OUT.replaced.run): "
-            f"at most {255 - len('.partial.jsonl')} bytes",
+            f"at most {room} bytes",
             path="--out",
             hint="give a shorter name",
         )

@@ -206,6 +206,12 @@ def build_program(
         collective right after it can hide behind (it starts with the GEMM)."""
         return (end - gemm_at) * pace if gemm_at is not None else 0.0
 
+    def attn_window() -> float:
+        """How long from the attention's start to the span's end (paced): what a CP ring's
+        exchange runs beside (the kernel, and the host's issue of what follows where that
+        takes longer)."""
+        return max(attn, (end - attn_at) * pace)
+
     def flush(then: float = 0.0) -> None:
         """Close the span; ``then``: how long the GPU is busy with what follows it (an exposed
         collective), which the host spends issuing the next span's kernels."""
@@ -258,9 +264,7 @@ def build_program(
             ends = together(keys)
         else:
             ends = list(accumulate(coll_time.get(k) or 0.0 for k in keys))
-        # the exchange runs beside everything from the attention's start to the span's end
-        # (the kernel, and the host's issue of what follows where that takes longer)
-        hidden = min(max(attn, (end - attn_at) * pace) * ops[i].cover, end * pace)
+        hidden = min(attn_window() * ops[i].cover, end * pace)
         out, waited = [], hidden
         for e in ends:
             out.append(max(0.0, e - waited))
@@ -286,8 +290,7 @@ def build_program(
                     if exposed > 0:
                         prog.items.append(Item("span", op.name, exposed, "comm_cp"))
                     continue
-                # through the flows: each beside the kernel (and what follows it in the span)
-                covered = max(attn, (end - attn_at) * pace) * op.cover
+                covered = attn_window() * op.cover  # through the flows: each beside it
                 then = 0.0
             else:
                 covered = hide() if op.overlapped or (overlap_tp and op.group == "tp") else 0.0

@@ -17,6 +17,9 @@ from typing import Any
 
 from ..errors import UserError
 
+# The longest file name the common file systems take, in bytes (NAME_MAX).
+NAME_MAX = 255
+
 
 def _unshowable(c: str) -> bool:
     """A control character (C0, DEL, C1) or a bidirectional override: a file name holding one
@@ -46,9 +49,10 @@ def output_path(path: str | Path, option: str, folder: bool = False) -> Path:
             hint="give a path of printable characters",
         )
     longest = max((len(part.encode()) for part in p.parts), default=0)
-    if longest > 255:  # NAME_MAX of the common file systems
+    if longest > NAME_MAX:
         raise UserError(
-            f"a name in the path is {longest} bytes long, more than a file system allows (255)",
+            f"a name in the path is {longest} bytes long, more than a file system allows "
+            f"({NAME_MAX})",
             path=option,
             hint="give a shorter name",
         )

@@ -161,9 +161,7 @@ def _only_writer(out: Path) -> Iterator[None]:
     except ImportError:  # (no flock: not a POSIX system) nothing to hold
         yield
         return
-    real = Path(os.path.realpath(out))  # one lock for a file, whichever link names it
-    real.parent.mkdir(parents=True, exist_ok=True)  # (a link into a folder not made yet)
-    lock = real.with_name(f".{real.name[:200]}.lock")
+    lock = out.with_name(f".{out.name[:200]}.lock")  # (``out``: the file a link names)
     fd = os.open(lock, os.O_CREAT | os.O_RDWR, 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
