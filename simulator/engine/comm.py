@@ -81,7 +81,7 @@ DONE = Job(None)  # work of size zero: nothing to wait for
 class Stream:
     """Jobs of one rank's stream, run one at a time in order."""
 
-    __slots__ = ("env", "rank", "name", "queue", "busy", "emit", "busy_s", "since")
+    __slots__ = ("env", "rank", "name", "queue", "busy", "emit", "busy_s", "since", "on_idle")
 
     def __init__(self, env: simpy.Environment, rank: int, name: str, emit: Emit | None) -> None:
         self.env = env
@@ -92,6 +92,8 @@ class Stream:
         self.emit = emit
         self.busy_s = 0.0  # seconds busy before ``since`` (the start of the current busy run)
         self.since = 0.0
+        # called once when the stream next goes idle (engine.stretch)
+        self.on_idle: Callable[[], None] | None = None
 
     def busy_time(self) -> float:
         """Seconds this stream has held a job, up to now."""
@@ -116,6 +118,9 @@ class Stream:
         else:
             self.busy = False
             self.busy_s += self.env.now - self.since
+            if self.on_idle is not None:
+                watcher, self.on_idle = self.on_idle, None
+                watcher()
 
 
 class Endpoint:

@@ -20,13 +20,16 @@ from ..workload.comm import (
     grad_bucket_bytes,
 )
 from ..workload.memory import layer_gather_bytes_per_param
-from .comm import DONE, Job
+from .comm import DONE, Job, Stream
 from .program import Program
 from .results import span_stream
 from .setup import SimulationBase
+from .stretch import NEGLIGIBLE_S, Stretch, segment
 
 
 class PassRunner(SimulationBase):
+    stretches = True  # off: span by span, each slowdown a timeout of its own (the reference)
+
     def _slowdown(self, rank: int, since: float, share: float = 1.0) -> float:
         """Extra seconds the compute that ran from ``since`` (the DP stream's busy time then)
         to now owes to the DP collectives it overlapped (0 when it overlapped none); ``share``:
@@ -36,7 +39,7 @@ class PassRunner(SimulationBase):
         if st is None:
             return 0.0
         extra = (st.busy_time() - since) * self.contention * share
-        return extra if extra > 1e-12 else 0.0
+        return extra if extra > NEGLIGIBLE_S else 0.0
 
     def _pay(self, rank: int, extra: float) -> Generator:
         """Run the slowdown's extra time on the compute stream and book it."""
@@ -44,6 +47,20 @@ class PassRunner(SimulationBase):
         yield Timeout(self.env, extra)
         self.results[rank].acc["overlap"] += extra
         self._emit(rank, "compute", "slowed by DP communication", t0, extra)
+
+    def _stretching(self, dp: Stream | None) -> bool:
+        """Whether compute now runs beside a busy DP stream as stretches (engine.stretch):
+        not when tracing (the trace shows each span and each slowdown)."""
+        return dp is not None and dp.busy and self.stretches and not self.tracing
+
+    def _stretch(self, rank: int, segs: list[tuple[float, float]]) -> Generator:
+        """Segments ``(seconds, compute share)`` back to back beside the rank's busy DP
+        stream, each with its slowdown, as one timeout (engine.stretch); the slowdowns booked."""
+        st = Stretch(self.env, self.dp_streams[rank], segs, self.contention)
+        yield st.timeout
+        extra = st.done()
+        if extra:
+            self.results[rank].acc["overlap"] += extra
 
     def _dp_busy(self, rank: int) -> float:
         st = self.dp_streams.get(rank)
@@ -71,10 +88,15 @@ class PassRunner(SimulationBase):
         guards = self.guard_streams[rank] if rest is not None else []
         if rest is not None and not any(st.busy for st in guards):
             prog = rest[0]  # the whole twin, as one timeout below
+        dp = self.dp_streams.get(rank)
         if prog.analytic:
             t0 = env.now
-            busy0 = self._dp_busy(rank)
             total = prog.duration * reps
+            if total > 0 and self._stretching(dp):
+                yield from self._stretch(rank, [(total, prog.compute_share)])
+                self._charge(rank, prog, reps, t0)
+                return
+            busy0 = self._dp_busy(rank)
             if total > 0:
                 yield Timeout(env, total)
             self._charge(rank, prog, reps, t0)
@@ -84,7 +106,6 @@ class PassRunner(SimulationBase):
             return
         items = prog.items
         runs = None if self.tracing else prog.span_runs
-        dp = self.dp_streams.get(rank)
         for rep in range(reps):
             early: list[Job] = []  # collectives started under the span before them
             i, n = 0, len(items)
@@ -106,6 +127,14 @@ class PassRunner(SimulationBase):
                     end, total, booked = run
                     yield Timeout(env, total)
                     for cat, dt in booked:
+                        acc[cat] = acc.get(cat, 0.0) + dt
+                    i = end
+                    continue
+                if run is not None and self._stretching(dp):
+                    # The same beside a busy DP stream, each span's slowdown after it
+                    end = run[0]
+                    yield from self._stretch(rank, [segment(x) for x in items[i:end]])
+                    for cat, dt in run[2]:
                         acc[cat] = acc.get(cat, 0.0) + dt
                     i = end
                     continue
@@ -138,6 +167,10 @@ class PassRunner(SimulationBase):
                         early.extend(jobs)
                         if it.dur > at:
                             yield Timeout(env, it.dur - at)
+                    elif it.cat == "compute" and self._stretching(dp):
+                        yield from self._stretch(rank, [(it.dur, 1.0)])
+                        it.book(acc)
+                        continue
                     else:
                         yield Timeout(env, it.dur)
                     it.book(acc)
@@ -211,7 +244,11 @@ class PassRunner(SimulationBase):
                     acc["comm_dp"] += env.now - t0
                     if self.tracing:
                         self._waited(rank, "comm_dp", t0, env.now)
-            if analytic:
+            if analytic and dur > 0 and self._stretching(dp):
+                t0 = env.now
+                yield from self._stretch(rank, [(dur, prog.compute_share)])
+                self._charge(rank, prog, 1, t0)
+            elif analytic:
                 t0 = env.now
                 busy0 = self._dp_busy(rank)
                 if dur > 0:

@@ -40,6 +40,7 @@ from ..network.flows import stale
 from .loader import loader_done_alone
 from .results import CATEGORIES, EngineResult, RankResult
 from .sim import Simulation
+from .stretch import orphaned
 
 # Times in a run are sums of floats: states and growths that agree within this share of the
 # run's length are the same.
@@ -64,7 +65,9 @@ class _Recording(Simulation):
     def on_mark(self, mb: int) -> None:
         now = self.env.now
         queue = self.env._queue  # SimPy's heap of (time, priority, id, event); symmetric mode
-        offsets = sorted(item[0] - now for item in queue if not stale(item[3]))
+        offsets = sorted(
+            item[0] - now for item in queue if not (stale(item[3]) or orphaned(item[3]))
+        )
         streams = [float(x) for st in self._streams.values() for x in (st.busy, len(st.queue))]
         links = [x for ln in self.net.links.values() for x in (float(len(ln.flows)), ln.weight)]
         pending = [float(len(self._arrived)), float(len(self._recv)), float(len(self._sent_at))]
