@@ -249,17 +249,22 @@ def build_program(
     def ring_run(i: int) -> list[float]:
         """Exposed seconds of each analytic CP collective from ``ops[i]`` on that starts
         with it behind the attention kernel: each waited for in turn after the span ends."""
-        keys = []
+        keys: list[str] = []
+        # The host's lead once this span closes (``flush``); each later collective of the run
+        # costs it ``host_coll_s`` (a stack's Python around each call)
+        lead = min(0.0, issued - end)
         for op in ops[i:]:
             if op.only == "backward":
                 continue
             if op.kind != "collective" or op.group != "cp" or not op.overlapped:
                 break
+            if keys:
+                lead += timer.host_coll_s
+                if lead > 0:
+                    # the host issues it after a span of its own, which it starts under, not
+                    # with the one before; within the lead it has none (as through the flows)
+                    break
             keys.append(key(op))
-            if timer.host_coll_s > 0:
-                # the host issues the next one after a span of its own (its Python around the
-                # call), so it starts under that span, not with this one: as through the flows
-                break
         if together is not None:
             ends = together(keys)
         else:
