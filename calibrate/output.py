@@ -117,7 +117,7 @@ def check_free(name: str, out_dir: str | Path) -> None:
     replaced), or one in any folder clustersim searches or in ``out_dir``, unless it is this
     calibration's own earlier file of the same kind (``out_dir`` holds NAME.calibration.json):
     re-calibrating under a name replaces it."""
-    from simulator.catalog import bundled_profiles_dir, load_catalog
+    from simulator.catalog import bundled_profiles_dir, load_catalog, profile_files
 
     cat = load_catalog()
     target = Path(out_dir).resolve()
@@ -131,8 +131,20 @@ def check_free(name: str, out_dir: str | Path) -> None:
             path="--name",
             hint="pick another name for the calibration, or another --out-dir",
         )
+    tree = profile_files(target) if target.is_dir() else []
     for n, kind in own_profiles(name).items():
         here = target / f"{n}.yaml"
+        # Another file named for it anywhere in the folder (gpus/NAME.yaml, NAME.yml): the
+        # folder would then hold two files for one name, and neither loads
+        other = next((p for p in tree if p.stem == n and p != here), None)
+        if other is not None:
+            raise UserError(
+                f"'{other}' is named for the profile '{n}' this calibration writes into "
+                f"{target}: with both in one profile folder neither would load",
+                path="--name",
+                hint="pick another name for the calibration or another --out-dir, or move "
+                "that file out of the folder",
+            )
         prof = cat.profiles.get(n)
         if prof is not None:
             found, path = getattr(prof, "kind", None), cat.files[n].resolve()

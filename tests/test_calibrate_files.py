@@ -71,6 +71,23 @@ def test_a_calibration_never_takes_another_profiles_name(tmp_path: Path) -> None
     assert "fabric profile named 'mine-fabric'" in exc.value.message
 
 
+@pytest.mark.parametrize("where", ["gpus/c1.yaml", "c1.yml", "calibrated/old/c1-storage.yaml"])
+def test_a_file_named_for_a_calibrated_profile_anywhere_in_the_folder_is_refused(
+    tmp_path: Path, where: str
+) -> None:
+    """A profile folder holding two files for one name loads neither (catalog): a file named
+    for one of the profiles the calibration writes, in a subfolder or as .yml, would leave the
+    calibration unloadable. It was written all the same, with exit 0 (a review)."""
+    f = tmp_path / where
+    f.parent.mkdir(parents=True, exist_ok=True)
+    f.write_text("my own file\n")
+    (tmp_path / "c1.calibration.json").write_text('{"format": "clustersim-calibration"}')
+    with pytest.raises(UserError) as exc:
+        check_free("c1", tmp_path)
+    assert exc.value.path == "--name" and str(f) in exc.value.message
+    check_free("c2", tmp_path)  # other names are free
+
+
 def test_an_unfinished_probe_never_replaces_a_complete_one(tmp_path: Path) -> None:
     from calibrate.launch import _mark_failed
     from calibrate.probe_base import partial_path

@@ -37,6 +37,16 @@ def test_a_figure_overridden_without_its_value_is_refused(figure: str) -> None:
     assert rs.gpu.memory_gb.value == 96
 
 
+@pytest.mark.parametrize("key", ["x", "-1", "value_"])
+def test_a_figure_the_base_leaves_out_given_in_parts_is_named(key: str) -> None:
+    """``software.pp_schedules.x=1f1b`` (a cited list the stack does not set): it was "add the
+    field value", pointing at a field the user had no reason to write (a review)."""
+    with pytest.raises(UserError, match="given whole") as e:
+        load_scenario(SEVENTY, [f"software.pp_schedules.{key}=1f1b"])
+    assert e.value.path == "software.pp_schedules"
+    assert "{value: ..., source:" in (e.value.hint or "")
+
+
 def test_a_deadline_needs_a_token_budget_some_point_keeps(tmp_path: Path) -> None:
     """An axis that replaces the whole run section drops run.tokens: the sweep ran, then said
     no layout met the deadline, exit 1, the answer a script reads as 'nothing fits'."""

@@ -53,6 +53,15 @@ def resolve_profile(
     try:
         return cls.model_validate(data)
     except ValidationError as exc:
+        figure = _figure_given_in_parts(exc, data)
+        if figure is not None:
+            where, got = figure
+            raise UserError(
+                f"this figure is given whole, its value with its source (got {got})",
+                file=file,
+                path=f"{path}.{where}",
+                hint=f"give {path}.{where} whole: {{value: ..., source: 'where it comes from'}}",
+            ) from None
         problem = validation_error(exc, file, path, cls)
         first = problem.message.split(" ", 1)[0]
         if problem.path == path and _has_path(data, first):
@@ -73,6 +82,28 @@ def resolve_profile(
             )
             problem = UserError(problem.message, file=problem.file, path=problem.path, hint=hint)
         raise problem from None
+
+
+def _figure_given_in_parts(exc: ValidationError, data: Any) -> tuple[str, Any] | None:
+    """Where a figure (``{value, source}``) was given as a mapping of other keys (``--set
+    software.pp_schedules.x=1f1b``, a figure the base leaves out): its dotted path and what was
+    given; ``None`` otherwise (the generic message then says "add the field value")."""
+    errs = exc.errors()
+    for e in errs:
+        loc = e["loc"]
+        if e["type"] != "missing" or not loc or loc[-1] != "value":
+            continue
+        stray = [
+            x["loc"][-1]
+            for x in errs
+            if x["type"] == "extra_forbidden" and x["loc"][:-1] == loc[:-1]
+        ]
+        if stray:
+            got = data
+            for k in loc[:-1]:
+                got = got.get(k) if isinstance(got, dict) else None
+            return ".".join(str(k) for k in loc[:-1]), got
+    return None
 
 
 def _has_path(data: Any, dotted: str) -> bool:
