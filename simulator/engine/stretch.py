@@ -57,10 +57,14 @@ class Stretch:
         self.timeout: _Wait = _Wait(env, total)
         self.proc = env.active_process
         self.stream = stream
+        assert stream.on_idle is None, "one process per rank: one stretch per stream at a time"
         stream.on_idle = self.idle
 
     def idle(self) -> None:
         """The DP stream went idle now: the segments from here on lose nothing to it."""
+        proc, old = self.proc, self.timeout
+        # (the engine never interrupts a process: it waits on the stretch's timeout still)
+        assert proc is not None and proc._target is old
         t_idle = self.env.now
         s = self.t0
         for k, (d, share) in enumerate(self.segs):
@@ -74,9 +78,6 @@ class Stretch:
             s = e + self.pays[k]
         else:
             return  # every segment ended while the stream was busy: nothing changes
-        proc, old = self.proc, self.timeout
-        if proc is None or proc._target is not old:
-            return
         old.callbacks.remove(proc._resume)  # type: ignore[union-attr]
         old.moved = True
         new = _Wait(self.env, max(0.0, s - t_idle))
