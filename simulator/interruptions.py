@@ -100,18 +100,22 @@ def checkpoint(rs: ResolvedScenario) -> Checkpoint:
     loaded = params * (weights + opt * (copies if z >= 1 else replicas))
     hosts = rs.fabric.hosts(rs.gpus_per_node)  # storage clients per node
     per_host = -(-rs.gpus_per_node // hosts)
-    if z >= 1:
+    if z >= 1 and copies == 1:
         writers = rs.nodes * hosts
-    else:  # the hosts of data-parallel replica 0: its TP x PP x CP ranks
+    else:
+        # The hosts of the ranks that hold one copy of the state, each writing its part: data-
+        # parallel replica 0 (its TP x PP x CP ranks), or with hybrid sharding shard group 0
+        # (the other groups hold copies, as the replicas do; a restart reads one per group)
         lay = layout_of(rs)
-        gpn = rs.gpus_per_node
+        gpn, cp = rs.gpus_per_node, rs.cp
+        one = cp if z == 0 else shard_group(rs)  # DP x CP ranks, CP fastest
         writers = len(
             {
                 (r // gpn, r % gpn // per_host)
                 for r in (
-                    lay.rank(t, c, 0, p)
+                    lay.rank(t, j % cp, j // cp, p)
                     for t in range(rs.tp)
-                    for c in range(rs.cp)
+                    for j in range(one)
                     for p in range(rs.pp)
                 )
             }

@@ -121,6 +121,22 @@ def test_plain_ddp_writers_are_the_nodes_of_one_replica_wherever_its_stages_sit(
     assert piped.write_s == pytest.approx(flat.write_s / 4)
 
 
+def test_hybrid_sharding_writers_are_the_nodes_of_one_shard_group() -> None:
+    """HSDP: each shard group (a node here) holds the whole state and the others copies, as
+    DDP's replicas do, so one group's nodes write it (a review: every node wrote, as with full
+    sharding, four times as fast on four nodes); a restart reads one copy per group."""
+    data = inline_scenario(nodes=4, seq_len=1000, global_batch=992)
+    data["parallelism"] = {"sharding": {"kind": "fsdp", "strategy": "full_shard"}}
+    full = checkpoint(resolve_dict(data))
+    data["parallelism"] = {"sharding": {"kind": "fsdp", "strategy": "hybrid_shard"}}
+    hybrid = checkpoint(resolve_dict(data))
+    assert hybrid.bytes == pytest.approx(full.bytes)
+    assert hybrid.write_s == pytest.approx(4 * full.write_s)
+    assert hybrid.read_bytes == pytest.approx(4 * full.read_bytes)
+    data["cluster"] = {**data["cluster"], "nodes": 1}
+    assert checkpoint(resolve_dict(data)).write_s == pytest.approx(hybrid.write_s)
+
+
 def test_slower_checkpoint_storage_never_makes_more_progress() -> None:
     fast = priced(CLOUD, tier="spot", spot_preemptions_per_day=fig(8))
     data = copy.deepcopy(fast.raw)
