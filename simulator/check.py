@@ -7,6 +7,7 @@ from itertools import combinations
 from typing import Any
 
 from .config.loading import resolve_dict
+from .config.parallelism import FSDPSharding
 from .config.scenario import ResolvedScenario
 from .errors import UserError
 from .workload.comm import comm_summary
@@ -108,11 +109,18 @@ def _candidate_changes(rs: ResolvedScenario) -> list[str]:
         # gradient_as_bucket_view=True drops DDP's second gradient buffer; a ZeRO lever needs
         # it too (the copy is plain DP's only), so ZeRO comes paired with this change.
         out.append("parallelism.dp_bucket_copy=false")
-    if rs.dp_cp > 1:
+    given = (rs.raw.get("parallelism") or {}).get("sharding")
+    if rs.dp_cp > 1 and isinstance(par.sharding, FSDPSharding):
+        # FSDP's own lever, sharding everything over the whole DP group (full_shard ~ ZeRO-3),
+        # as the field: a whole-mapping --set would lose to the user's own more specific
+        # `--set parallelism.sharding.strategy=...` on the same command line (or be refused
+        # beside it: a ZeRO mapping has no strategy)
+        if par.sharding.strategy != "full_shard":
+            out.append("parallelism.sharding.strategy=full_shard")
+    elif rs.dp_cp > 1:
         # Written as the field where the plan already gives a ZeRO mapping: a user's own
         # `--set parallelism.sharding.stage=0` outranks a whole-mapping --set (more specific),
         # so only the field form applied on the same command line takes effect.
-        given = (rs.raw.get("parallelism") or {}).get("sharding")
         leaf = isinstance(given, dict) and given.get("kind", "zero") == "zero"
         for stage in range(par.zero_stage + 1, 4):
             out.append(
@@ -182,6 +190,7 @@ _USUAL_COST = (
     ("parallelism.cp", 5),
     ("parallelism.sharding={kind: zero, stage: 3}", 6),
     ("parallelism.sharding.stage=3", 6),
+    ("parallelism.sharding.strategy=full_shard", 6),
     ("parallelism.offload_activation_layers", 6),
     ("parallelism.recompute=full", 7),
 )

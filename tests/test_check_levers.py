@@ -41,6 +41,42 @@ def test_a_lever_added_after_the_users_own_set_takes_effect() -> None:
         assert again["memory_gb_per_gpu"]["total"] == lv["peak_gb"]
 
 
+def test_an_fsdp_plan_set_field_by_field_is_offered_fsdps_own_lever() -> None:
+    """The user set FSDP's strategy field by field; the ZeRO-3 mapping it was offered was
+    refused beside that more specific --set (a ZeRO mapping has no strategy) or lost to it.
+    The lever is FSDP's full_shard, as the field, and it fits applied after the user's own."""
+    base = [
+        "llama3-70b-1xh100-node",
+        "--set",
+        "parallelism.sharding.kind=fsdp",
+        "--set",
+        "parallelism.sharding.strategy=shard_grad_op",
+    ]
+    d = _check(*base)
+    assert d["fits"] is False
+    sets = [s for lv in d["levers"] for s in lv["set"]]
+    assert "parallelism.sharding.strategy=full_shard" in sets
+    assert not any(s.startswith("parallelism.sharding={") for s in sets)
+    for lv in d["levers"]:
+        args = list(base)
+        for s in lv["set"]:
+            args += ["--set", s]
+        assert _check(*args)["fits"] is True, lv
+
+
+def test_the_table_shows_the_stage_that_needs_the_most() -> None:
+    """With more than four stages the table shows the first two and the last two, and now
+    the peak stage wherever it sits (a 42-layer stage 3 was said to need 184 GB while the
+    table's columns topped out at 54)."""
+    res = run_cli(
+        "check", "gpt3-175b-megatron-1024xa100", "--set", "parallelism.pp_schedule=1f1b",
+        "--set", "parallelism.stage_layers=[6,6,6,42,6,6,12,12]",
+    )  # fmt: skip
+    assert res.returncode == 1
+    header = next(line for line in res.stdout.splitlines() if "┃ stage 0" in line)
+    assert "stage 3" in header and "stage 2" not in header
+
+
 def test_a_long_sequence_is_offered_tensor_or_context_parallelism(tmp_path: Path) -> None:
     """Llama 3 8B at 128k tokens on one node: no single change fits, but recomputation with
     TP 8 or more CP does; before, only TP 2 was tried and `check` said to buy more GPUs."""

@@ -97,7 +97,9 @@ def print_check(rep: CheckReport, console: Console) -> None:
     t = Table(title="memory per GPU (GB)")
     t.add_column("")
     stages = rep.memory.stages
-    show = stages if len(stages) <= 4 else [stages[0], stages[1], stages[-2], stages[-1]]
+    # the first two and last two stages, and the one that needs the most wherever it sits
+    ends = {0, 1, len(stages) - 2, len(stages) - 1, rep.memory.peak.stage}
+    show = stages if len(stages) <= 4 else [s for s in stages if s.stage in ends]
     for s in show:
         t.add_column(f"stage {s.stage}" if rs.pp > 1 else "GPU", justify="right")
     rows = [
