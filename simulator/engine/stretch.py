@@ -39,7 +39,7 @@ class Stretch:
     now with ``stream`` busy; ``timeout`` is the event the process waits for, ``pays`` each
     segment's slowdown (final once it fires)."""
 
-    __slots__ = ("env", "segs", "contention", "t0", "pays", "timeout", "proc", "stream")
+    __slots__ = ("env", "segs", "contention", "t0", "pays", "timeout", "proc", "stream", "fired")
 
     def __init__(
         self,
@@ -52,16 +52,24 @@ class Stretch:
         self.segs = segs
         self.contention = contention
         self.t0 = env.now
-        self.pays = [_pay(d * contention * share) for d, share in segs]
-        total = sum(d for d, _ in segs) + sum(self.pays)
+        total = 0.0
+        pays = []
+        for d, share in segs:
+            x = d * contention * share
+            x = x if x > NEGLIGIBLE_S else 0.0
+            pays.append(x)
+            total += d + x
+        self.pays = pays
         self.timeout: _Wait = _Wait(env, total)
         self.proc = env.active_process
         self.stream = stream
+        self.fired = False
         assert stream.on_idle is None, "one process per rank: one stretch per stream at a time"
         stream.on_idle = self.idle
 
     def idle(self) -> None:
         """The DP stream went idle now: the segments from here on lose nothing to it."""
+        self.fired = True  # (the stream let go of its watcher as it called it)
         proc, old = self.proc, self.timeout
         # (the engine never interrupts a process: it waits on the stretch's timeout still)
         assert proc is not None and proc._target is old
@@ -87,7 +95,7 @@ class Stretch:
 
     def done(self) -> float:
         """After the timeout: the total slowdown (and the stream no longer watched)."""
-        if self.stream.on_idle == self.idle:
+        if not self.fired:
             self.stream.on_idle = None
         return sum(self.pays)
 
