@@ -33,6 +33,7 @@ those samples.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..config.scenario import ResolvedScenario
@@ -89,8 +90,28 @@ def marks_for(m1: int, quantum: int) -> tuple[tuple[int, int], int]:
     return marks, marks[-1] + quantum
 
 
+def window_marks(m1: int, quantum: int) -> tuple[tuple[int, ...], int]:
+    """Every round from ``m1`` to one past ``2·m1`` recorded, and the micro-batches the run
+    needs (as :func:`marks_for` from ``2·m1``): a stage behind a slower one settles within it,
+    and a state that repeats only every few rounds shows there too."""
+    marks = tuple(range(m1, 2 * m1 + quantum + 1, quantum))
+    return marks, marks[-1] + quantum
+
+
 def _same(a: list[float], b: list[float], tol: float) -> bool:
     return len(a) == len(b) and all(abs(x - y) <= tol for x, y in zip(a, b, strict=True))
+
+
+def _first_repeat(recs: list[_Record], tol: float) -> tuple[int, int] | None:
+    """The earliest record whose state a later one repeats, and the nearest such later one
+    (record indices); ``None`` where no two records show one state. Behind an uneven pipeline
+    the state can repeat only every few rounds (a lighter first stage: every PP - 2 micro-
+    batches, the step's increment beating by a pipeline send's time)."""
+    for i, a in enumerate(recs):
+        for j in range(i + 1, len(recs)):
+            if _same(a.state, recs[j].state, tol):
+                return i, j
+    return None
 
 
 def run_steady(
@@ -102,24 +123,50 @@ def run_steady(
 
 
 def try_steady(
-    rs_run: ResolvedScenario, rs: ResolvedScenario, marks: tuple[int, int], quantum: int
+    rs_run: ResolvedScenario,
+    rs: ResolvedScenario,
+    marks: tuple[int, ...],
+    quantum: int,
+    rerun: Callable[[int], ResolvedScenario] | None = None,
+    rerun_budget: int = 0,
 ) -> tuple[EngineResult | None, bool]:
     """:func:`run_steady`, and where it finds no repeating state, whether a later start may:
     False where a communication stream's backlog grew from one record to the next (a stream
     slower than the compute beside it: its queue grows to the end of the step, so no round
     repeats the one before; on random layouts a second run from twice as far found a steady
-    state for 2 of 15 such layouts, against 17 of 30 whose backlog held)."""
-    sim = _Recording(rs_run, marks)
-    res = sim.run()
-    a, b = (sim.records.get(k) for k in marks)
-    if a is None or b is None:
+    state for 2 of 15 such layouts, against 17 of 30 whose backlog held). With more than two
+    ``marks``, the earliest record a later one repeats starts the period, which may span
+    several rounds; where the scenario's count is not whole periods past the run's, a run up
+    to one period longer (``rerun``, at most ``rerun_budget`` micro-batches) gives the end."""
+    rec = _Recording(rs_run, marks)
+    res = rec.run()
+    sim: Simulation = rec
+    recs = [rec.records.get(k) for k in marks]
+    if any(r is None for r in recs):
         return None, False
     tol = STATE_TOL * max(res.step_time, 1e-30)
-    if not _same(a.state, b.state, tol):
-        return None, b.backlog <= a.backlog
+    found = _first_repeat([r for r in recs if r is not None], tol)
+    if found is None:
+        first, last = recs[0], recs[-1]
+        assert first is not None and last is not None
+        return None, last.backlog <= first.backlog
+    first_at, again_at = found
+    a, b = recs[first_at], recs[again_at]
+    assert a is not None and b is not None
+    span = (again_at - first_at) * quantum  # micro-batches in one period
+    n_run = rs_run.micro_batches
+    short = (rs.micro_batches - n_run) % span
+    if short:
+        # Whole periods from this run's end miss the scenario's count: a run ``short``
+        # micro-batches longer (the same up to the records) ends that many periods earlier
+        if rerun is None or n_run + short > rerun_budget:
+            return None, True
+        n_run += short
+        sim = Simulation(rerun(n_run))
+        res = sim.run()
     period = b.now - a.now
     grew = [y - x for x, y in zip(a.acc, b.acc, strict=True)]
-    rounds = (rs.micro_batches - rs_run.micro_batches) / quantum
+    rounds = (rs.micro_batches - n_run) / span
     ranks: dict[int, RankResult] = {}
     for i, (rank, rr) in enumerate(sim.results.items()):
         base = i * len(CATEGORIES)
@@ -134,4 +181,4 @@ def try_steady(
     return EngineResult(step, ranks, classes, "symmetric", res.events, None, loader), True
 
 
-__all__ = ["STATE_TOL", "marks_for", "run_steady", "try_steady"]
+__all__ = ["STATE_TOL", "marks_for", "run_steady", "try_steady", "window_marks"]
