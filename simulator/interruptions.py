@@ -333,13 +333,20 @@ def run_goodput(
         )
     if g.goodput < 0.01:
         hint = "use fewer GPUs, faster checkpoint storage or a more reliable part"
+        if rs.zero_stage < 3 and rs.dp_cp > 1:
+            hint += (
+                ", or shard the weights too (ZeRO-3 or FSDP: a restart then reads each part "
+                "once, not once per data-parallel replica)"
+            )
         if spot:
             assert isinstance(price, CloudPrice)
             others = [t for t, r in price.tier_rates().items() if r is not None and t != "spot"]
             hint = f"use the {' or '.join(others)} tier of {price.name}, or fewer nodes"
         raise UserError(
             f"interruptions ({'; '.join(rates)}) leave {g.goodput:.2%} of the time for "
-            f"progress, even at the best checkpoint interval: {how}",
+            f"progress, even at the best checkpoint interval: {how}; a restart takes "
+            f"{g.restart_s / 60:,.1f} min (every GPU reading its part back: "
+            f"{ck.read_bytes / 1e9:,.0f} GB in all)",
             file=rs.source_file,
             path="cluster.pricing.tier" if spot else "cluster.nodes",
             hint=hint,

@@ -218,6 +218,9 @@ def test_failures_too_frequent_to_progress_are_a_user_error() -> None:
         # 512 GPUs failing once an hour each: one failure every 7 s, a restart takes 10 min
         compute_cost(_failing(1.0, nodes=64, global_batch=1024), 10.0, 0.2)
     assert exc.value.path == "cluster.nodes" and "GPU failures" in exc.value.message
+    # the restart, often the cause at scale, is named too (a review: the message named only
+    # the failure rate and a 4 s checkpoint where every replica read back 3.5 PB)
+    assert "a restart takes" in exc.value.message and "GB in all" in exc.value.message
 
 
 def test_spot_preemption_rate_ignored_on_other_tiers() -> None:
