@@ -322,7 +322,8 @@ def check_fabric(
     if needs is not None and gpu.vendor != needs:
         raise UserError(
             f"fabric '{fabric.name}' ({fabric.technology}) joins {needs.upper()} GPUs only, "
-            f"and '{gpu.name}' is a {gpu.vendor.upper()} GPU",
+            f"and '{gpu.name}' is {'an' if gpu.vendor.upper()[:1] in 'AEIOU' else 'a'} "
+            f"{gpu.vendor.upper()} GPU",
             file=file,
             path="cluster.fabric",
             hint="pick a fabric for this GPU (clustersim profiles list fabric), e.g. a PCIe one",
