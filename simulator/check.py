@@ -109,7 +109,6 @@ def _candidate_changes(rs: ResolvedScenario) -> list[str]:
         # gradient_as_bucket_view=True drops DDP's second gradient buffer; a ZeRO lever needs
         # it too (the copy is plain DP's only), so ZeRO comes paired with this change.
         out.append("parallelism.dp_bucket_copy=false")
-    given = (rs.raw.get("parallelism") or {}).get("sharding")
     if rs.dp_cp > 1 and isinstance(par.sharding, FSDPSharding):
         # FSDP's own lever, sharding everything over the whole DP group (full_shard ~ ZeRO-3),
         # as the field: a whole-mapping --set would lose to the user's own more specific
@@ -121,6 +120,7 @@ def _candidate_changes(rs: ResolvedScenario) -> list[str]:
         # Written as the field where the plan already gives a ZeRO mapping: a user's own
         # `--set parallelism.sharding.stage=0` outranks a whole-mapping --set (more specific),
         # so only the field form applied on the same command line takes effect.
+        given = (rs.raw.get("parallelism") or {}).get("sharding")
         leaf = isinstance(given, dict) and given.get("kind", "zero") == "zero"
         for stage in range(par.zero_stage + 1, 4):
             out.append(

@@ -18,6 +18,7 @@ shares TP's ports inside the node.
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -136,14 +137,28 @@ def test_tp_and_an_in_node_cp_ring_shortcut_equals_the_flow_network(
     ports), so while the class's DP and pipeline streams are idle the pass is timed in closed
     form; step and every category equal the flow network's to rounding (a TP4 PP4 CP2
     interleaved layout with 1,024 micro-batches took 0.7 s through the flows, 0.04 s so)."""
-    rnd = random.Random(11)
+    def overlap_every_fifth(data: dict[str, Any], done: int) -> None:
+        if done % 5 == 0:
+            data["parallelism"]["overlap"] = {"tp_comm": True}
+
+    _cp_rings_equal_the_flows(11, 40, overlap_every_fifth, monkeypatch)
+
+
+def _cp_rings_equal_the_flows(
+    seed: int,
+    count: int,
+    edit: Callable[[dict[str, Any], int], None],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``count`` random layouts with TP 1-4 and a CP ring of 2 or 4, each changed by ``edit``
+    (given how many are done): the shortcut equals the flows on each, taken on a third."""
+    rnd = random.Random(seed)
     taken = done = 0
-    while done < 40:
+    while done < count:
         data = _draw(rnd)
+        edit(data, done)
         par = data["parallelism"]
         par["tp"], par["cp"] = rnd.choice([1, 2, 4]), rnd.choice([2, 4])
-        if done % 5 == 0:
-            par["overlap"] = {"tp_comm": True}
         try:
             rs = resolve_dict(data)
         except UserError:
@@ -161,21 +176,12 @@ def test_a_cp_ring_under_a_host_cost_per_collective_shortcut_equals_the_flow_net
     opens no span of its own, so it starts with the first under the attention, in closed form
     as through the flows (it was timed fully exposed: +0.3% on an 8B CP2 step, -0.7% against
     ``--full`` on a 2-node one)."""
-    rnd = random.Random(5)
-    taken = done = 0
     stacks: list[Any] = ["nanotron", {"profile": "megatron-core", "host_us_per_collective": 50}]
-    while done < 24:
-        data = _draw(rnd)
+
+    def host_bound(data: dict[str, Any], done: int) -> None:
         data["software"] = stacks[done % 2]
-        par = data["parallelism"]
-        par["tp"], par["cp"] = rnd.choice([1, 2, 4]), rnd.choice([2, 4])
-        try:
-            rs = resolve_dict(data)
-        except UserError:
-            continue
-        done += 1
-        taken += _shortcut_equals_the_flows(rs, monkeypatch)
-    assert taken >= done // 3, taken
+
+    _cp_rings_equal_the_flows(5, 24, host_bound, monkeypatch)
 
 
 def _quasi_periodic() -> Any:

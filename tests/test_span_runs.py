@@ -66,10 +66,12 @@ def _layouts() -> Iterator[Any]:
 
 
 def _same(fast: Any, slow: Any, what: str) -> None:
+    """Step and every category of every simulated rank (each class's, and in full mode every
+    rank's) equal to rounding."""
     assert fast.step_time == pytest.approx(slow.step_time, rel=1e-9), what
-    for stage, rr in slow.classes.items():
+    for rank, rr in slow.ranks.items():
         for cat, v in rr.acc.items():
-            got = fast.classes[stage].acc[cat]
+            got = fast.ranks[rank].acc[cat]
             assert got == pytest.approx(v, rel=1e-9, abs=1e-12 * slow.step_time), (cat, what)
 
 

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from conftest import REPO
 from test_invariants_random import _draw
+from test_span_runs import _same
 
 from simulator.config.loading import load_scenario, resolve_dict
 from simulator.engine import stretch
@@ -20,14 +21,6 @@ from simulator.engine.sim import run_engine
 from simulator.errors import UserError
 
 BASE = REPO / "scenarios" / "llama3-70b-64xh100.yaml"
-
-
-def _same(fast: Any, slow: Any, what: str) -> None:
-    assert fast.step_time == pytest.approx(slow.step_time, rel=1e-9), what
-    for rank, rr in slow.ranks.items():
-        for cat, v in rr.acc.items():
-            got = fast.ranks[rank].acc[cat]
-            assert got == pytest.approx(v, rel=1e-9, abs=1e-12 * slow.step_time), (cat, what)
 
 
 def _both(rs: Any, monkeypatch: pytest.MonkeyPatch, full: bool = False) -> tuple[Any, Any]:
